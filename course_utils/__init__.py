@@ -1,0 +1,7 @@
+"""Helper library for the Distributed Training & Parallelism course.
+
+Modules are named after the idea they teach (``memory``, ``launch``, ...); import them directly,
+e.g. ``from course_utils import launch``. Importing this package loads nothing heavy.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,382 @@
+"""Start a function on several gloo ranks on this machine: the one launcher the course uses.
+
+``run(fn, world_size, *args)`` calls ``fn(rank, world_size, *args)`` in ``world_size`` fresh
+processes joined into one gloo process group, and returns the ranks' return values in rank order.
+
+Guarantees (each one has a test in ``tests/test_launch.py``):
+
+* **Fast.** Ranks are forked from a forkserver that has already imported torch, so after the
+  first launch in a kernel a small job starts in a fraction of a second.
+* **Bounded.** A rank that raises makes ``run`` raise :class:`RankError` naming the rank that
+  failed first, with its traceback. A rank that hangs (in Python or in a collective), never joins,
+  or dies makes ``run`` raise within ``timeout_s``; a hung rank's stack is shown. An interrupt
+  (Ctrl-C, a notebook cell timeout) kills every rank. Ranks also kill themselves if the process
+  that launched them dies, so no process is ever left behind.
+* **Readable.** Each rank's printed output is captured and printed after the join, in rank
+  order, with a ``[rank r]`` prefix, so a notebook shows the same text on every run.
+* **Concurrent.** The rendezvous store listens on a port the OS picks, so launches in two
+  notebooks or test processes at once never collide.
+* **Student code.** ``fn`` may be defined in a notebook cell: it is sent to the ranks by value
+  (cloudpickle), which works with the forkserver and spawn start methods (Linux and macOS).
+
+The same worker runs under torchrun (the real launcher used on clusters)::
+
+    torchrun --nproc-per-node 2 -m course_utils.launch course_utils.launch:ping
+
+which calls :func:`torchrun_main`; demo modules also call it from their ``__main__`` block.
+"""
+
+from __future__ import annotations
+
+import datetime
+import faulthandler
+import importlib
+import io
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+__all__ = ["run", "RankError", "LaunchTimeout", "torchrun_main", "ping", "MAX_WORLD_SIZE"]
+
+MAX_WORLD_SIZE = 16
+# Modules the forkserver imports once, so each rank starts with them already loaded.
+# torch._dynamo is imported lazily by DDP/FSDP/DTensor and costs ~1.4 s per fresh process.
+PRELOAD = ["torch", "torch.distributed", "torch.nn", "torch._dynamo", "cloudpickle", "course_utils.launch"]
+
+_HOST = "127.0.0.1"
+_contexts: dict[str, mp.context.BaseContext] = {}
+
+
+class RankError(RuntimeError):
+    """A rank failed: raised, died, or did not finish in time.
+
+    Attributes: ``rank`` (the rank reported first), ``rank_traceback`` (its traceback text),
+    ``outputs`` (each rank's captured stdout+stderr, rank order).
+    """
+
+    def __init__(self, message: str, rank: int | None, rank_traceback: str, outputs: list[str]):
+        super().__init__(message)
+        self.rank = rank
+        self.rank_traceback = rank_traceback
+        self.outputs = outputs
+
+
+class LaunchTimeout(RankError, TimeoutError):
+    """Some ranks were still running when ``timeout_s`` ran out; they have been killed."""
+
+    def __init__(self, message: str, ranks: list[int], stacks: str, outputs: list[str]):
+        super().__init__(message, ranks[0] if ranks else None, stacks, outputs)
+        self.ranks = ranks
+
+
+# ----------------------------------------------------------------------------------- rank side
+
+
+def _watch_parent(lifeline: mp.connection.Connection, deadline: float) -> None:
+    """Exit this rank if the launching process goes away or the hard deadline passes."""
+    while True:
+        try:
+            if lifeline.poll(0.2):
+                lifeline.recv()  # the parent never sends; EOF means it is gone
+        except (EOFError, OSError):
+            os._exit(3)
+        if time.time() > deadline:
+            os._exit(4)
+
+
+def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_conn,
+               lifeline, log_path: str, pg_timeout_s: float, hard_deadline: float,
+               threads: int) -> None:
+    """Body of one rank process: capture output, join the group, call fn, report, exit."""
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False),
+                                  write_through=True, line_buffering=True)
+    sys.stderr = sys.stdout
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
+    threading.Thread(target=_watch_parent, args=(lifeline, hard_deadline), daemon=True).start()
+
+    status, value = "ok", None
+    try:
+        import cloudpickle
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(threads)
+        fn, args, fault = cloudpickle.loads(payload)
+        if fault and fault.get("rank") == rank and fault.get("stage") == "before_init":
+            time.sleep(10**6)  # test hook: a rank that never joins the group
+        timeout = datetime.timedelta(seconds=pg_timeout_s)
+        store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=timeout)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                                timeout=timeout)
+        value = fn(rank, world_size, *args)
+        pickle.dumps(value)  # fail here, with a clear traceback, if the result cannot travel
+    except BaseException:  # report everything, SystemExit and KeyboardInterrupt included
+        status, value = "error", traceback.format_exc()
+    try:
+        sys.stdout.flush()
+        result_conn.send((status, value))
+    except Exception:
+        os._exit(5)
+    if status == "ok":
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    # os._exit skips interpreter teardown, which can abort ("terminate called without an
+    # active exception") once torch._dynamo is loaded.
+    os._exit(0 if status == "ok" else 1)
+
+
+# ---------------------------------------------------------------------------------- launcher side
+
+
+def _get_context(method: str | None) -> mp.context.BaseContext:
+    available = mp.get_all_start_methods()
+    if method is None:
+        method = "forkserver" if "forkserver" in available else "spawn"
+    if method not in ("forkserver", "spawn") or method not in available:
+        allowed = [m for m in ("forkserver", "spawn") if m in available]
+        raise ValueError(f"start_method must be one of {allowed} or None; got {method!r}")
+    if method not in _contexts:
+        ctx = mp.get_context(method)
+        if method == "forkserver":
+            ctx.set_forkserver_preload(PRELOAD)
+        _contexts[method] = ctx
+    return _contexts[method]
+
+
+def _check_args(fn: Any, world_size: Any, timeout_s: Any, threads_per_rank: Any) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable as fn(rank, world_size, *args); got {type(fn).__name__}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(f"world_size must be an int from 1 to {MAX_WORLD_SIZE}; got {world_size!r}")
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ValueError(f"world_size must be from 1 to {MAX_WORLD_SIZE}; got {world_size}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds; got {timeout_s!r}")
+    if threads_per_rank is not None and (
+            isinstance(threads_per_rank, bool) or not isinstance(threads_per_rank, int)
+            or threads_per_rank < 1):
+        raise ValueError(f"threads_per_rank must be None or an int >= 1; got {threads_per_rank!r}")
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "was still running"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code} without reporting a result"
+
+
+def _read_logs(paths: Sequence[str]) -> list[str]:
+    logs = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                logs.append(f.read())
+        except OSError:
+            logs.append("")
+    return logs
+
+
+def _trim_stack(text: str) -> str:
+    """Drop the launcher's own frames (multiprocessing bootstrap) from a faulthandler dump."""
+    keep = []
+    for line in text.splitlines():
+        if "multiprocessing/" in line or 'File "<string>"' in line or "in _rank_main" in line:
+            continue
+        keep.append(line)
+    return "\n".join(keep)
+
+
+def _format_outputs(logs: Sequence[str]) -> str:
+    lines = []
+    for rank, text in enumerate(logs):
+        for line in text.splitlines():
+            lines.append(f"[rank {rank}] {line}")
+    return "\n".join(lines)
+
+
+def _kill(procs: Sequence[mp.process.BaseProcess], dump_stacks: bool = False) -> None:
+    alive = [p for p in procs if p.is_alive()]
+    if dump_stacks:
+        for p in alive:
+            try:
+                os.kill(p.pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        time.sleep(0.3)
+    for p in alive:
+        p.kill()
+    for p in alive:
+        p.join(5)
+
+
+def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 60.0,
+        threads_per_rank: int | None = None, show_output: bool = True,
+        start_method: str | None = None, _fault: dict | None = None) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; return results by rank.
+
+    ``timeout_s`` bounds the whole job (start-up included). ``threads_per_rank`` sets torch's
+    intra-op threads in each rank (default: the CPU count shared out, at least 1).
+    ``show_output=False`` keeps the ranks' printed output out of the cell (errors still show it).
+    ``start_method``: "forkserver" (default where available: fast) or "spawn".
+    Raises :class:`RankError` (a rank failed) or :class:`LaunchTimeout` (time ran out); in both
+    cases, and on KeyboardInterrupt, every rank has been killed before ``run`` returns.
+    """
+    _check_args(fn, world_size, timeout_s, threads_per_rank)
+    import cloudpickle
+    import torch.distributed as dist
+
+    threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
+    payload = cloudpickle.dumps((fn, args, _fault))
+    ctx = _get_context(start_method)
+    started = time.monotonic()
+    deadline = started + timeout_s
+    # Collectives time out a little after the launcher does, so a hang is reported by the
+    # launcher (with every rank's stack), not by whichever peer gave up waiting first.
+    pg_timeout_s = timeout_s + 5.0
+    hard_deadline = time.time() + timeout_s + 30.0
+    store = dist.TCPStore(_HOST, 0, world_size, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=pg_timeout_s))
+    logdir = tempfile.mkdtemp(prefix="course-launch-")
+    log_paths = [os.path.join(logdir, f"rank{r}.log") for r in range(world_size)]
+    procs: list[mp.process.BaseProcess] = []
+    conns: dict[int, mp.connection.Connection] = {}
+    lifelines = []
+    results: dict[int, Any] = {}
+    try:
+        for rank in range(world_size):
+            recv_end, send_end = ctx.Pipe(duplex=False)
+            life_recv, life_send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True, args=(
+                rank, world_size, store.port, payload, send_end, life_recv, log_paths[rank],
+                pg_timeout_s, hard_deadline, threads))
+            p.start()
+            send_end.close()
+            life_recv.close()
+            procs.append(p)
+            conns[rank] = recv_end
+            lifelines.append(life_send)
+
+        pending = set(range(world_size))
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _kill(procs, dump_stacks=True)
+                logs = _read_logs(log_paths)
+                late = sorted(pending)
+                stacks = "\n".join(f"--- rank {r} ---\n{_trim_stack(logs[r])}" for r in late)
+                raise LaunchTimeout(
+                    f"run() timed out after {timeout_s:g} s: rank(s) {late} had not finished "
+                    f"and were killed. Where they were:\n{stacks}", late, stacks, logs)
+            waitables = [conns[r] for r in pending] + [procs[r].sentinel for r in pending]
+            ready = mp.connection.wait(waitables, timeout=min(remaining, 1.0))
+            for rank in sorted(pending):
+                conn, proc = conns[rank], procs[rank]
+                if conn in ready or (proc.sentinel in ready and conn.poll()):
+                    try:
+                        status, value = conn.recv()
+                    except EOFError:
+                        status, value = "died", None
+                elif proc.sentinel in ready:
+                    status, value = "died", None
+                else:
+                    continue
+                if status == "ok":
+                    results[rank] = value
+                    pending.discard(rank)
+                    continue
+                _kill(procs)
+                logs = _read_logs(log_paths)
+                if status == "died":
+                    proc.join(1)
+                    value = f"rank {rank} {_describe_exit(proc.exitcode)}."
+                    head = value
+                else:
+                    head = f"rank {rank} failed first: {value.strip().splitlines()[-1]}"
+                raise RankError(
+                    f"{head}\n--- rank {rank} traceback ---\n{value}\n"
+                    f"--- output of all ranks ---\n{_format_outputs(logs)}", rank, value, logs)
+
+        for p in procs:  # ranks exit right after reporting; give them a moment to tear down
+            p.join(max(0.5, min(5.0, deadline - time.monotonic())))
+        logs = _read_logs(log_paths)
+        if show_output and any(logs):
+            print(_format_outputs(logs))
+        return [results[r] for r in range(world_size)]
+    finally:
+        _kill(procs)
+        for c in list(conns.values()) + lifelines:
+            c.close()
+        for path in log_paths:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        try:
+            os.rmdir(logdir)
+        except OSError:
+            pass
+        del store
+
+
+# ---------------------------------------------------------------------------------- torchrun
+
+
+def torchrun_main(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(rank, world_size, *args)`` as one rank of a torchrun job (gloo, env:// rendezvous).
+
+    Prints ``rank r returned: <value>`` and returns the value.
+    """
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    try:
+        value = fn(rank, world_size, *args)
+        print(f"rank {rank} returned: {value}", flush=True)
+        return value
+    finally:
+        dist.destroy_process_group()
+
+
+def ping(rank: int, world_size: int) -> int:
+    """A trivial job: all-reduce each rank's number; every rank returns 0 + 1 + ... + (ws - 1)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([rank])
+    dist.all_reduce(t)
+    return int(t.item())
+
+
+def _resolve(spec: str) -> Callable[..., Any]:
+    if ":" not in spec:
+        raise ValueError(f"expected 'package.module:function', got {spec!r}")
+    module_name, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+if __name__ == "__main__":
+    # torchrun --nproc-per-node N -m course_utils.launch package.module:function [int args...]
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    cli_args = [int(a) if a.lstrip("-").isdigit() else a for a in sys.argv[2:]]
+    torchrun_main(_resolve(sys.argv[1]), *cli_args)

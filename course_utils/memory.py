@@ -1,0 +1,231 @@
+"""Sizing training state: bytes-per-parameter layouts, unit conversion, and counting real bytes.
+
+Units: 1 GB = 10**9 bytes, 1 GiB = 2**30 bytes. The lesson's example is mixed-precision Adam at
+16 bytes/parameter (ZeRO paper, section 3.1: 2 + 2 + 12 with K = 12 optimizer bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+__all__ = ["Layout", "LAYOUTS", "GB", "GiB", "layout", "state_bytes", "to_gb", "to_gib",
+           "format_bytes", "fits", "count_state_bytes", "MixedPrecisionAdam",
+           "ZERO_STAGES", "zero_state_bytes"]
+
+GB = 10**9
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Persistent bytes per parameter, by what they hold."""
+
+    name: str
+    weights: int      # the copy the forward/backward pass reads
+    grads: int        # the accumulated gradient
+    master: int       # a higher-precision copy the optimizer updates (0: none)
+    optimizer: int    # optimizer statistics (Adam: first and second moments)
+    description: str = ""
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.grads + self.master + self.optimizer
+
+    @property
+    def optimizer_bucket(self) -> int:
+        """Bytes the ZeRO paper's stage 1 shards: master copy plus optimizer statistics."""
+        return self.master + self.optimizer
+
+    def parts(self) -> dict[str, int]:
+        return {"weights": self.weights, "grads": self.grads, "master": self.master,
+                "optimizer": self.optimizer}
+
+
+LAYOUTS: dict[str, Layout] = {
+    layout_.name: layout_ for layout_ in [
+        Layout("mixed_adam16", 2, 2, 4, 8,
+               "bf16/fp16 weights and grads, fp32 master copy, fp32 Adam moments (the lesson's)"),
+        Layout("mixed_adam_fp32_grads", 2, 4, 4, 8,
+               "as mixed_adam16 but gradients accumulated in fp32"),
+        Layout("bf16_adam_no_master", 2, 2, 0, 8,
+               "bf16 weights updated directly (no master copy), fp32 Adam moments"),
+        Layout("fp32_adam", 4, 4, 0, 8, "everything in fp32: weights, grads, Adam moments"),
+        Layout("fp32_sgd", 4, 4, 0, 0, "fp32 weights and grads, plain SGD (no state)"),
+    ]
+}
+
+
+def layout(name: str | Layout) -> Layout:
+    """Look up a layout by name (or pass a :class:`Layout` through)."""
+    if isinstance(name, Layout):
+        return name
+    if name not in LAYOUTS:
+        raise ValueError(f"layout must be one of {sorted(LAYOUTS)}; got {name!r}")
+    return LAYOUTS[name]
+
+
+def _check_count(name: str, value: float, allow_zero: bool = True) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number; got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero) or value != value:
+        need = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be {need}; got {value!r}")
+
+
+def state_bytes(n_params: float, layout_name: str | Layout = "mixed_adam16") -> float:
+    """Persistent training-state bytes for ``n_params`` parameters: N x bytes/parameter."""
+    _check_count("n_params", n_params)
+    return n_params * layout(layout_name).total
+
+
+def to_gb(n_bytes: float) -> float:
+    """Bytes -> GB (10**9 bytes)."""
+    _check_count("n_bytes", n_bytes)
+    return n_bytes / GB
+
+
+def to_gib(n_bytes: float) -> float:
+    """Bytes -> GiB (2**30 bytes)."""
+    _check_count("n_bytes", n_bytes)
+    return n_bytes / GiB
+
+
+def format_bytes(n_bytes: float, unit: str = "GB", digits: int = 2) -> str:
+    """``112000000000 -> '112.00 GB'``; unit is one of B, KB, MB, GB, TB, KiB, MiB, GiB, TiB."""
+    _check_count("n_bytes", n_bytes)
+    scale = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+             "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+    if unit not in scale:
+        raise ValueError(f"unit must be one of {list(scale)}; got {unit!r}")
+    return f"{n_bytes / scale[unit]:.{digits}f} {unit}"
+
+
+def fits(n_bytes: float, device_gb: float) -> bool:
+    """Does ``n_bytes`` of persistent state fit in a device of ``device_gb`` GB?"""
+    _check_count("n_bytes", n_bytes)
+    _check_count("device_gb", device_gb, allow_zero=False)
+    return n_bytes <= device_gb * GB
+
+
+# ------------------------------------------------------------------------- counting real bytes
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
+    storage = t.untyped_storage()
+    return (storage.data_ptr(), storage.nbytes()) if storage.nbytes() else None
+
+
+def _tally(tensors: Iterable[torch.Tensor], seen: set) -> int:
+    total = 0
+    for t in tensors:
+        if t is None:
+            continue
+        if hasattr(t, "to_local"):  # DTensor: count this rank's shard
+            t = t.to_local()
+        key = _storage_key(t)
+        if key is None or key in seen:
+            continue
+        seen.add(key)
+        total += key[1]
+    return total
+
+
+def count_state_bytes(model: torch.nn.Module,
+                      optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
+    """Bytes the model's parameters, gradients and optimizer state really hold.
+
+    Each storage is counted once (tied weights, views and shared gradient buffers are not
+    double-counted). Returns ``{"weights", "grads", "master", "optimizer", "other", "total"}``:
+    ``master`` counts fp32 copies a :class:`MixedPrecisionAdam` keeps; ``optimizer`` counts
+    optimizer tensors shaped like a parameter (Adam's moments); ``other`` the rest (Adam's
+    per-parameter ``step`` counters: 4 bytes each, which a bytes-per-parameter layout ignores).
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+    seen: set = set()
+    params = list(model.parameters())
+    out = {"weights": _tally(params, seen), "grads": _tally((p.grad for p in params), seen),
+           "master": 0, "optimizer": 0, "other": 0}
+    if optimizer is not None:
+        inner = getattr(optimizer, "inner", optimizer)
+        master = getattr(optimizer, "master_params", [])
+        out["master"] = _tally(master, seen)
+        for state in inner.state.values():
+            for value in state.values():
+                if not isinstance(value, torch.Tensor):
+                    continue
+                bucket = "optimizer" if value.dim() > 0 else "other"
+                out[bucket] += _tally([value], seen)
+    out["total"] = sum(out[k] for k in ("weights", "grads", "master", "optimizer", "other"))
+    return out
+
+
+class MixedPrecisionAdam:
+    """Adam in the lesson's 16-byte layout: bf16 model, fp32 master weights and moments.
+
+    The model's parameters (and so its gradients) are bf16. The optimizer keeps an fp32 master
+    copy of each parameter and runs ``torch.optim.Adam`` on it; after each step the master
+    values are rounded back into the bf16 weights. Persistent bytes per parameter:
+    2 (bf16 weight) + 2 (bf16 grad) + 4 (fp32 master) + 8 (fp32 moments) = 16.
+    """
+
+    def __init__(self, model: torch.nn.Module, lr: float = 1e-3, **adam_kwargs):
+        params = list(model.parameters())
+        if not params:
+            raise ValueError("model has no parameters")
+        bad = [p.dtype for p in params if p.dtype not in (torch.bfloat16, torch.float16)]
+        if bad:
+            raise ValueError(f"model parameters must be bf16 or fp16 (call model.bfloat16()); "
+                             f"found {bad[0]}")
+        self.params = params
+        self.master_params = [p.detach().float().clone().requires_grad_(True) for p in params]
+        self.inner = torch.optim.Adam(self.master_params, lr=lr, **adam_kwargs)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, m in zip(self.params, self.master_params):
+            m.grad = None if p.grad is None else p.grad.float()  # transient fp32 copy
+        self.inner.step()
+        for p, m in zip(self.params, self.master_params):
+            p.copy_(m)  # round the fp32 master into the bf16 weight
+            m.grad = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+
+# ------------------------------------------------------------------------------ ZeRO stages
+
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def zero_state_bytes(n_params: float, dp: int, stage: int,
+                     layout_name: str | Layout = "mixed_adam16") -> dict[str, float]:
+    """Persistent bytes per data-parallel rank under ZeRO ``stage`` (0 = replicated DP).
+
+    Stage 1 shards the optimizer bucket (master copy + moments), stage 2 also the gradients,
+    stage 3 also the weights (ZeRO paper, section 5.1). Returns ``{"weights", "grads",
+    "optimizer", "total"}`` in bytes, with "optimizer" = master copy + optimizer statistics.
+    Ideal sharding: N/D per rank, without padding.
+    """
+    _check_count("n_params", n_params)
+    if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+        raise ValueError(f"dp must be an int >= 1 (the number of data-parallel ranks); got {dp!r}")
+    if stage not in ZERO_STAGES or isinstance(stage, bool):
+        raise ValueError(f"stage must be one of {ZERO_STAGES}; got {stage!r}")
+    lay = layout(layout_name)
+    out = {
+        "weights": lay.weights / (dp if stage >= 3 else 1),
+        "grads": lay.grads / (dp if stage >= 2 else 1),
+        "optimizer": lay.optimizer_bucket / (dp if stage >= 1 else 1),
+    }
+    out = {k: v * n_params for k, v in out.items()}
+    out["total"] = out["weights"] + out["grads"] + out["optimizer"]
+    return out

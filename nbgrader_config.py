@@ -1,0 +1,49 @@
+"""nbgrader configuration for the course: run nbgrader from the repository root.
+
+solutions/<assignment>/   nbgrader source (reference solutions + hidden tests)
+assignments/<assignment>/ released student versions (committed)
+Student data (submissions, autograded copies, feedback, gradebook, exchange) lives in
+$COURSE_DATA (default: .course_data/ in the repo, ignored by git), never in git.
+"""
+
+import os
+from pathlib import Path
+
+c = get_config()  # noqa: F821 (provided by nbgrader)
+
+ROOT = Path(__file__).resolve().parent
+DATA = Path(os.environ.get("COURSE_DATA", ROOT / ".course_data")).expanduser().resolve()
+
+# Grading kernels must import the course's own course_utils, never a folder a student
+# submitted beside their notebook: PYTHONPATH comes before the kernel's working directory.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+c.CourseDirectory.root = str(ROOT)
+c.CourseDirectory.course_id = "dtp"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "assignments"
+c.CourseDirectory.submitted_directory = str(DATA / "submitted")
+c.CourseDirectory.autograded_directory = str(DATA / "autograded")
+c.CourseDirectory.feedback_directory = str(DATA / "feedback")
+c.CourseDirectory.solution_directory = str(DATA / "solution")
+c.CourseDirectory.db_url = f"sqlite:///{DATA / 'gradebook.db'}"
+c.Exchange.root = str(DATA / "exchange")
+c.Exchange.course_id = "dtp"
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# A cell that runs longer than this is stopped and scored 0; later cells still run.
+c.Execute.timeout = 60
+c.Execute.interrupt_on_timeout = True
+# A student who deletes a test cell gets it back (and is graded by it).
+c.OverwriteCells.add_missing_cells = True
+
+# Feedback shows each failed check's message but never hidden-test code or its traceback.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "course_utils.feedback.ShowOnlyErrorMessages",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

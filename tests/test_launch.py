@@ -1,0 +1,318 @@
+"""The rank launcher: results, output order, every failure mode, and no process left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from course_utils import launch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------ workers (top level: picklable)
+
+
+def _allreduce_worker(rank, world_size, seed):
+    import torch.distributed as dist
+
+    g = torch.Generator().manual_seed(seed + rank)
+    local = torch.randn(5, generator=g)
+    total = local.clone()
+    dist.all_reduce(total)
+    print(f"local sum {local.sum().item():.4f}")
+    return local, total
+
+
+def _record_pid(piddir):
+    Path(piddir, f"{os.getpid()}").write_text("")
+
+
+def _raise_on(rank, world_size, piddir, bad_rank, delay_other):
+    import torch.distributed as dist
+
+    _record_pid(piddir)
+    if rank == bad_rank:
+        raise ValueError(f"bad value on rank {rank}")
+    time.sleep(delay_other)
+    if delay_other:
+        raise RuntimeError("late failure")  # a later failure must not be reported first
+    dist.barrier()
+
+
+def _hang_in_python(rank, world_size, piddir):
+    _record_pid(piddir)
+    if rank == 1:
+        while True:
+            time.sleep(0.05)
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+def _skip_collective(rank, world_size, piddir):
+    import torch.distributed as dist
+
+    _record_pid(piddir)
+    if rank == 0:
+        dist.barrier()  # rank 1 never arrives, but stays alive
+    else:
+        time.sleep(60)
+
+
+def _die(rank, world_size, piddir):
+    _record_pid(piddir)
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+
+
+def _unpicklable(rank, world_size):
+    return lambda: rank
+
+
+def _survivors(piddir: Path, wait_s: float = 5.0) -> list[int]:
+    pids = [int(p.name) for p in piddir.iterdir()]
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------------------- results
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_results_in_rank_order_match_single_process(world_size, seed):
+    results = launch.run(_allreduce_worker, world_size, seed, show_output=False)
+    assert len(results) == world_size
+    expected_total = sum(r[0] for r in results)  # the same sum computed in one process
+    for rank, (local, total) in enumerate(results):
+        g = torch.Generator().manual_seed(seed + rank)
+        torch.testing.assert_close(local, torch.randn(5, generator=g))
+        torch.testing.assert_close(total, expected_total)
+
+
+def test_output_printed_after_join_in_rank_order(capsys):
+    launch.run(_allreduce_worker, 4, 0)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split("]")[0] for ln in lines] == [f"[rank {r}" for r in range(4)]
+
+
+def test_ping_returns_sum_of_ranks():
+    assert launch.run(launch.ping, 3) == [3, 3, 3]
+
+
+def test_function_defined_at_runtime_travels_by_value():
+    namespace = {}
+    exec(textwrap.dedent("""
+        def student_fn(rank, world_size, scale):
+            import torch, torch.distributed as dist
+            t = torch.tensor([float(rank)]) * scale
+            dist.all_reduce(t)
+            return t.item()
+    """), namespace)
+    namespace["student_fn"].__module__ = "__main__"  # as in a notebook cell
+    assert launch.run(namespace["student_fn"], 2, 10.0) == [10.0, 10.0]
+
+
+def test_spawn_start_method_also_works():
+    assert launch.run(launch.ping, 2, start_method="spawn", timeout_s=120) == [1, 1]
+
+
+# ---------------------------------------------------------------------------------- bad arguments
+
+
+@pytest.mark.parametrize("kwargs, exc, word", [
+    (dict(fn=42, world_size=2), TypeError, "fn"),
+    (dict(fn=launch.ping, world_size=0), ValueError, "world_size"),
+    (dict(fn=launch.ping, world_size=launch.MAX_WORLD_SIZE + 1), ValueError, "world_size"),
+    (dict(fn=launch.ping, world_size=2.0), TypeError, "world_size"),
+    (dict(fn=launch.ping, world_size=True), TypeError, "world_size"),
+    (dict(fn=launch.ping, world_size=2, timeout_s=0), ValueError, "timeout_s"),
+    (dict(fn=launch.ping, world_size=2, timeout_s=-1), ValueError, "timeout_s"),
+    (dict(fn=launch.ping, world_size=2, threads_per_rank=0), ValueError, "threads_per_rank"),
+    (dict(fn=launch.ping, world_size=2, start_method="fork"), ValueError, "start_method"),
+])
+def test_bad_arguments_name_the_argument(kwargs, exc, word):
+    fn, world_size = kwargs.pop("fn"), kwargs.pop("world_size")
+    with pytest.raises(exc, match=word):
+        launch.run(fn, world_size, **kwargs)
+
+
+# -------------------------------------------------------------------------------------- failures
+
+
+def test_rank_that_raises_is_named_with_traceback(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(launch.RankError) as info:
+        launch.run(_raise_on, 2, str(tmp_path), 1, 0.0, timeout_s=30)
+    assert time.monotonic() - t0 < 30
+    err = info.value
+    assert err.rank == 1
+    assert "rank 1 failed first: ValueError: bad value on rank 1" in str(err)
+    assert "Traceback" in err.rank_traceback and "_raise_on" in err.rank_traceback
+    assert _survivors(tmp_path) == []
+
+
+def test_first_failure_is_reported_not_a_later_one(tmp_path):
+    with pytest.raises(launch.RankError) as info:
+        launch.run(_raise_on, 3, str(tmp_path), 2, 1.0, timeout_s=30)
+    assert info.value.rank == 2
+    assert "late failure" not in str(info.value).split("--- output")[0]
+    assert _survivors(tmp_path) == []
+
+
+def test_hang_in_python_times_out_with_stack(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(launch.LaunchTimeout) as info:
+        launch.run(_hang_in_python, 2, str(tmp_path), timeout_s=4)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 4 + 3, elapsed  # the deadline, plus the stack dump and kill
+    assert 1 in info.value.ranks
+    assert "_hang_in_python" in str(info.value)  # the hung rank's stack is shown
+    assert _survivors(tmp_path) == []
+
+
+def test_hang_in_collective_times_out(tmp_path):
+    with pytest.raises(launch.LaunchTimeout) as info:
+        launch.run(_skip_collective, 2, str(tmp_path), timeout_s=4)
+    assert 0 in info.value.ranks
+    assert "barrier" in str(info.value)
+    assert _survivors(tmp_path) == []
+
+
+def test_rank_that_never_joins_times_out():
+    t0 = time.monotonic()
+    with pytest.raises(launch.LaunchTimeout) as info:
+        launch.run(launch.ping, 2, timeout_s=4, _fault={"rank": 1, "stage": "before_init"})
+    assert time.monotonic() - t0 < 7
+    assert info.value.ranks == [0, 1]
+
+
+def test_rank_killed_by_signal_is_reported(tmp_path):
+    with pytest.raises(launch.RankError, match="rank 1 was killed by SIGKILL"):
+        launch.run(_die, 2, str(tmp_path), timeout_s=30)
+    assert _survivors(tmp_path) == []
+
+
+def test_unpicklable_result_is_a_readable_error():
+    with pytest.raises(launch.RankError, match="rank 0 failed first"):
+        launch.run(_unpicklable, 2)
+
+
+# ------------------------------------------------------------------ interrupts and dying launchers
+
+_DRIVER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from tests.test_launch import _hang_in_python
+    from course_utils import launch
+    print("launching", flush=True)
+    launch.run(_hang_in_python, 2, {piddir!r}, timeout_s=120)
+""")
+
+
+def _start_driver(tmp_path):
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    code = _DRIVER.format(root=str(ROOT), piddir=str(piddir))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(list(piddir.iterdir())) < 2:
+        assert time.monotonic() < deadline, proc.communicate(timeout=5)
+        time.sleep(0.1)
+    return proc, piddir
+
+
+def test_keyboard_interrupt_kills_every_rank(tmp_path):
+    proc, piddir = _start_driver(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert "KeyboardInterrupt" in err
+    assert _survivors(piddir) == []
+
+
+def test_ranks_exit_when_the_launching_process_is_killed(tmp_path):
+    proc, piddir = _start_driver(tmp_path)
+    proc.kill()  # no cleanup code runs in the launcher: the ranks must notice by themselves
+    proc.communicate(timeout=30)
+    assert _survivors(piddir, wait_s=10) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interrupt_on_timeout", [True, False])
+def test_notebook_cell_timeout_leaves_no_rank(tmp_path, interrupt_on_timeout):
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+                                  "from course_utils import launch\n"
+                                  "from tests.test_launch import _hang_in_python"),
+        nbformat.v4.new_code_cell(f"launch.run(_hang_in_python, 2, {str(piddir)!r}, timeout_s=300)"),
+    ]
+    client = NotebookClient(nb, timeout=20, kernel_name="python3",
+                            interrupt_on_timeout=interrupt_on_timeout)
+    # Interrupted: the cell ends in KeyboardInterrupt. Not interrupted: the kernel is shut down.
+    expected = CellExecutionError if interrupt_on_timeout else CellTimeoutError
+    with pytest.raises(expected) as info:
+        client.execute()
+    if interrupt_on_timeout:
+        assert "KeyboardInterrupt" in str(info.value)
+    assert len(list(piddir.iterdir())) == 2
+    assert _survivors(piddir, wait_s=10) == []
+
+
+# ----------------------------------------------------------------------- concurrency and torchrun
+
+
+def test_concurrent_launchers_do_not_collide(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from course_utils import launch
+        for _ in range(4):
+            assert launch.run(launch.ping, 2, timeout_s=60) == [1, 1]
+        print("ok")
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+        assert out.strip() == "ok"
+
+
+def test_same_worker_runs_under_torchrun(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "0",
+                          "-m", "course_utils.launch", "course_utils.launch:ping"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr
+    assert sorted(line for line in out.stdout.splitlines() if "returned" in line) == [
+        "rank 0 returned: 1", "rank 1 returned: 1"]
