@@ -7,17 +7,22 @@ $COURSE_DATA (default: .course_data/ in the repo, ignored by git), never in git.
 """
 
 import os
+import sys
 from pathlib import Path
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 ROOT = Path(__file__).resolve().parent
 DATA = Path(os.environ.get("COURSE_DATA", ROOT / ".course_data")).expanduser().resolve()
+DATA.mkdir(parents=True, exist_ok=True)
 
 # Grading kernels must import the course's own course_utils, never a folder a student
 # submitted beside their notebook: PYTHONPATH comes before the kernel's working directory.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+# nbgrader runs `alembic` (gradebook migrations) from PATH: find the one beside this Python.
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.course_id = "dtp"
@@ -29,7 +34,6 @@ c.CourseDirectory.feedback_directory = str(DATA / "feedback")
 c.CourseDirectory.solution_directory = str(DATA / "solution")
 c.CourseDirectory.db_url = f"sqlite:///{DATA / 'gradebook.db'}"
 c.Exchange.root = str(DATA / "exchange")
-c.Exchange.course_id = "dtp"
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

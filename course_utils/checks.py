@@ -67,13 +67,18 @@ def check_number(name: str, value: Any, expected: float | None = None, *,
 
 def check_choice(name: str, value: Any, expected: Any, allowed: Sequence[Any], *,
                  mistakes: dict | None = None, hint: str = "") -> None:
-    """Assert ``value`` is one of ``allowed`` and equals ``expected`` (compared as plain str/bool)."""
+    """Assert ``value`` is one of ``allowed`` and equals ``expected`` (compared as plain str/bool).
+
+    With ``expected=None`` only membership in ``allowed`` is checked (useful in visible tests).
+    """
     if type(value) not in (str, bool, int):
         raise AssertionError(f"{name} should be one of {list(allowed)}, got {type(value).__name__}.")
     key = str.lower(value) if type(value) is str else value
     allowed_keys = [str.lower(a) if type(a) is str else a for a in allowed]
     if key not in allowed_keys:
         raise AssertionError(f"{name} should be one of {list(allowed)}, got {value!r}.")
+    if expected is None:
+        return None
     want = str.lower(expected) if type(expected) is str else expected
     if key != want:
         message = (mistakes or {}).get(key) or (mistakes or {}).get(value) or hint

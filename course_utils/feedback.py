@@ -5,10 +5,13 @@ A traceback from a hidden test quotes the hidden test's code; the message of the
 """
 
 from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
 
 
 class ShowOnlyErrorMessages(Preprocessor):
     """Replace every error output's traceback with its one-line ``Name: message``."""
+
+    enabled = Bool(True).tag(config=True)  # nbgrader registers preprocessors as not enabled
 
     def preprocess_cell(self, cell, resources, index):
         for output in cell.get("outputs", []):

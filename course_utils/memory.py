@@ -13,7 +13,7 @@ import torch
 
 __all__ = ["Layout", "LAYOUTS", "GB", "GiB", "layout", "state_bytes", "to_gb", "to_gib",
            "format_bytes", "fits", "count_state_bytes", "MixedPrecisionAdam",
-           "ZERO_STAGES", "zero_state_bytes"]
+           "ZERO_STAGES", "zero_state_bytes", "tiny_mlp", "replica_state_bytes"]
 
 GB = 10**9
 GiB = 2**30
@@ -229,3 +229,51 @@ def zero_state_bytes(n_params: float, dp: int, stage: int,
     out = {k: v * n_params for k, v in out.items()}
     out["total"] = out["weights"] + out["grads"] + out["optimizer"]
     return out
+
+
+# ------------------------------------------------------------------ a replica's state, measured
+
+
+def tiny_mlp(widths: tuple[int, ...] = (64, 256, 64), seed: int = 0,
+             dtype: torch.dtype = torch.bfloat16) -> torch.nn.Sequential:
+    """A small MLP (Linear-GELU-...-Linear) with deterministic weights, for byte counting."""
+    if len(widths) < 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1
+                              for w in widths):
+        raise ValueError(f"widths must be at least two positive ints; got {widths!r}")
+    torch.manual_seed(seed)
+    layers: list[torch.nn.Module] = []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layers.append(torch.nn.Linear(a, b))
+        if i < len(widths) - 2:
+            layers.append(torch.nn.GELU())
+    return torch.nn.Sequential(*layers).to(dtype)
+
+
+def replica_state_bytes(dp_rank: int, dp_size: int, widths: tuple[int, ...] = (64, 256, 64),
+                        seed: int = 0) -> dict[str, int]:
+    """Worker: one data-parallel step of a bf16 MLP with 16-byte Adam; return this rank's bytes.
+
+    Every rank builds the same model, trains on its own batch, averages gradients with an
+    all-reduce, and steps. Run with ``launch.run(replica_state_bytes, D)``.
+    """
+    import torch.distributed as dist
+
+    model = tiny_mlp(widths, seed)
+    opt = MixedPrecisionAdam(model, lr=1e-3)
+    g = torch.Generator().manual_seed(seed + 1000 + dp_rank)  # each rank's own examples
+    x = torch.randn(8, widths[0], generator=g).to(torch.bfloat16)  # (B, C_in)
+    loss = model(x).float().pow(2).mean()
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+    opt.step()
+    counts = count_state_bytes(model, opt)
+    counts["n_params"] = sum(p.numel() for p in model.parameters())
+    return counts
+
+
+if __name__ == "__main__":
+    # torchrun --nproc-per-node 2 -m course_utils.memory
+    from course_utils.launch import torchrun_main
+
+    torchrun_main(replica_state_bytes)

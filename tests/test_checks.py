@@ -1,0 +1,68 @@
+"""Feedback checks: right answers pass, wrong ones name the mistake, cheats do not pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from course_utils.checks import as_number, check_choice, check_number, check_sequence
+
+MISTAKES = [(24.45, "that is GiB"), (14.0, "that is ZeRO-3")]
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+
+class LyingFloat(float):
+    def __eq__(self, other):
+        return True
+
+    def __float__(self):
+        return 26.25
+
+
+@pytest.mark.parametrize("value", [26.25, 26.25000001, np.float64(26.25), 26.25e0])
+def test_right_answers_pass(value):
+    assert check_number("x", value, 26.25, mistakes=MISTAKES) is None
+
+
+@pytest.mark.parametrize("value, message", [(24.45, "that is GiB"), (14, "that is ZeRO-3"),
+                                            (30.0, "is not right")])
+def test_wrong_answers_name_the_mistake(value, message):
+    with pytest.raises(AssertionError, match=message):
+        check_number("x", value, 26.25, mistakes=MISTAKES)
+
+
+@pytest.mark.parametrize("cheat", [AlwaysEqual(), LyingFloat(1.0), "26.25", None, [26.25],
+                                   True, float("nan"), float("inf")])
+def test_cheats_and_wrong_types_fail(cheat):
+    with pytest.raises(AssertionError):
+        check_number("x", cheat, 26.25)
+
+
+def test_lying_float_is_read_by_its_stored_value():
+    assert as_number("x", LyingFloat(1.0)) == 1.0
+
+
+def test_choice_and_sequence():
+    check_choice("c", "ZeRO-2", "zero-2", ["ZeRO-1", "ZeRO-2"])
+    check_choice("c", True, None, [True, False])
+    with pytest.raises(AssertionError, match="forgot"):
+        check_choice("c", "ZeRO-1", "ZeRO-2", ["ZeRO-1", "ZeRO-2"], mistakes={"zero-1": "forgot"})
+    with pytest.raises(AssertionError, match="one of"):
+        check_choice("c", "ZeRO-9", "ZeRO-2", ["ZeRO-1", "ZeRO-2"])
+    check_sequence("s", [0.6, 0.8], [0.6, 0.8])
+    with pytest.raises(AssertionError, match=r"s\[1\]"):
+        check_sequence("s", [0.6, 0.9], [0.6, 0.8])
+    with pytest.raises(AssertionError, match="2 entries"):
+        check_sequence("s", [0.6], [0.6, 0.8])
+
+
+def test_checks_bind_isclose_before_answers_can_patch_it(monkeypatch):
+    import math
+
+    monkeypatch.setattr(math, "isclose", lambda *a, **k: True)
+    with pytest.raises(AssertionError):
+        check_number("x", 1.0, 26.25)

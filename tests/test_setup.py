@@ -1,0 +1,68 @@
+"""Set-up: one set of pins, the README's two commands, and CI calling the test command."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _requirements() -> list[str]:
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+def _environment_pins() -> list[str]:
+    text = (ROOT / "environment.yml").read_text()
+    pip_block = text.split("- pip:", 1)[1]
+    pins = re.findall(r"^\s+- (\S+==\S+)\s*$", pip_block, flags=re.M)
+    return pins
+
+
+def test_environment_yml_installs_the_same_pins():
+    assert _environment_pins() == _requirements()
+    assert "- -e ." in (ROOT / "environment.yml").read_text()
+
+
+def test_every_requirement_is_pinned_exactly():
+    for req in _requirements():
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9.+-]*", req), req
+    names = [r.split("==")[0].lower() for r in _requirements()]
+    for needed in ("torch", "jupyterlab", "ipywidgets", "matplotlib", "nbgrader", "nbval",
+                   "pytest"):
+        assert needed in names
+    assert "torch==2.13.0" in _requirements()
+
+
+def test_installed_versions_match_the_pins():
+    from importlib.metadata import version
+
+    for req in _requirements():
+        name, pinned = req.split("==")
+        assert version(name).split("+")[0] == pinned, name
+
+
+def test_pyproject_takes_dependencies_from_requirements():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'dependencies = { file = ["requirements.txt"] }' in text
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    first_block = re.search(r"```(?:bash|sh)?\n(.*?)```", text, flags=re.S).group(1)
+    return [ln.split("#")[0].strip() for ln in first_block.splitlines() if ln.strip()]
+
+
+def test_readme_starts_with_exactly_two_commands():
+    commands = _readme_commands()
+    assert commands == ["make lab", "make test"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^lab: setup\n\t.*jupyter lab notebooks/", makefile, flags=re.M)
+    assert re.search(r"^test: setup\n\t.*pytest", makefile, flags=re.M)
+    assert re.search(r"^setup:\n\t@?scripts/setup.sh", makefile, flags=re.M)
+
+
+def test_ci_calls_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert _readme_commands()[1] in [ln.strip() for ln in ci]
