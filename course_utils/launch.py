@@ -119,8 +119,9 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
         store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=timeout)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                                 timeout=timeout)
-        value = fn(rank, world_size, *args)
-        pickle.dumps(value)  # fail here, with a clear traceback, if the result cannot travel
+        # Plain pickle, not the connection's own pickler: torch registers reducers that pass
+        # tensor storage as a file descriptor, which dies with this process once it exits.
+        value = pickle.dumps(fn(rank, world_size, *args))
     except BaseException:  # report everything, SystemExit and KeyboardInterrupt included
         status, value = "error", traceback.format_exc()
     try:
@@ -298,7 +299,7 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
                 else:
                     continue
                 if status == "ok":
-                    results[rank] = value
+                    results[rank] = pickle.loads(value)
                     pending.discard(rank)
                     continue
                 _kill(procs)
