@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 MISTAKES = {
     "a1_training_state": ("q1_state_gb", "q1_state_gb = 13e9 * 16 / 2**30",
                           "that is GiB (2**30 bytes)"),
+    "a3_zero": ("q1", "zero2_gb = 112 / 8", "that is ZeRO-3"),
 }
 
 

@@ -1,0 +1,307 @@
+"""course_utils.zero: the lesson's ZeRO table, from-scratch ZeRO-1/2/3 on real gloo ranks against
+an unsharded single-process reference, measured bytes == formula, communication volumes, the
+ZeRO-3 memory timeline, bad inputs, and the assignment's mistake-naming feedback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.distributed as dist
+
+from course_utils import checks, memory, zero
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = [16, 32, 32, 8]          # the lecture's model: units of 544, 1056 and 264 elements
+UNITS = zero.unit_sizes(SIZES)
+GB = 1e9
+
+
+# ------------------------------------------------------------------------------ the formulas
+
+
+def test_lesson_table_at_7b_and_8_ranks():
+    totals = [memory.zero_state_bytes(7e9, 8, s)["total"] / GB for s in zero.STAGES]
+    assert totals == pytest.approx([112.0, 38.5, 26.25, 14.0])
+    assert memory.to_gib(memory.zero_state_bytes(7e9, 8, 2)["total"]) == pytest.approx(24.45, abs=5e-3)
+    assert memory.to_gib(memory.zero_state_bytes(7e9, 8, 0)["total"]) == pytest.approx(104.31, abs=5e-3)
+
+
+def test_check_yourself_decomposition():
+    b = memory.zero_state_bytes(7e9, 8, 2)
+    assert b["weights"] / GB == pytest.approx(14.0)                     # replicated bf16 weights
+    assert (b["grads"] + b["optimizer"]) / GB == pytest.approx(12.25)   # 7B x 14/8
+    assert 112 / 8 == memory.zero_state_bytes(7e9, 8, 3)["total"] / GB  # 14 GB is ZeRO-3
+
+
+def test_lecture_model_units_and_padding():
+    assert UNITS == [544, 1056, 264] and sum(UNITS) == 1864
+    assert [zero.shard_numel(n, 2) for n in UNITS] == [272, 528, 132]
+    assert [zero.shard_numel(n, 3) for n in UNITS] == [182, 352, 88]   # unit 0 padded by 2
+
+
+@pytest.mark.parametrize("dp", [1, 2, 4, 8])
+@pytest.mark.parametrize("stage", zero.STAGES)
+def test_padded_formula_equals_lesson_formula_when_divisible(stage, dp):
+    got = zero.padded_state_bytes(UNITS, dp, stage)
+    want = memory.zero_state_bytes(sum(UNITS), dp, stage)
+    assert {k: float(v) for k, v in got.items()} == pytest.approx(want)
+
+
+def test_padding_bytes_at_three_ranks():
+    extra = [zero.padded_state_bytes(UNITS, 3, s)["total"]
+             - memory.zero_state_bytes(sum(UNITS), 3, s)["total"] for s in zero.STAGES]
+    assert extra == pytest.approx([0, 8.0, 28 / 3, 32 / 3])  # 12, 14, 16 B x 2/3 element
+
+
+def test_expected_communication_volumes():
+    units = [7_000_000_000]
+    totals = [zero.expected_comm_bytes(units, 8, s)["total"] / GB for s in zero.STAGES]
+    assert totals == pytest.approx([24.5, 24.5, 24.5, 36.75])
+    small = [zero.expected_comm_bytes(UNITS, 2, s)["total"] for s in zero.STAGES]
+    assert small == [3728.0, 3728.0, 3728.0, 5592.0]
+    assert small[3] / small[0] == 1.5
+    fp32 = zero.expected_comm_bytes(UNITS, 2, 1, reduce_dtype="fp32")
+    assert fp32["reduce_scatter"] == 2 * fp32["all_gather"]
+
+
+def test_comm_log_ring_bytes():
+    log = zero.CommLog(4)
+    log.record("all_gather", 100, 2)
+    log.record("reduce_scatter", 100, 4)
+    log.record("all_reduce", 10, 2)
+    assert log.counts() == {"all_reduce": 1, "reduce_scatter": 1, "all_gather": 1}
+    assert log.ring_bytes() == {"all_reduce": 30.0, "reduce_scatter": 300.0, "all_gather": 150.0,
+                                "total": 480.0}
+    log.clear()
+    assert log.ring_bytes()["total"] == 0
+
+
+# ------------------------------------------------------------------------------ bad inputs
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: zero.make_mlp([16]), "sizes"),
+    (lambda: zero.make_mlp([16, 0]), "sizes[1]"),
+    (lambda: zero.shard_numel(10, 0), "dp"),
+    (lambda: zero.shard_numel(0, 2), "n must"),
+    (lambda: zero.unit_sizes("16,32"), "sizes"),
+    (lambda: zero.padded_state_bytes(UNITS, 2, 4), "stage"),
+    (lambda: zero.padded_state_bytes([], 2, 1), "units"),
+    (lambda: zero.padded_state_bytes(UNITS, 0, 1), "dp"),
+    (lambda: zero.expected_comm_bytes(UNITS, 2, 1, reduce_dtype="fp16"), "reduce_dtype"),
+    (lambda: zero.expected_comm_bytes(UNITS, 2, True), "stage"),
+    (lambda: zero.make_batches(SIZES, 0, 0, 2, 4), "n_steps"),
+    (lambda: zero.reference_train(SIZES, reduce_dtype="int8"), "reduce_dtype"),
+    (lambda: zero.run_all_stages(0, SIZES), "dp"),
+    (lambda: zero.ZeroDP(zero.make_mlp(SIZES), 5), "stage"),
+    (lambda: zero.ZeroDP(zero.make_mlp(SIZES).float(), 1), "bf16"),
+    (lambda: zero.ZeroDP(torch.nn.Linear(2, 2).bfloat16(), 1), "nn.Sequential"),
+    (lambda: zero.ZeroDP(torch.nn.Sequential(torch.nn.LayerNorm(4)).bfloat16(), 1), "only nn.Linear"),
+    (lambda: zero.ZeroDP(zero.make_mlp(SIZES), 1, lr=0), "lr"),
+    (lambda: zero.ZeroDP(zero.make_mlp(SIZES), 1, reduce_dtype="fp64"), "reduce_dtype"),
+    (lambda: zero.max_abs_diff([torch.zeros(2)], []), "same length"),
+    (lambda: zero.run_shard_step(None, torch.zeros(4), torch.zeros(1, 2, 4)), "fn"),
+    (lambda: zero.run_shard_step(print, torch.zeros(4), torch.zeros(1, 2, 3)), "local_grads"),
+])
+def test_bad_input_raises_value_error(call, words):
+    with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+def test_make_mlp_is_deterministic_and_bf16():
+    a, b = zero.make_mlp(SIZES, 3), zero.make_mlp(SIZES, 3)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert p.dtype == torch.bfloat16
+        assert torch.equal(p, q)
+    assert sum(p.numel() for p in a.parameters()) == 1864
+
+
+# ------------------------------------------------------------------------------ on real ranks
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """All stages at D = 2 (bf16 reduction) and D = 3 (fp32 reduction), two seeds each."""
+    out = {}
+    for dp, reduce in ((2, "bf16"), (3, "fp32")):
+        for seed in (0, 1):
+            out[dp, seed] = (zero.run_all_stages(dp, SIZES, seed=seed, reduce_dtype=reduce,
+                                                 timeout_s=240),
+                             zero.reference_train(SIZES, seed=seed, dp=dp, reduce_dtype=reduce))
+    return out
+
+
+@pytest.mark.parametrize("dp, seed", [(2, 0), (2, 1), (3, 0), (3, 1)])
+@pytest.mark.parametrize("stage", list(zero.STAGES) + ["3+prefetch"])
+def test_every_stage_equals_the_unsharded_reference(runs, dp, seed, stage):
+    results, reference = runs[dp, seed]
+    for rank, r in enumerate(results[stage]):
+        torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(reference["losses"]),
+                                   rtol=1e-6, atol=0)
+        for mine, ref in zip(r["params"], reference["params"]):
+            torch.testing.assert_close(torch.from_numpy(mine).bfloat16(), ref, rtol=0, atol=0,
+                                       msg=lambda m, rank=rank: f"stage {stage} rank {rank}: {m}")
+
+
+@pytest.mark.parametrize("dp", [2, 3])
+@pytest.mark.parametrize("stage", zero.STAGES)
+def test_measured_bytes_equal_formula(runs, dp, stage):
+    results, _ = runs[dp, 0]
+    want = zero.padded_state_bytes(UNITS, dp, stage)
+    for r in results[stage]:
+        assert {k: r["bytes"][k] for k in want} == want
+        assert r["bytes"]["other"] == 12  # three Adam step counters, outside the layout
+    if dp == 2:  # divisible: exactly the lesson's formula
+        assert results[stage][0]["bytes"]["total"] == \
+            memory.zero_state_bytes(sum(UNITS), 2, stage)["total"]
+
+
+def test_measured_bytes_stated_in_the_lecture(runs):
+    at2 = [runs[2, 0][0][s][0]["bytes"]["total"] for s in zero.STAGES]
+    at3 = [runs[3, 0][0][s][0]["bytes"]["total"] for s in zero.STAGES]
+    assert at2 == [29824, 18640, 16776, 14912]
+    assert at3 == [29824, 14920, 12436, 9952]
+    assert runs[3, 0][0][1][2]["padding"] == [2, 0, 0]
+    assert runs[3, 0][0][3][0]["shards"] == [182, 352, 88]
+
+
+@pytest.mark.parametrize("dp, reduce", [(2, "bf16"), (3, "fp32")])
+@pytest.mark.parametrize("stage", zero.STAGES)
+def test_communication_per_step(runs, dp, reduce, stage):
+    results, _ = runs[dp, 0]
+    want = zero.expected_comm_bytes(UNITS, dp, stage, reduce_dtype=reduce)
+    counts = {0: (3, 0, 0), 1: (0, 3, 3), 2: (0, 3, 3), 3: (0, 3, 6)}[stage]
+    for r in results[stage]:
+        assert r["comm"] == pytest.approx(want)
+        assert tuple(r["comm_counts"].values()) == counts
+    if dp == 2:
+        dp_total = results[0][0]["comm"]["total"]
+        assert results[stage][0]["comm"]["total"] / dp_total == (1.5 if stage == 3 else 1.0)
+
+
+def test_zero3_timeline_peak_and_prefetch(runs):
+    results, _ = runs[2, 0]
+    persistent = zero.padded_state_bytes(UNITS, 2, 3)["total"]
+    for key, extra_layer in ((3, 0), ("3+prefetch", 1)):
+        rows = results[key][0]["timeline"]
+        assert {r["persistent"] for r in rows} == {persistent}
+        assert rows[0]["gathered weights"] == rows[-1]["gathered weights"] == 0
+        totals = [r["persistent"] + r["gathered weights"] + r["unsharded grads"] for r in rows]
+        events = [r["event"] for r in rows]
+        assert len([e for e in events if "gather L" in e]) == 6  # each unit: forward, backward
+        assert len([e for e in events if "prefetch L" in e]) == 4 * extra_layer
+        peak = max(totals)
+        assert peak > persistent
+        if key == 3:  # slices + the largest gathered unit (bf16) + its unsharded bf16 gradient
+            assert peak == persistent + max(2 * zero.shard_numel(n, 2) * 2 + 2 * n for n in UNITS)
+            assert (persistent, peak) == (14912, 19136)
+        else:         # ... plus the next unit, prefetched
+            assert (persistent, peak) == (14912, 20224)
+
+
+def test_bf16_reduction_at_four_ranks_is_close_not_exact():
+    """With D > 2 a bf16 sum's order depends on the ring chunk: close, not bitwise."""
+    from course_utils import launch
+
+    reference = zero.reference_train(SIZES, seed=1, dp=4, reduce_dtype="bf16")
+    results = launch.run(zero.train_worker, 4, 2, SIZES, 1, timeout_s=240)
+    for r in results:
+        for mine, ref in zip(r["params"], reference["params"]):
+            torch.testing.assert_close(torch.from_numpy(mine).bfloat16(), ref, atol=4e-3, rtol=0)
+
+
+# ------------------------------------------------------------------------------ assignment feedback
+
+
+def _cell(grade_id: str) -> str:
+    nb = nbformat.read(ROOT / "solutions" / "a3_zero" / "a3_zero.ipynb", as_version=4)
+    [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    return cell.source
+
+
+def _namespace() -> dict:
+    return {"__name__": "__main__", "torch": torch, "dist": dist, "checks": checks, "zero": zero}
+
+
+@pytest.mark.parametrize("answer, words", [
+    (14.0, "ZeRO-3"), (112 / 8, "112/8"), (24.45, "GiB"), (24.5, "forgot the gradients"),
+    (38.5, "ZeRO-1"), (112.0, "replicated"), (12.25, "replicated bf16 weights"),
+    (26.25e9, "bytes"), (20.0, "is not right"),
+])
+def test_q1_feedback_names_the_mistake(answer, words):
+    ns = _namespace() | {"zero2_gb": answer}
+    with pytest.raises(AssertionError, match=words):
+        exec(_cell("q1_test"), ns)
+
+
+def test_q1_to_q3_solution_passes():
+    ns = _namespace()
+    for cell in ("q1", "q1_test", "q2", "q2_test", "q3", "q3_test"):
+        exec(_cell(cell), ns)
+    assert ns["zero2_gb"] == pytest.approx(26.25) and ns["smallest_stage"] == 3
+
+
+@pytest.mark.parametrize("wrong, words", [
+    ("return (16 / dp if stage else 16) * n_params / 1e9", "stage-3 figure"),
+    ("return (2 + 2 + 12 / dp if stage else 16) * n_params / 1e9", "stage-1 figure"),
+    ("return [16, 4 + 12 / dp, 2 + 14 / dp, 16 / dp][stage] * n_params / 2**30", "GiB"),
+    ("return [16, 4 + 8 / dp, 2 + 10 / dp, 12 / dp][stage] * n_params / 1e9", "master copy"),
+])
+def test_q2_feedback_names_the_mistake(wrong, words):
+    ns = _namespace()
+    exec("def zero_gb(n_params, dp, stage):\n    " + wrong, ns)
+    with pytest.raises(AssertionError, match=words):
+        exec(_cell("q2_test"), ns)
+
+
+@pytest.mark.parametrize("answer, words", [(2, "reserve"), (1, "61.75"), (0, "208"),
+                                           (3.0, "should be an int")])
+def test_q3_feedback_names_the_mistake(answer, words):
+    ns = _namespace() | {"smallest_stage": answer}
+    with pytest.raises(AssertionError, match=words):
+        exec(_cell("q3_test"), ns)
+
+
+_GOOD_Q4 = _cell("q4") if (ROOT / "solutions" / "a3_zero" / "a3_zero.ipynb").exists() else ""
+
+
+@pytest.mark.parametrize("edit, words", [
+    (("grad /= world", "pass"), "SUM"),
+    (("(exp_avg_sq / (1 - beta2 ** step))", "(exp_avg_sq * 1.0)"), None),
+    (("dist.reduce_scatter_single(grad, local_grad, op=dist.ReduceOp.SUM, group=dp_group)",
+      "grad.copy_(local_grad.view(world, -1)[dist.get_rank(dp_group)])"), "no collective"),
+    (("return master.to(torch.bfloat16)", "return master"), "bf16"),
+])
+def test_q4_feedback_on_real_ranks(edit, words):
+    """Wrong student functions, run on real ranks by the hidden tests, get named feedback."""
+    old, new = edit
+    assert old in _GOOD_Q4
+    ns = _namespace()
+    exec(_GOOD_Q4.replace(old, new), ns)
+    if words is None:  # forgot only v's bias correction: a plain mismatch, still caught
+        with pytest.raises(AssertionError):
+            exec(_cell("q4_test"), ns)
+        return
+    with pytest.raises(AssertionError, match=words):
+        exec(_cell("q4_test"), ns)
+
+
+def test_q4_names_missing_bias_correction_and_own_gradient():
+    src = _GOOD_Q4
+    no_bias = src.replace("(exp_avg_sq / (1 - beta2 ** step))", "(exp_avg_sq * 1.0)").replace(
+        "value=-lr / (1 - beta1 ** step)", "value=-lr")
+    ns = _namespace()
+    exec(no_bias, ns)
+    with pytest.raises(AssertionError, match="bias correction"):
+        exec(_cell("q4_test"), ns)
+    own = src.replace(
+        "dist.reduce_scatter_single(grad, local_grad, op=dist.ReduceOp.SUM, group=dp_group)",
+        "dist.all_reduce(torch.zeros(1), group=dp_group); "
+        "grad.copy_(local_grad.view(world, -1)[dist.get_rank(dp_group)] * world)")
+    ns = _namespace()
+    exec(own, ns)
+    with pytest.raises(AssertionError, match="own gradient"):
+        exec(_cell("q4_test"), ns)
