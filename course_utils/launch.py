@@ -49,7 +49,9 @@ __all__ = ["run", "RankError", "LaunchTimeout", "torchrun_main", "ping", "MAX_WO
 MAX_WORLD_SIZE = 16
 # Modules the forkserver imports once, so each rank starts with them already loaded.
 # torch._dynamo is imported lazily by DDP/FSDP/DTensor and costs ~1.4 s per fresh process.
-PRELOAD = ["torch", "torch.distributed", "torch.nn", "torch._dynamo", "cloudpickle", "course_utils.launch"]
+PRELOAD = ["torch", "torch.distributed", "torch.nn", "torch._dynamo", "torch.distributed.tensor",
+           "torch.distributed.tensor.parallel", "torch.distributed.fsdp",
+           "torch.distributed.pipelining", "cloudpickle", "course_utils.launch"]
 
 _HOST = "127.0.0.1"
 _contexts: dict[str, mp.context.BaseContext] = {}
