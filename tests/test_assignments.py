@@ -26,6 +26,12 @@ MISTAKES = {
     "a1_training_state": ("q1_state_gb", "q1_state_gb = 13e9 * 16 / 2**30",
                           "that is GiB (2**30 bytes)"),
     "a3_zero": ("q1", "zero2_gb = 112 / 8", "that is ZeRO-3"),
+    "a4_tensor_parallel": ("q3", "b, s, h, t, L = 4, 2048, 5120, 8, 40\n"
+                           "mlp_forward_bytes = 8 * h * h * 2\n"
+                           "step_payload_gb = L * 4 * b * s * h * 2 / 1e9\n"
+                           "ring_gb_per_rank = 2 * (t - 1) / t * step_payload_gb\n"
+                           "naive_over_megatron = 4.0",
+                           "TP all-reduces activations"),
 }
 
 

@@ -1,0 +1,338 @@
+# %% [markdown]
+# # Module 4: Tensor parallelism — split one layer, check it against one device
+#
+# Data parallelism copies the whole model to every rank. Tensor parallelism (TP) splits the
+# matrices *inside* a layer, so every rank holds a fraction of each weight and all ranks work on
+# the **same** examples. The lesson makes three claims; this notebook turns each into something
+# that runs on real processes (gloo ranks on this machine) and is checked against the
+# single-device layer:
+#
+# 1. Splitting the columns of `W` in `Y = X W` lets each rank compute different output features.
+# 2. How the pieces are combined depends on the split and on the next operation: not every layer
+#    uses the same collective.
+# 3. TP communicates often, and what it sends grows with the activations, not with the
+#    parameters.
+#
+# **Notation.** `X` has shape `(b, s, h_in)` (batch, sequence, features), `W` has shape
+# `(h_in, h_out)` and `Y = X @ W` has shape `(b, s, h_out)`. `t` is the TP degree: the number of
+# ranks that share one layer. Careful: `nn.Linear` stores `W` *transposed*, as `weight` of shape
+# `(h_out, h_in)`. So "split `W` by columns" means "split `nn.Linear.weight` by rows". We will meet
+# this again when PyTorch's DTensor shards `weight` with `Shard(0)`.
+#
+# The code lives in `course_utils/tensor_parallel.py` (layers, autograd operators, comparisons)
+# and `course_utils/tp_pictures.py` (the drawings). Every comparison below uses
+# `torch.testing.assert_close` over two seeds; if any tensor differed, the cell would raise.
+
+# %%
+import inspect
+
+import matplotlib.pyplot as plt
+import torch
+
+from course_utils import launch, tensor_parallel as tp, tp_pictures as pics
+
+torch.manual_seed(0)
+print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 1. Split `W` by columns: each rank owns some output features
+#
+# Column `j` of `Y` depends only on column `j` of `W`: `Y[:, j] = X @ W[:, j]`. So if rank `r`
+# holds a block of columns `W[:, cols_r]` (shape `(h_in, h_out/t)`) and the full input `X`, it can
+# compute `Y[:, cols_r]` without talking to anyone. The ranks together hold all of `Y`, in
+# pieces. If the next operation needs every feature on every rank, an **all-gather**
+# concatenates the pieces.
+
+# %%
+_ = pics.draw_column_split(tp=2, tokens=8, h_in=16, h_out=32)
+plt.show()
+
+# %% [markdown]
+# `tp.compare(kind, tp_size)` starts `tp_size` real ranks with `course_utils.launch.run`. Each
+# rank builds the same `nn.Linear(16, 32)` from a seed, keeps its column shard, runs the forward
+# and the backward pass (loss `sum(Y * dY)` for a random `dY`), and returns its local tensors.
+# The parent process runs the unsplit layer and compares every tensor: outputs, the gradient of
+# the input, and the gradients of the weight shards (concatenated back in rank order).
+
+# %%
+for t in (2, 4):
+    column = tp.compare("column", t)
+    print(column.summary())
+    print("  local parameter shapes on rank 0:", column.shapes[0])
+    print("  collectives on rank 0:")
+    print(tp.format_comms(column.comms[0]))
+
+# %% [markdown]
+# Read the output: with `t = 2` each rank's weight is `(16, 16)` in `Y = X W` layout (half of 32
+# output features); with `t = 4` it is `(16, 8)`. `y_local` (each rank's own features,
+# concatenated) already equals the single-device output before any communication: the
+# all-gather only moves data. The backward pass needs one all-reduce for `dL/dX`: each rank's
+# output features depend on *all* of `X`, so each rank holds only part of the input gradient, and
+# the parts are summed.
+
+# %% [markdown]
+# ## 2. Split `W` by rows: each rank computes a partial sum
+#
+# Split `W` by rows instead (rank `r` holds `W[rows_r, :]`, shape `(h_in/t, h_out)`). Then
+# `X @ W = sum_r X[:, rows_r] @ W[rows_r, :]`: each rank needs only its slice of the input
+# features and produces a **partial sum** of the full output shape. Concatenating partial sums
+# would be wrong (wrong shape and wrong values); they must be added: an **all-reduce**. The bias
+# is added once, after the sum; adding it on every rank before the sum would count it `t` times.
+
+# %%
+_ = pics.draw_row_split(tp=2, tokens=8, h_in=32, h_out=16)
+plt.show()
+
+# %%
+for t in (2, 4):
+    row = tp.compare("row", t)
+    print(row.summary())
+    print("  local parameter shapes on rank 0:", row.shapes[0])
+    print("  collectives on rank 0:")
+    print(tp.format_comms(row.comms[0]))
+
+# %% [markdown]
+# Each rank's `partial` is a full `(2, 4, 16)` tensor, and only their **sum** equals `X @ W`.
+# Here the input arrived already split (`X[..., rows_r]`), so the backward pass needs no
+# communication: each rank's input gradient is exactly its slice.
+#
+# ## 3. Which collective? It depends on the split and on what comes next
+#
+# | the layer's output | next operation | what combines the results |
+# | --- | --- | --- |
+# | column-parallel: own features | elementwise (GELU, dropout) | nothing: apply it to the local features |
+# | column-parallel: own features | a row-parallel matmul over those features | nothing: the features are exactly its input split |
+# | column-parallel: own features | needs every feature (LayerNorm, softmax over features, an unsplit layer) | all-gather |
+# | row-parallel: partial sums | anything that needs the true output (residual add, LayerNorm) | all-reduce (sum) |
+# | row-parallel: partial sums | an operation split over the sequence (sequence parallelism) | reduce-scatter |
+#
+# The last row goes beyond this module: Megatron's sequence parallelism replaces the all-reduce
+# by a reduce-scatter, then an all-gather before the next column-parallel layer, and moves the
+# same bytes. The rule behind the table: **columns give pieces (concatenate), rows give partial
+# sums (add)**, and an elementwise operation between them needs neither.
+
+# %% [markdown]
+# ## 4. The conjugate operators f and g
+#
+# A column-parallel layer followed by GELU and a row-parallel layer needs exactly two
+# communication points, written as two autograd functions that mirror each other:
+#
+# * **f** (`CopyToTensorParallel`), placed before the column-parallel matmul: the forward pass
+#   is the identity (every rank already has `X`); the backward pass all-reduces `dL/dX`,
+#   because each rank computed it from its own output features only.
+# * **g** (`ReduceFromTensorParallel`), placed after the row-parallel matmul: the forward pass
+#   all-reduces the partial sums; the backward pass is the identity, because
+#   `Y = sum_r P_r` gives `dL/dP_r = dL/dY` on every rank.
+#
+# The forward of one is the backward of the other. Here they are, as used by every layer below:
+
+# %%
+print(inspect.getsource(tp.CopyToTensorParallel))
+print(inspect.getsource(tp.ReduceFromTensorParallel))
+
+# %% [markdown]
+# ## 5. The Megatron MLP: column-parallel, then row-parallel
+#
+# A transformer MLP is `Y = GELU(X W1 + b1) W2 + b2` with `W1` of shape `(h, ffn)` and `W2` of
+# shape `(ffn, h)`. Split `W1` by columns and `W2` by rows, on the same `ffn/t` slice: rank `r`
+# computes its `ffn/t` hidden features, applies GELU locally (elementwise, so no collective),
+# and those features are exactly the input slice its rows of `W2` need. The only collectives
+# are g in the forward pass and f in the backward pass.
+
+# %%
+_ = pics.draw_megatron_mlp(tp=2)
+plt.show()
+
+# %%
+mlp_runs = {}
+for t in (2, 4):
+    mlp = mlp_runs[t] = tp.compare("mlp", t)
+    print(mlp.summary())
+    print("  local parameter shapes on rank 0:", mlp.shapes[0])
+    print("  collectives on rank 0:")
+    print(tp.format_comms(mlp.comms[0]))
+
+# %% [markdown]
+# One all-reduce forward, one backward, on 2 ranks and on 4, and every output and gradient
+# equals the single-device MLP. Had we gathered the hidden features after `W1` (an all-gather of
+# a `(b, s, ffn)` tensor, four times the size of the input when `ffn = 4h`) and run `W2` unsplit,
+# the result would be the same but every rank would hold all of `W2` and the traffic would grow.
+#
+# ## 6. Attention split by heads
+#
+# Attention heads are independent until the output projection. With `n_heads` divisible by `t`,
+# rank `r` owns `n_heads/t` whole heads: a column slice of `W_q`, `W_k` and `W_v` (head `i`
+# owns features `i*d_head ... (i+1)*d_head`), computes attention for its heads only, and holds a
+# row slice of `W_o`. So attention is another column-then-row pair with the same f and g. The
+# three column slices are stored side by side in one `qkv` weight so that one f covers them.
+
+# %%
+for t in (2, 4):
+    attention = tp.compare("attention", t, cfg={"h": 16, "n_heads": 4})
+    print(attention.summary())
+    print("  local parameter shapes on rank 0:", attention.shapes[0])
+    print("  collectives on rank 0:")
+    print(tp.format_comms(attention.comms[0]))
+
+# %% [markdown]
+# With 4 heads of width 4: on 2 ranks each rank owns 2 heads (`qkv` is `(16, 3 * 8)`), on 4
+# ranks one head each (`(16, 3 * 4)`). A transformer block is attention plus MLP: **two
+# all-reduces forward and two backward per block**, each of a `(b, s, h)` activation.
+#
+# ## 7. The same MLP with PyTorch's DTensor
+#
+# PyTorch expresses the same plan declaratively: `parallelize_module(mlp, tp_mesh,
+# {"up": ColwiseParallel(), "down": RowwiseParallel()})` replaces the parameters by DTensors
+# sharded over a one-dimensional device mesh. We run it on the same seeds and compare with the
+# same single-device MLP; `CommDebugMode` counts the collectives DTensor issues.
+
+# %%
+dtensor_runs = {}
+for t in (2, 4):
+    dt = dtensor_runs[t] = tp.compare("dtensor_mlp", t)
+    print(dt.summary())
+    print("  placements:", dt.extra["placements"])
+    print("  local shard shapes on rank 0 (nn.Linear layout):", dt.shapes[0])
+    print("  collectives counted by CommDebugMode:", dt.extra["comm_counts"])
+
+# %% [markdown]
+# DTensor's local shards are the from-scratch shards, transposed: `ColwiseParallel` puts
+# `Shard(0)` on `up.weight` because `nn.Linear.weight` is `W1` transposed, `(ffn, h)`, so
+# splitting its dim 0 is splitting `W1` by columns. `RowwiseParallel` puts `Shard(1)` on
+# `down.weight` and keeps `down.bias` replicated (added once, after the all-reduce). It issues
+# the same one all-reduce forward and one backward. The cell below checks that the shapes are the
+# from-scratch shapes transposed:
+
+# %%
+for t in (2, 4):
+    scratch, dtensor = mlp_runs[t].shapes[0], dtensor_runs[t].shapes[0]
+    for name in ("up.weight", "down.weight"):
+        assert dtensor[name] == scratch[name][::-1]
+        print(f"t={t} {name:<12} from scratch (Y = X W layout): {scratch[name]}   "
+              f"DTensor to_local(): {dtensor[name]}")
+
+# %% [markdown]
+# ## 8. Communication per layer, in bytes
+#
+# Every collective above moves one tensor of the activation's shape `(b, s, h)`. So per
+# all-reduce, the payload is `b * s * h * bytes_per_element`, and per layer
+#
+# | layer | all-reduces forward | all-reduces backward |
+# | --- | --- | --- |
+# | MLP | 1 (g) | 1 (f) |
+# | attention | 1 | 1 |
+# | transformer block | 2 | 2 |
+#
+# With a ring all-reduce each rank sends `2 (t-1)/t` times the payload. None of this mentions
+# `ffn` or the number of parameters. `tp.tp_comm_bytes` computes it; first check it against
+# the bytes the ranks really all-reduced above (fp32, `b=2, s=4, h=16`):
+
+# %%
+counted = [e.nbytes for e in mlp_runs[4].comms[0]]  # the MLP run on 4 ranks
+model = tp.tp_comm_bytes(b=2, s=4, h=16, tp=4, dtype=torch.float32, layer="mlp")
+print("counted on rank 0:", counted)
+print("formula          :", model)
+assert counted == [model["payload_bytes"]] * 2
+assert sum(counted) == model["forward_bytes"] + model["backward_bytes"]
+
+# %% [markdown]
+# Now change the layer's size two ways on 2 ranks: quadruple the parameters (`ffn` 32 → 128),
+# or double the activations (`b` 2 → 4). Only the second changes the bytes.
+
+# %%
+for cfg in ({"b": 2, "ffn": 32}, {"b": 2, "ffn": 128}, {"b": 4, "ffn": 32}):
+    run = tp.compare("mlp", 2, seeds=(0,), cfg=cfg)
+    params = tp.mlp_param_count(16, cfg["ffn"])
+    sent = sum(e.nbytes for e in run.comms[0])
+    print(f"b={cfg['b']} ffn={cfg['ffn']:>3}: {params:>5} parameters, "
+          f"{sent:>5} bytes all-reduced per rank (fwd + bwd)")
+
+# %% [markdown]
+# At a realistic size the same formula gives large numbers. Take a 7B-class block (`h = 4096`),
+# one sequence of `s = 4096` tokens, bf16, TP over `t = 8` ranks, 32 blocks:
+
+# %%
+b, s, h, t, layers = 1, 4096, 4096, 8, 32
+block = tp.tp_comm_bytes(b, s, h, t, "bf16", layer="block")
+print(f"payload of one all-reduce       : {block['payload_bytes'] / 2**20:.0f} MiB")
+print(f"all-reduces per block (fwd, bwd): {block['all_reduces_forward']}, "
+      f"{block['all_reduces_backward']}")
+print(f"sent per rank per block (ring)  : {block['ring_bytes_sent_per_rank'] / 1e6:.1f} MB")
+print(f"sent per rank, {layers} blocks      : "
+      f"{layers * block['ring_bytes_sent_per_rank'] / 1e9:.2f} GB per sequence")
+print(f"pipeline boundary, one direction: {b * s * h * 2 / 2**20:.0f} MiB per boundary")
+
+# %% [markdown]
+# About 7.5 GB per rank for one 4096-token sequence, in 128 all-reduces that sit on the critical
+# path: the next matmul needs the result. A pipeline stage boundary sends one such activation
+# forward and one gradient back. Data parallelism's gradient all-reduce is proportional to the
+# parameters instead, once per optimizer step, and can overlap with the backward pass.
+#
+# ## 9. Communication vs. matmul, measured here
+#
+# How much that matters depends on how fast the matmuls run compared with the link. Each of 2
+# ranks times its share of the MLP's forward matmuls and the all-reduce that follows, for a few
+# sizes (`tokens = b * s = 256`, `ffn = 4h`, fp32). Timings vary from run to run.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+sizes = [(256, 128, 512), (256, 256, 1024), (256, 512, 2048)]
+timings = launch.run(tp.time_comm_vs_matmul, 2, sizes, 3, timeout_s=120)[0]
+for row in timings:
+    flops = row["matmul_flops"] / row["matmul_s"]
+    print(f"h={row['h']:>4}: matmuls {row['matmul_s'] * 1e3:7.2f} ms "
+          f"({flops / 1e9:5.1f} GFLOP/s), all-reduce {row['all_reduce_s'] * 1e3:6.2f} ms "
+          f"({row['all_reduce_bytes'] / 1e6:.2f} MB), comm/matmul {row['all_reduce_s'] / row['matmul_s']:.3f}")
+
+fig, ax = plt.subplots(figsize=(6, 3.2))
+hs = [row["h"] for row in timings]
+ax.plot(hs, [row["matmul_s"] * 1e3 for row in timings], "o-", label="matmuls (per rank)")
+ax.plot(hs, [row["all_reduce_s"] * 1e3 for row in timings], "s-", label="all-reduce")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+_ = ax.set_xlabel("hidden size h (ffn = 4h, 256 tokens)")
+_ = ax.set_ylabel("ms")
+_ = ax.legend()
+plt.show()
+
+# %% [markdown]
+# Per token, the matmuls grow with `h * ffn` (here `4h^2`) while the all-reduce grows with `h`,
+# so larger layers hide communication better. The batch and sequence length cancel out of the
+# ratio: `tp.mlp_comm_to_compute` writes it as `(t-1) * bytes * FLOP/s / (8 * h * link B/s)` for
+# `ffn = 4h`. On this CPU the matmuls are slow (tens of GFLOP/s per rank at best, see above), so
+# the all-reduce is usually a small fraction of the matmul time. For the smallest layer it can
+# come close to it or exceed it: a small all-reduce costs mostly its fixed start-up time
+# (latency), which the bytes-over-bandwidth model leaves out.
+#
+# An accelerator changes the balance. Suppose, as round assumptions rather than measurements, a
+# device sustaining 10^15 FLOP/s, and two kinds of link: 450 GB/s inside a node and 50 GB/s
+# between nodes:
+
+# %%
+for name, link in (("fast in-node link, 450 GB/s", 450e9), ("network link,     50 GB/s", 50e9)):
+    ratio = tp.mlp_comm_to_compute(4096, 8, "bf16", 1e15, link)
+    print(f"{name}: comm / matmul = {ratio:.2f}  (h=4096, t=8, bf16)")
+
+# %% [markdown]
+# With these assumptions the all-reduces already take about as long as the matmuls on the fast
+# link and over eight times longer on the slow one. They are also hard to hide: each one blocks
+# the next layer, unless the framework cuts the matmuls into pieces to overlap them. That is why TP is usually kept inside the group of devices joined by
+# the fastest links, and data or pipeline parallelism spans the slower ones.
+#
+# The model is only a first guess. It ignores per-message latency (which dominates small
+# all-reduces), what the collective library and topology really deliver, contention with other
+# traffic, overlap, and how efficiently the smaller `ffn/t` matmuls run. Those are why placement
+# is decided by **measuring** the step time, the time spent in collectives and the throughput of
+# candidate layouts on the real machine — as the timing cell above does on a small scale
+# (`benchmarks/tp_comm_vs_matmul.py` runs a larger sweep, on 2 and 4 ranks, and prints the
+# model's prediction beside each measurement).
+#
+# ## Check yourself
+#
+# * A column-parallel layer is followed by GELU and then by a row-parallel layer. Which
+#   collective runs between them? (None.)
+# * Why must a row-parallel layer's bias be added after the all-reduce?
+# * Doubling `ffn` doubles an MLP's parameters. What happens to its TP communication? (Nothing.)
+#
+# The assignment asks for shard shapes, the right collective, bytes per layer, and a
+# row-parallel forward that runs on real ranks.
