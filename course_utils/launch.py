@@ -21,7 +21,7 @@ Guarantees (each one has a test in ``tests/test_launch.py``):
 
 The same worker runs under torchrun (the real launcher used on clusters)::
 
-    torchrun --nproc-per-node 2 -m course_utils.launch course_utils.launch:ping
+    torchrun --standalone --nproc-per-node 2 -m course_utils.launch course_utils.launch:ping
 
 which calls :func:`torchrun_main`; demo modules also call it from their ``__main__`` block.
 """
@@ -107,7 +107,7 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
     threading.Thread(target=_watch_parent, args=(lifeline, hard_deadline), daemon=True).start()
 
-    status, value = "ok", None
+    status, value = "error", None
     try:
         import cloudpickle
         import torch
@@ -118,14 +118,21 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
         if fault and fault.get("rank") == rank and fault.get("stage") == "before_init":
             time.sleep(10**6)  # test hook: a rank that never joins the group
         timeout = datetime.timedelta(seconds=pg_timeout_s)
+        status = "init_error"  # a failure while joining the group is worth one retry
         store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=timeout)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                                 timeout=timeout)
+        if fault and fault.get("rank") == rank and fault.get("stage") == "init_error":
+            if not os.path.exists(fault["marker"]):  # test hook: fail the first rendezvous
+                open(fault["marker"], "w").close()
+                raise ConnectionError("simulated rendezvous failure")
+        status = "error"  # from here on a failure belongs to fn, not to the rendezvous
         # Plain pickle, not the connection's own pickler: torch registers reducers that pass
         # tensor storage as a file descriptor, which dies with this process once it exits.
         value = pickle.dumps(fn(rank, world_size, *args))
+        status = "ok"
     except BaseException:  # report everything, SystemExit and KeyboardInterrupt included
-        status, value = "error", traceback.format_exc()
+        value = traceback.format_exc()
     try:
         sys.stdout.flush()
         result_conn.send((status, value))
@@ -243,17 +250,44 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
     """
     _check_args(fn, world_size, timeout_s, threads_per_rank)
     import cloudpickle
-    import torch.distributed as dist
 
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
     payload = cloudpickle.dumps((fn, args, _fault))
     ctx = _get_context(start_method)
-    started = time.monotonic()
-    deadline = started + timeout_s
+    deadline = time.monotonic() + timeout_s
+    for attempt in range(1, _RENDEZVOUS_ATTEMPTS + 1):
+        try:
+            results, logs = _launch_once(ctx, payload, world_size, timeout_s, deadline, threads)
+        except _RendezvousFailed as failed:
+            # Joining the group can fail spuriously on a loaded machine (gloo's
+            # "connectFullMesh failed"): fn has not run anywhere yet, so start again once.
+            if attempt == _RENDEZVOUS_ATTEMPTS or time.monotonic() > deadline - 1:
+                raise failed.error from None
+            continue
+        if show_output and any(logs):
+            print(_format_outputs(logs))
+        return results
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_RENDEZVOUS_ATTEMPTS = 2
+
+
+class _RendezvousFailed(Exception):
+    def __init__(self, error: RankError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, timeout_s: float,
+                 deadline: float, threads: int) -> tuple[list[Any], list[str]]:
+    """Start the ranks, wait for every result; return (results, logs) or raise."""
+    import torch.distributed as dist
+
     # Collectives time out a little after the launcher does, so a hang is reported by the
     # launcher (with every rank's stack), not by whichever peer gave up waiting first.
     pg_timeout_s = timeout_s + 5.0
-    hard_deadline = time.time() + timeout_s + 30.0
+    hard_deadline = time.time() + (deadline - time.monotonic()) + 30.0
     store = dist.TCPStore(_HOST, 0, world_size, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=pg_timeout_s))
     logdir = tempfile.mkdtemp(prefix="course-launch-")
@@ -312,16 +346,14 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
                     head = value
                 else:
                     head = f"rank {rank} failed first: {value.strip().splitlines()[-1]}"
-                raise RankError(
+                error = RankError(
                     f"{head}\n--- rank {rank} traceback ---\n{value}\n"
                     f"--- output of all ranks ---\n{_format_outputs(logs)}", rank, value, logs)
+                raise _RendezvousFailed(error) if status == "init_error" else error
 
         for p in procs:  # ranks exit right after reporting; give them a moment to tear down
             p.join(max(0.5, min(5.0, deadline - time.monotonic())))
-        logs = _read_logs(log_paths)
-        if show_output and any(logs):
-            print(_format_outputs(logs))
-        return [results[r] for r in range(world_size)]
+        return [results[r] for r in range(world_size)], _read_logs(log_paths)
     finally:
         _kill(procs)
         for c in list(conns.values()) + lifelines:
@@ -378,7 +410,7 @@ def _resolve(spec: str) -> Callable[..., Any]:
 
 
 if __name__ == "__main__":
-    # torchrun --nproc-per-node N -m course_utils.launch package.module:function [int args...]
+    # torchrun --standalone --nproc-per-node N -m course_utils.launch package.module:function [int args...]
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     cli_args = [int(a) if a.lstrip("-").isdigit() else a for a in sys.argv[2:]]

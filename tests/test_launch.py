@@ -310,7 +310,7 @@ def test_concurrent_launchers_do_not_collide(tmp_path):
 def test_same_worker_runs_under_torchrun(tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "0",
+    out = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
                           "-m", "course_utils.launch", "course_utils.launch:ping"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr
@@ -329,3 +329,16 @@ def test_tensor_results_survive_the_rank_exiting():
         for rank, r in enumerate(results):
             torch.testing.assert_close(r["t"], torch.arange(100_000, dtype=torch.float32) + rank)
             torch.testing.assert_close(r["view"], torch.ones(4))
+
+
+def test_a_failed_rendezvous_is_retried_once(tmp_path):
+    marker = str(tmp_path / "failed-once")
+    fault = {"rank": 1, "stage": "init_error", "marker": marker}
+    assert launch.run(launch.ping, 2, _fault=fault) == [1, 1]
+    assert os.path.exists(marker)
+
+
+def test_an_error_inside_fn_is_not_retried(tmp_path):
+    with pytest.raises(launch.RankError):
+        launch.run(_raise_on, 2, str(tmp_path), 0, 0.0)
+    assert len(list(tmp_path.iterdir())) == 2  # one attempt: each rank recorded one pid
