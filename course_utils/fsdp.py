@@ -15,7 +15,7 @@ bytes, so the two can be compared.
 
 Run under torchrun::
 
-    torchrun --nproc-per-node 2 -m course_utils.fsdp
+    torchrun --standalone --nproc-per-node 2 -m course_utils.fsdp
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def _torchrun_worker(rank: int, world_size: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    # torchrun --nproc-per-node N -m course_utils.fsdp
+    # torchrun --standalone --nproc-per-node N -m course_utils.fsdp
     from course_utils import launch
 
     launch.torchrun_main(_torchrun_worker)

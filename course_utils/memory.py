@@ -273,7 +273,7 @@ def replica_state_bytes(dp_rank: int, dp_size: int, widths: tuple[int, ...] = (6
 
 
 if __name__ == "__main__":
-    # torchrun --nproc-per-node 2 -m course_utils.memory
+    # torchrun --standalone --nproc-per-node 2 -m course_utils.memory
     from course_utils.launch import torchrun_main
 
     torchrun_main(replica_state_bytes)

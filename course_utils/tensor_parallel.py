@@ -26,7 +26,7 @@ the DTensor version of the same MLP (``parallelize_module`` with ``ColwiseParall
 
 Run the demo under torchrun (each rank checks itself against the single-device MLP)::
 
-    torchrun --nproc-per-node 2 -m course_utils.tensor_parallel
+    torchrun --standalone --nproc-per-node 2 -m course_utils.tensor_parallel
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ issues is recorded in a :class:`CommLog`, with the bytes a ring algorithm makes 
 
 Run one stage under torchrun (prints each rank's measured bytes)::
 
-    torchrun --nproc-per-node 2 -m course_utils.zero
+    torchrun --standalone --nproc-per-node 2 -m course_utils.zero
 """
 
 from __future__ import annotations
@@ -747,7 +747,7 @@ def _torchrun_worker(rank: int, world_size: int) -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    # torchrun --nproc-per-node N -m course_utils.zero
+    # torchrun --standalone --nproc-per-node N -m course_utils.zero
     from course_utils import launch
 
     launch.torchrun_main(_torchrun_worker)

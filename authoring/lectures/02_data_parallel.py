@@ -1,0 +1,378 @@
+# %% [markdown]
+# # Module 2: Data parallelism and the all-reduce
+#
+# In data parallelism every rank (one process of the distributed job) holds the same weights and
+# trains on different examples. After the backward pass the ranks combine their gradients with
+# an **all-reduce**, so every replica takes the same step and the weights stay identical.
+#
+# This notebook runs everything on real processes: each demo starts gloo ranks on this machine
+# through `course_utils.launch`, and each result is set beside what a single process computes.
+# By the end you can follow one update across two replicas, say where the gradient
+# normalization belongs (and what happens when local batches are unequal), build an all-reduce
+# from point-to-point messages, count its bytes, and name what limits scaling.
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+
+from course_utils import collectives, data_parallel, launch, ring_allreduce
+
+# %% [markdown]
+# ## 1. Follow one update across two replicas
+#
+# Both replicas start from weights $w = [1, 1]$. Their local batches have the same size and give
+# mean gradients $[2, 4]$ (rank 0) and $[6, 0]$ (rank 1). An all-reduce with SUM gives both ranks
+# $[8, 4]$; dividing by the number of ranks $D = 2$ gives the mean $[4, 2]$, and SGD with learning
+# rate 0.1 moves both replicas to $[1, 1] - 0.1 \times [4, 2] = [0.6, 0.8]$. Here it is on two
+# ranks, each printing what it holds:
+
+# %%
+weights = launch.run(data_parallel.two_replica_update_worker, 2, [[2.0, 4.0], [6.0, 0.0]],
+                     [1.0, 1.0], 0.1)
+mean, expected = data_parallel.sgd_reference([[2.0, 4.0], [6.0, 0.0]], [1.0, 1.0], 0.1)
+print("single process: mean gradient", mean, "-> weights", [round(v, 6) for v in expected])
+print("replicas identical:", weights[0] == weights[1])
+
+# %% [markdown]
+# The ranks never exchange weights, only gradients. They stay in step because they start equal
+# and apply the same update; DDP broadcasts rank 0's weights once at start-up to make the first
+# part true.
+#
+# ## 2. All-reduce and its relatives
+#
+# A **collective** is a communication call that every rank of a group makes together. Five of
+# them carry almost all of data parallelism and of the sharding in the next module. In the
+# pictures, each row is a rank, each cell one element; a cell's colour says which rank's input
+# it came from, and a striped cell is a reduction over the ranks of its colours. Rank r's input
+# is 10r + 1, 10r + 2, ... so the tens digit shows the rank. Each collective runs once here, on
+# two real ranks (root 0 where there is one):
+
+# %%
+fig, axes = plt.subplots(5, 1, figsize=(7.5, 8.2))
+for ax, name in zip(axes, collectives.COLLECTIVES):
+    before, after = collectives.run_collective(name, world_size=2, show_output=False)
+    print(f"{name:>14}: {[t.tolist() for t in before]} -> {[t.tolist() for t in after]}")
+    collectives.draw_collective(name, before, after, ax=ax)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# * **all-reduce**: every rank ends with the combination (here the sum) of everyone's tensor.
+#   This is the gradient synchronization of data parallelism.
+# * **reduce**: only the root ends with the sum. Other ranks' buffers are scratch space
+#   afterwards: gloo leaves partial sums there (rank 0's first entry above is not its input),
+#   so never read them.
+# * **broadcast**: every rank ends with the root's tensor (DDP uses it for the initial weights).
+# * **all-gather**: each rank contributes a shard; every rank ends with all shards in rank order.
+# * **reduce-scatter**: each rank contributes a full tensor; rank r ends with shard r of the sum.
+#
+# A reduce-scatter followed by an all-gather of the result is an all-reduce. Section 5 builds
+# an all-reduce exactly that way.
+
+# %%
+x = collectives.example_inputs("reduce_scatter", 2)
+shards = collectives.reference("reduce_scatter", x)
+print("reduce-scatter then all-gather:", collectives.reference("all_gather", shards)[0].tolist())
+print("all-reduce:                    ", collectives.reference("all_reduce", x)[0].tolist())
+
+# %% [markdown]
+# ## 3. A sum needs its normalization somewhere
+#
+# The loss is a mean over examples, so the gradient we want is a mean too. A SUM all-reduce
+# returns D times the mean; the division has to happen exactly once, either after the sum or
+# inside the collective with the AVG op (gloo supports `ReduceOp.AVG`; NCCL too). Two bugs are
+# common: forgetting the division (gradients D times too large, like a learning rate D times
+# too high) and dividing again after AVG (D times too small). Each mode on two real ranks:
+
+# %%
+synced = launch.run(data_parallel.all_normalizations_worker, 2, [[2.0, 4.0], [6.0, 0.0]],
+                    show_output=False)
+for mode in data_parallel.NORMALIZATIONS:
+    assert synced[0][mode] == synced[1][mode]
+    print(f"{mode:>16}: every rank uses {synced[0][mode]}")
+
+# %% [markdown]
+# With D = 2 the bugs are a factor of 2 either way; with D = 64 they are a factor of 64. Plain
+# SGD then diverges or crawls. Adam divides each gradient by its own running RMS, so a constant
+# factor almost cancels, and the loss curve can look normal while the gradients are wrong: check
+# gradients against a single-process run, not only the loss (Module 7 does this).
+#
+# ## 4. Unequal local batches: weight by example count
+#
+# "Sum and divide by D" is the mean over all examples only when every rank has the same number
+# of examples. Take a linear regression with 4 examples, split 1 and 3 across two ranks, and the
+# mean-squared-error loss. Averaging the two ranks' *mean* gradients gives the lone example on
+# rank 0 weight 1/2 and each example on rank 1 weight 1/6: a different objective from the mean
+# over all 4 examples, where each weighs 1/4. The fix: all-reduce the gradient *sums*
+# ($n_r \times$ local mean) and the counts $n_r$, then divide sum by sum.
+
+# %%
+X, y = data_parallel.make_regression(seed=0, n=4)
+shards = data_parallel.split_by_counts(X, y, [1, 3])
+w0 = torch.zeros(2, dtype=torch.float64)
+lr, steps = 0.1, 60
+runs = {}
+for weighting in data_parallel.WEIGHTINGS:
+    print(f"--- {weighting}")
+    runs[weighting] = torch.tensor(launch.run(data_parallel.unequal_batch_worker, 2, shards, w0,
+                                              lr, steps, weighting)[0], dtype=torch.float64)
+full = data_parallel.full_batch_train(X, y, w0, lr, steps)
+reweighted = data_parallel.weighted_train(shards, w0, lr, steps)
+print("single process, full batch, step-1 gradient:",
+      [round(v, 4) for v in ((w0 - full[1]) / lr).tolist()])
+torch.testing.assert_close(runs["example_weighted"], full)
+torch.testing.assert_close(runs["mean_of_means"], reweighted)
+print("example-weighted DP == full-batch training at all", steps, "steps: True")
+print("mean-of-means DP == training on the re-weighted loss (1/2, 1/6, 1/6, 1/6): True")
+
+# %% [markdown]
+# The naive run does not fail; it converges, to the minimum of the wrong objective. Both
+# minimums, in closed form (weighted least squares), against where each run ends:
+
+# %%
+for weighting in data_parallel.WEIGHTINGS:
+    target = data_parallel.least_squares_minimizer(shards, weighting)
+    print(f"{weighting:>16}: after {steps} steps {[round(v, 3) for v in runs[weighting][-1].tolist()]}"
+          f", minimum of its objective {[round(v, 3) for v in target.tolist()]}")
+loss = {k: ((X @ v[-1] - y) ** 2).mean().item() for k, v in runs.items()}
+print(f"full-data loss: example-weighted {loss['example_weighted']:.4f}, "
+      f"mean of means {loss['mean_of_means']:.4f}")
+
+# %%
+fig, ax = plt.subplots(figsize=(5, 3.6))
+for weighting, style in zip(data_parallel.WEIGHTINGS, ["-", "--"]):
+    path = runs[weighting]
+    ax.plot(path[:, 0], path[:, 1], style, marker=".", label=f"DP, {weighting}")
+    target = data_parallel.least_squares_minimizer(shards, weighting)
+    ax.plot(*target.tolist(), "x", markersize=10, color=ax.lines[-1].get_color())
+_ = ax.set_xlabel("w[0]")
+_ = ax.set_ylabel("w[1]")
+_ = ax.set_title("Two data-parallel runs from w = [0, 0] (x: each objective's minimum)")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# Where unequal batches come from: the last batch of an epoch, a dataset that does not divide
+# by D, variable-length sequences when the loss is a mean over *tokens* (each rank has a
+# different number of tokens even with the same number of sequences), and masked examples.
+# DDP itself always divides by D, so with unequal counts scale each rank's loss by
+# $n_r D / N$ (or use a sum loss and divide by the global count) before `backward`.
+#
+# ## 5. Ring all-reduce from send and receive
+#
+# An all-reduce is not magic: it is messages between pairs of ranks. The ring algorithm cuts
+# the flat tensor of N elements into D shards (sizes differ by at most one when D does not
+# divide N). Rank r sends only to rank r + 1 and receives only from rank r − 1:
+#
+# 1. **Reduce-scatter phase** (D − 1 steps): at step s, rank r sends shard (r − s) mod D and adds
+#    the shard it receives into its own copy. Afterwards rank r holds the complete sum of shard
+#    (r + 1) mod D.
+# 2. **All-gather phase** (D − 1 steps): each rank passes the complete shards around the ring,
+#    overwriting its stale copies.
+#
+# Three ranks, 7 elements (7 is not divisible by 3), after each phase:
+
+# %%
+inputs = [torch.arange(1, 8, dtype=torch.float32) * 10**r for r in range(3)]
+phases = launch.run(ring_allreduce.ring_phases_worker, 3, inputs)
+bounds = collectives.shard_bounds(7, 3)
+for rank, (after1, after2) in enumerate(phases):
+    lo, hi = bounds[(rank + 1) % 3]
+    print(f"rank {rank}: after reduce-scatter, complete shard {(rank + 1) % 3} = "
+          f"{after1[lo:hi]}; after all-gather {after2}")
+print("sum over ranks:", torch.stack(inputs).sum(0).tolist())
+
+# %% [markdown]
+# The same ring must work for any size and 2 to 4 ranks; `tests/test_ring_allreduce.py` checks
+# it on random sizes (including 0, 1 and sizes below D). A spot check against gloo's own
+# all-reduce:
+
+# %%
+for world_size, n in [(2, 5), (3, 100), (4, 3)]:
+    g = torch.Generator().manual_seed(n)
+    ins = [torch.randn(n, generator=g) for _ in range(world_size)]
+    out = launch.run(ring_allreduce.ring_worker, world_size, ins, show_output=False)
+    for values, _ in out:
+        torch.testing.assert_close(torch.tensor(values), torch.stack(ins).sum(0))
+    print(f"D={world_size}, N={n}: ring == sum on every rank: True")
+
+# %% [markdown]
+# ### Bytes on the wire
+#
+# Every step, every rank sends one shard of about N/D elements, and there are 2(D − 1) steps.
+# So each rank sends $2(D-1)/D \times N \times$ (bytes per element). That is almost
+# independent of D: for large D each rank sends just under twice the buffer, however many ranks
+# share the work. The ring counts what it sends; with 4 ranks and N = 1000 float32 values:
+
+# %%
+ins = [torch.ones(1000) for _ in range(4)]
+out = launch.run(ring_allreduce.ring_worker, 4, ins, show_output=False)
+print("bytes sent per rank:", [stats["bytes_sent"] for _, stats in out])
+print("2(D-1)/D x N x 4   =", ring_allreduce.ring_bytes_per_rank(1000, 4))
+print("(sending the whole buffer once would be", 1000 * 4, "bytes; twice,", 2 * 1000 * 4, ")")
+
+# %% [markdown]
+# For the lesson's 7B model with bf16 gradients (2 bytes each) on D = 8 ranks, every rank sends
+# this much per step:
+
+# %%
+per_rank = ring_allreduce.ring_bytes_per_rank(7 * 10**9, 8, element_size=2)
+print(f"{per_rank / 1e9:.2f} GB per rank per step (2 x 7/8 x 14 GB of gradients)")
+
+# %% [markdown]
+# ### Timing the ring against gloo
+#
+# A textbook ring waits for each whole shard before adding it. The library's fast version cuts
+# each shard into pieces and forwards every piece the moment it arrives, so transfers, additions
+# and both phases overlap. Timings on this shared machine vary from run to run (the cell's
+# output is not checked); `benchmarks/ring_allreduce.py` measures 1, 16 and 64 MiB with more
+# repeats.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+sizes = [2**16, 2**20, 2**22]  # bytes: 64 KiB, 1 MiB, 4 MiB of float32
+times = launch.run(ring_allreduce.bandwidth_worker, 2, sizes, 3, None, True,
+                   show_output=False)[0]
+fig, ax = plt.subplots(figsize=(5, 3.4))
+for name, label in [("gloo", "dist.all_reduce (gloo)"), ("ring", "ring, pipelined"),
+                    ("simple", "ring, textbook")]:
+    ax.plot([s / 2**20 for s in sizes], [t * 1e3 for t in times[name]], marker="o", label=label)
+    print(f"{label:>24}: " + ", ".join(f"{t * 1e3:.2f} ms" for t in times[name]))
+ax.set_xscale("log")
+ax.set_yscale("log")
+_ = ax.set_xlabel("tensor size (MiB)")
+_ = ax.set_ylabel("time per all-reduce (ms)")
+_ = ax.set_title("All-reduce on 2 ranks (median of 3)")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# Small tensors are dominated by the fixed cost of each message (latency), large ones by
+# bandwidth. That is why DDP packs gradients into buckets (25 MiB by default) instead of
+# all-reducing each parameter on its own, and starts each bucket's all-reduce as soon as its
+# gradients are ready, overlapping communication with the rest of the backward pass.
+#
+# ## 6. A data-parallel loop from scratch, DDP, and one process
+#
+# A from-scratch data-parallel step is: forward and backward on the local slice of the batch,
+# then all-reduce every gradient (SUM) and divide by D, then the optimizer step. PyTorch's
+# `DistributedDataParallel` does the same inside `backward` (bucketed, overlapped, and already
+# divided by D). Both must equal one process training on the whole global batch. Three seeds,
+# three SGD steps, global batch 8 split over 2 ranks:
+
+# %%
+seeds = [0, 1, 2]
+per_rank = launch.run(data_parallel.dp_compare_worker, 2, seeds, show_output=False)
+for seed in seeds:
+    ref_params, ref_losses = data_parallel.train_single(seed)
+    for results in per_rank:
+        for mode in ["scratch", "ddp"]:
+            params, losses = results[seed, mode]
+            torch.testing.assert_close(torch.tensor(params), ref_params)
+            torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses))
+    print(f"seed {seed}: from-scratch DP == DDP == single process "
+          f"(losses {[round(v, 4) for v in ref_losses]})")
+
+# %% [markdown]
+# ### Gradient accumulation with `no_sync`
+#
+# To train with a global batch larger than fits in one forward pass, each rank runs several
+# micro-batches and adds up their gradients before the step (scaling each micro-batch loss by
+# 1/number of micro-batches). Only the last backward needs to synchronize: inside
+# `ddp.no_sync()` DDP skips the all-reduce and just accumulates locally. The forward pass must
+# be inside `no_sync` too, because DDP decides during forward whether the next backward syncs.
+# A comm hook counts DDP's all-reduces; 4 micro-batches per rank, 2 ranks, global batch 16:
+
+# %%
+ref_params, _ = data_parallel.train_single(0, steps=2, global_batch=16)
+for use_no_sync in [False, True]:
+    out = launch.run(data_parallel.accumulation_worker, 2, 0, 4, use_no_sync, show_output=False)
+    for r in out:
+        torch.testing.assert_close(torch.tensor(r["params"]), ref_params)
+    print(f"no_sync={use_no_sync!s:>5}: {out[0]['allreduces']:.0f} all-reduce(s) per step, "
+          "weights == single process on the full batch")
+
+# %% [markdown]
+# The effective batch is examples per micro-batch × accumulation steps × DP degree: here
+# 2 × 4 × 2 = 16.
+#
+# ## 7. What limits scaling
+#
+# More replicas process more examples per second only while each rank stays busy. Here each
+# rank trains on a fixed 256 examples per step (the global batch grows with D), one CPU thread
+# per rank. This machine has 2 cores, shared with other jobs: 4 ranks must share them, so
+# expect the curve to flatten or drop there (the output is not checked, since it varies).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+scaling = {}
+for world_size in [1, 2, 4]:
+    scaling[world_size] = launch.run(data_parallel.throughput_worker, world_size, 256, 6, 256,
+                                     threads_per_rank=1, show_output=False)[0]
+    print(f"D={world_size}: {scaling[world_size]:,.0f} examples/s "
+          f"({scaling[world_size] / scaling[1]:.2f}x one rank; ideal {world_size}x)")
+fig, ax = plt.subplots(figsize=(4.5, 3.2))
+ax.plot(list(scaling), list(scaling.values()), marker="o", label="measured")
+ax.plot(list(scaling), [scaling[1] * d for d in scaling], "--", label="ideal (linear)")
+_ = ax.set_xlabel("ranks D")
+_ = ax.set_ylabel("examples / s")
+_ = ax.set_xticks(list(scaling))
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ### A straggler sets the pace
+#
+# An all-reduce cannot finish until every rank has joined it. Make rank 1 of 2 take 0.2 s
+# longer per step (a slow input pipeline, a busier host) and time, on each rank, the "compute"
+# and the wait inside `all_reduce`:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+straggle = launch.run(data_parallel.straggler_worker, 2, 1, 0.2, show_output=False)
+for rank, r in enumerate(straggle):
+    print(f"rank {rank}: compute {r['compute_s'] * 1e3:6.1f} ms, waiting in all_reduce "
+          f"{r['wait_s'] * 1e3:6.1f} ms, step {r['step_s'] * 1e3:6.1f} ms")
+fig, ax = plt.subplots(figsize=(4.5, 2.2))
+for rank, r in enumerate(straggle):
+    ax.barh(rank, r["compute_s"] * 1e3, color="tab:blue", label="compute" if rank == 0 else None)
+    ax.barh(rank, r["wait_s"] * 1e3, left=r["compute_s"] * 1e3, color="tab:red",
+            label="waiting in all_reduce" if rank == 0 else None)
+_ = ax.set_yticks([0, 1], ["rank 0", "rank 1 (slow)"])
+_ = ax.set_xlabel("ms per step")
+ax.legend(loc="lower right", fontsize=8)
+plt.show()
+
+# %% [markdown]
+# The fast rank spends the straggler's extra time waiting inside the collective, so both ranks
+# run at the slow one's pace (`tests/test_data_parallel.py` asserts this on every run). With
+# many ranks, the slowest of them sets every step, so occasional hiccups on any one rank add up.
+#
+# What else limits scaling:
+#
+# * **Synchronization.** Each step moves about 2× the gradient bytes per rank; when that takes
+#   longer than the backward pass can hide, adding ranks adds waiting. Bigger per-rank batches
+#   (more compute per byte) and bucketing/overlap help.
+# * **Input loading.** Every rank needs its own stream of examples each step. If decoding and
+#   augmentation cannot keep up, ranks idle, and a rank with a slower loader is a straggler.
+# * **The global batch size.** Data parallelism multiplies the global batch by D (at a fixed
+#   per-rank batch). Past some size a larger batch stops reducing the number of steps to reach a
+#   given loss, and the learning rate and warm-up need retuning. Keeping the global batch fixed
+#   instead shrinks the per-rank batch, which lowers each rank's efficiency and raises the
+#   communication share.
+# * **Memory.** Plain data parallelism keeps the full model state on every rank: more ranks make
+#   training faster but never make a model fit. Module 3 shards that state.
+#
+# ## Summary
+#
+# * DP: same weights, different examples, all-reduce the gradients, identical update.
+# * A SUM all-reduce needs exactly one division by D (or the AVG op); forgetting it makes
+#   gradients D times too large.
+# * With unequal local batches, weight by example counts; the mean of rank means optimizes a
+#   different objective.
+# * A ring all-reduce is a reduce-scatter then an all-gather, built from sends and receives;
+#   each rank sends 2(D − 1)/D × N × element size bytes.
+# * From-scratch DP, DDP and single-process training on the global batch compute the same
+#   weights; `no_sync` cuts communication during gradient accumulation.
+# * Scaling is limited by communication, stragglers, input loading and how large a global batch
+#   still trains well.
