@@ -1,0 +1,190 @@
+"""Tests for course_utils.pipeline_parallel: real gloo pipelines equal the unsplit model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils import launch
+from course_utils import pipeline_parallel as pp
+from course_utils import pipeline_schedule as ps
+
+WIDTH, DEPTH, MB = 16, 4, 3
+
+
+def _assert_matches_reference(results, seed, p, m):
+    loss, grads = pp.reference_step(seed, m * MB, WIDTH, DEPTH, p)
+    assert results[-1]["loss"] == pytest.approx(loss, abs=1e-6)
+    for rank in range(p - 1):
+        assert results[rank]["loss"] is None
+    for rank in range(p):
+        assert len(results[rank]["grads"]) == len(grads[rank])
+        for got, want in zip(results[rank]["grads"], grads[rank]):
+            torch.testing.assert_close(torch.as_tensor(got), want, atol=1e-6, rtol=1e-5)
+
+
+def test_split_stages_and_bounds():
+    assert pp.stage_bounds(8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert pp.stage_bounds(5, 2) == [(0, 3), (3, 5)]
+    model = pp.make_model(0, 16, 8)
+    stages = pp.split_stages(model, 4)
+    assert [sum(q.numel() for q in st.parameters()) for st in stages] == [544] * 4
+    x, _ = pp.make_batch(0, 5, 16)
+    h = x
+    for st in stages:
+        h = st(h)
+    torch.testing.assert_close(h, model(x))  # stages in sequence = the model
+    with pytest.raises(ValueError, match="p must be at most depth"):
+        pp.stage_bounds(2, 3)
+    with pytest.raises(ValueError, match="nn.Sequential"):
+        pp.split_stages(torch.nn.Linear(2, 2), 1)
+    with pytest.raises(ValueError, match="width"):
+        pp.make_model(0, 0, 4)
+    with pytest.raises(ValueError, match="batch"):
+        pp.make_batch(0, 0)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p", [2, 4])
+def test_send_recv_pipeline_equals_unpipelined(schedule, p):
+    for seed in (0, 1):
+        m = 4
+        results = launch.run(pp.pipeline_worker, p, schedule, m, seed, MB, WIDTH, DEPTH,
+                             timeout_s=90, show_output=False)
+        _assert_matches_reference(results, seed, p, m)
+        tl = pp.records_to_timeline([r["records"][0] for r in results], schedule, m)
+        tl.check()  # real timestamps: no overlap on a rank, every input before its use
+
+
+def test_send_recv_pipeline_more_microbatches_than_ranks_and_single_microbatch():
+    for m in (1, 6):
+        results = launch.run(pp.pipeline_worker, 3, "1f1b", m, 5, MB, WIDTH, 6,
+                             timeout_s=90, show_output=False)
+        loss, grads = pp.reference_step(5, m * MB, WIDTH, 6, 3)
+        assert results[-1]["loss"] == pytest.approx(loss, abs=1e-6)
+        for rank in range(3):
+            for got, want in zip(results[rank]["grads"], grads[rank]):
+                torch.testing.assert_close(torch.as_tensor(got), want, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p", [2, 4])
+def test_torch_pipelining_equals_unpipelined_and_scratch(schedule, p):
+    for seed in (0, 1):
+        m = 4
+        theirs = launch.run(pp.torch_pipeline_worker, p, schedule, m, seed, MB, WIDTH, DEPTH,
+                            timeout_s=90, show_output=False)
+        _assert_matches_reference(theirs, seed, p, m)
+        mine = launch.run(pp.pipeline_worker, p, schedule, m, seed, MB, WIDTH, DEPTH,
+                          timeout_s=90, show_output=False)
+        for rank in range(p):
+            for a, b in zip(mine[rank]["grads"], theirs[rank]["grads"]):
+                torch.testing.assert_close(torch.as_tensor(a), torch.as_tensor(b),
+                                           atol=1e-6, rtol=1e-5)
+        tl = pp.records_to_timeline([r["records"][0] for r in theirs], schedule, m)
+        tl.check()  # torch's schedule, timestamped through the wrapped stage
+
+
+def test_torch_1f1b_order_matches_simulator_order():
+    """The ops torch's Schedule1F1B ran on each rank come in the order schedule_order gives."""
+    p, m = 2, 4
+    res = launch.run(pp.torch_pipeline_worker, p, "1f1b", m, 0, MB, WIDTH, DEPTH, 2,
+                     timeout_s=90, show_output=False)
+    order = ps.schedule_order("1f1b", p, m)
+    for rank in range(p):
+        for step in range(2):
+            ran = [(kind, mb, 0) for kind, mb, _, _ in res[rank]["records"][step]]
+            assert ran == order[rank]
+
+
+def test_workers_bad_input():
+    with pytest.raises(ValueError, match="schedule"):
+        pp.pipeline_worker(0, 1, "zero-bubble")
+    with pytest.raises(ValueError, match="op_time_s"):
+        pp.pipeline_worker(0, 1, "gpipe", 2, op_time_s=-1)
+    with pytest.raises(ValueError, match="schedule"):
+        pp.torch_pipeline_worker(0, 1, "interleaved")
+    with pytest.raises(ValueError, match="impl"):
+        pp.measure_bubble(2, [1], impl="jax")
+    with pytest.raises(ValueError, match="ms"):
+        pp.measure_bubble(2, [])
+    with pytest.raises(ValueError, match="m must be"):
+        pp.measure_bubble(2, [0])
+    with pytest.raises(ValueError, match="sizes"):
+        pp.matmul_throughput([])
+    with pytest.raises(ValueError, match="sizes"):
+        pp.run_student_pipeline(lambda *a: None, 2, 0, [])
+    with pytest.raises(ValueError, match="weighting"):
+        pp.microbatch_reference(0, [2, 1], weighting="mean")
+
+
+def test_measured_bubble_follows_the_formula():
+    """The lecture's claims: measured bubble shrinks with m and is not below the formula."""
+    rows = pp.measure_bubble(2, [1, 8], op_time_s=0.01, steps=2, timeout_s=120)
+    m1, m8 = rows
+    assert m1["formula"] == 0.5 and m8["formula"] == pytest.approx(1 / 9)
+    assert m1["measured"] > m8["measured"]
+    for row in rows:
+        assert row["measured"] >= row["formula"] - 0.05
+        row["timeline"].check()
+
+
+def test_matmul_throughput_shapes():
+    out = pp.matmul_throughput([1, 64], width=64, min_time_s=0.005)
+    assert len(out) == 2 and all(g > 0 for g in out)
+
+
+def _good_student(stage, pp_rank, pp_size, x_mbs, y_mbs):
+    """A reference answer to the assignment's pipeline question (GPipe, example-weighted)."""
+    import torch.distributed as dist
+
+    n_total = sum(len(x) for x in x_mbs)
+    first, last = pp_rank == 0, pp_rank == pp_size - 1
+    ins, outs, sends, total = [], [], [], 0.0
+    for x_mb, y_mb in zip(x_mbs, y_mbs):
+        x = x_mb
+        if not first:
+            x = torch.empty(x_mb.shape)
+            dist.recv(x, src=pp_rank - 1)
+            x.requires_grad_(True)
+        out = stage(x)
+        if last:
+            out = torch.nn.functional.mse_loss(out, y_mb) * (len(x_mb) / n_total)
+            total += out.item()
+        else:
+            act = out.detach()
+            sends.append((dist.isend(act, dst=pp_rank + 1), act))
+        ins.append(x)
+        outs.append(out)
+    for i, x_mb in enumerate(x_mbs):
+        grad = None
+        if not last:
+            grad = torch.empty(x_mb.shape)
+            dist.recv(grad, src=pp_rank + 1)
+        torch.autograd.backward(outs[i], grad_tensors=grad)
+        if not first:
+            sends.append((dist.isend(ins[i].grad, dst=pp_rank - 1), ins[i].grad))
+    for work, _ in sends:
+        work.wait()
+    return total if last else None
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_student_harness_and_weighted_reference(p):
+    sizes = [4, 3, 2, 1]
+    for seed in (0, 1):
+        runs = pp.run_student_pipeline(_good_student, p, seed, sizes, width=8, depth=6)
+        loss, grads = pp.microbatch_reference(seed, sizes, 8, 6, p)
+        full_loss, full_grads = pp.reference_step(seed, sum(sizes), 8, 6, p)
+        assert loss == pytest.approx(full_loss, abs=1e-6)  # example weighting = full batch
+        assert runs[-1]["loss"] == pytest.approx(loss, abs=1e-6)
+        _, equal_w = pp.microbatch_reference(seed, sizes, 8, 6, p, weighting="microbatches")
+        for rank in range(p):
+            for got, want, full, wrong in zip(runs[rank]["grads"], grads[rank],
+                                              full_grads[rank], equal_w[rank]):
+                torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want),
+                                           atol=1e-6, rtol=1e-5)
+                torch.testing.assert_close(torch.as_tensor(want), full, atol=1e-6, rtol=1e-5)
+        # equal weights per microbatch is a different objective when the sizes differ
+        assert any(not torch.allclose(torch.as_tensor(a), torch.as_tensor(b), atol=1e-5)
+                   for a, b in zip(grads[-1], equal_w[-1]))
