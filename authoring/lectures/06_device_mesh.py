@@ -1,0 +1,262 @@
+# %% [markdown]
+# # 6. Building a device mesh, and the axes beyond DP, TP and PP
+#
+# Modules 2 to 5 used one axis at a time: data parallelism (DP), ZeRO/FSDP, tensor parallelism
+# (TP), pipeline parallelism (PP). A real job combines them, and the way they combine is a
+# **device mesh**: one grid of ranks whose axes are the parallelism degrees. By the end of this
+# notebook you can
+#
+# * count the devices a plan needs and the persistent state each one holds,
+# * turn a rank into its (dp, pp, tp) coordinates and list the ranks it talks to on each axis,
+# * say why the axis order decides which groups share a node,
+# * build the same mesh with PyTorch's `init_device_mesh` and run a 2-D (DP x TP) step on it,
+# * explain what sequence/context parallelism and mixture-of-experts (MoE) parallelism move with
+#   their all-to-all, and
+# * use the device-mesh playground, and say what its estimate leaves out.
+
+# %%
+import matplotlib.pyplot as plt
+
+from course_utils import expert_parallel, launch, memory
+from course_utils.mesh import Mesh, check_dp_tp, hand_mesh_groups, torch_mesh_groups
+from course_utils.playground import OMITTED, Playground, figure, plan, summary
+
+# %% [markdown]
+# ## Multiply the degrees, then size one device
+#
+# When the axes are independent, every combination of a DP index, a PP stage and a TP index is
+# one device, so the job needs **TP x PP x DP** devices. The lesson's candidate uses 32 devices
+# with TP = 4, PP = 2 and DP = 4. One copy of the model is spread over the TP x PP devices of
+# one DP index; the DP axis repeats that copy.
+
+# %%
+N, tp, pp, dp = 70e9, 4, 2, 4
+lay = memory.layout("mixed_adam16")
+shard = N / (tp * pp)
+per_device = memory.zero_state_bytes(shard, dp, stage=3, layout_name=lay)
+print(f"devices: TP x PP x DP = {tp} x {pp} x {dp} = {tp * pp * dp}")
+print(f"devices per model replica: TP x PP = {tp * pp}")
+print(f"parameters per TP/PP shard: 70B / {tp * pp} = {shard / 1e9:.2f}B")
+print(f"ZeRO-3 over the {dp} DP ranks: {shard / 1e9:.2f} x {lay.total} / {dp} = "
+      f"{memory.format_bytes(per_device['total'], 'GB')} per device")
+
+# %% [markdown]
+# 35 GB is the *persistent* state under ideal balance: weights, gradients, master copy and Adam
+# moments. Activations, the parameters ZeRO-3 gathers for each layer, and communication
+# workspaces still need room on top of it.
+#
+# Two mistakes give numbers that look just as plausible. ZeRO shards over the **DP** ranks only:
+# the TP/PP split has already divided the model by 8, so dividing by all 32 devices again
+# counts that split twice. And DP does not shrink the model shard: every DP index holds a whole
+# copy of the model, split over its own 8 devices.
+
+# %%
+print(f"wrong - DP ranks counted in the shard: 70B / 32 x 16 / 4 = {70 / 32 * 16 / 4:.3f} GB")
+print(f"wrong - ZeRO-3 over all 32 devices:    8.75B x 16 / 32 = {8.75 * 16 / 32:.3f} GB")
+
+# %% [markdown]
+# ## Rank <-> coordinates from one grid
+#
+# Lay the ranks out on a grid of shape (DP, PP, TP) in row-major order: the **last** axis
+# varies fastest. A rank's coordinates come from repeated division, innermost axis first:
+# `tp = rank % TP`, `pp = (rank // TP) % PP`, `dp = rank // (TP * PP)`. The group of a rank
+# along one axis is every rank that agrees with it on all *other* coordinates.
+
+# %%
+mesh = Mesh.from_degrees(dp=4, pp=2, tp=4)   # axes outermost first: dp, pp, tp
+print(mesh.table().splitlines()[0])
+for line in mesh.table().splitlines()[1:17]:
+    print(line)
+print("...")
+rank = 13
+print(f"rank {rank}: coordinates {mesh.coords(rank)}")
+for axis in ("tp", "pp", "dp"):
+    print(f"  its {axis} group: {mesh.group(rank, axis)}")
+
+# %% [markdown]
+# Rank 13 is TP index 1 of the TP group [12..15] (it computes a quarter of each layer with
+# them), stage 1 of the pipeline [9, 13], and DP index 1 of [5, 13, 21, 29], the four ranks
+# that hold the *same* shard of the model and average its gradients.
+
+# %%
+for axis in ("tp", "pp", "dp"):
+    print(f"{axis} groups: {mesh.groups(axis)}")
+
+# %% [markdown]
+# ## Axis order decides which ranks share a node
+#
+# Ranks fill nodes in order: with 8 devices per node, ranks 0-7 are node 0, 8-15 node 1, and
+# so on. The innermost axis has consecutive ranks, so its groups stay inside a node. TP talks in
+# every layer, forward and backward, so TP innermost keeps it on the fastest links (NVLink
+# inside a node rather than the network between nodes). Put TP outermost and every TP group
+# spans four nodes:
+
+# %%
+for order in [("dp", "pp", "tp"), ("tp", "pp", "dp")]:
+    m = Mesh.from_degrees(order=order, dp=4, pp=2, tp=4)
+    crossing = {a: len(m.groups_crossing_nodes(a, devices_per_node=8)) for a in order}
+    print(f"order {order}: TP group of rank 0 = {m.group(0, 'tp')}; "
+          f"groups crossing nodes: {crossing}")
+
+# %% [markdown]
+# (DP groups crossing nodes is expected and fine: DP communicates once per step and can
+# overlap that with the backward pass. Whether PP or DP should sit in the middle depends on
+# measured traffic: PP sends activations each microbatch, DP sends gradients each step.)
+#
+# ## The same mesh, built by PyTorch on real ranks
+#
+# `torch.distributed.device_mesh.init_device_mesh` builds this grid and one process group per
+# axis. Run it on 4 gloo ranks and compare what torch builds with the hand-built groups, for a
+# 2 x 2 (dp, tp) mesh and for a 3-axis (dp, pp, tp) = (2, 1, 2) mesh. A degree of 1 is still
+# an axis: each of its groups is a single rank.
+
+# %%
+for sizes, names in [((2, 2), ("dp", "tp")), ((2, 1, 2), ("dp", "pp", "tp"))]:
+    from_torch = launch.run(torch_mesh_groups, 4, sizes, names, timeout_s=120)
+    print(f"mesh {dict(zip(names, sizes))}: torch's mesh tensor {from_torch[0]['mesh']}")
+    for r, view in enumerate(from_torch):
+        print(f"  rank {r}: coords {view['coords']}, groups {view['groups']}")
+    print("  equal to the hand-built groups:", from_torch == hand_mesh_groups(sizes, names))
+
+# %% [markdown]
+# ## A 2-D job: DP x TP on 4 ranks, checked against one device
+#
+# Now use the (dp=2, tp=2) mesh for one training step of a two-layer MLP. TP splits the hidden
+# width: `up` by output columns, `down` by input rows; each TP rank produces a partial output
+# that an all-reduce over its **TP group** sums. DP gives each TP pair half of the batch; an
+# all-reduce over the **DP group** averages the gradients. Every rank's loss, gradient shard
+# and updated weight shard must equal the matching slice of one device's step on the full batch.
+# The same step written with torch's API (`init_device_mesh`, `parallelize_module` with
+# `ColwiseParallel`/`RowwiseParallel` on `mesh["tp"]`, gradients averaged over `mesh["dp"]`)
+# must match too.
+
+# %%
+for line in check_dp_tp(seeds=(0, 1), dp=2, tp=2):
+    print(line)
+
+# %% [markdown]
+# ## Other axes: sequence/context parallelism and experts
+#
+# Two more axes appear in long-context and mixture-of-experts models. Both move **activations**
+# with an **all-to-all**: each rank sends a different slice to every other rank of its group.
+#
+# **Sequence/context parallelism** splits a long sequence over ranks, so each holds the
+# activations of its own tokens. Attention needs every token, so the DeepSpeed-Ulysses scheme
+# swaps the split: an all-to-all turns "my tokens, all heads" into "all tokens, my heads",
+# attention runs per head over the whole sequence, and a second all-to-all swaps back. (Ring
+# attention, another context-parallel scheme, instead passes key/value blocks around a ring.)
+# On 4 ranks, 8 tokens, 4 heads:
+
+# %%
+for seed in (0, 1):
+    res = expert_parallel.check_ulysses(seed, world_size=4, seq=8, heads=4)
+    print(f"seed {seed}: equals one device's attention on all 4 ranks")
+print(f"rank 0 holds q/k/v of shape {res[0]['local_shape']} (tokens, heads, head_dim); "
+      f"after the all-to-all {res[0]['heads_shape']}")
+print(f"elements rank 0 sends to other ranks (q, k, v in, output back): "
+      f"{res[0]['sent_elements']}")
+
+# %% [markdown]
+# **Expert parallelism (MoE)** places different experts on different ranks. A router picks an
+# expert for each token (top-1 here); one all-to-all sends each token to the rank that holds its
+# expert, the expert runs there, and a second all-to-all returns the result to the token's rank,
+# where it is scaled by the router's probability. The splits are uneven: they depend on the
+# router. 4 ranks, 6 tokens each, one expert per rank:
+
+# %%
+for seed in (0, 1):
+    res = expert_parallel.check_moe(seed, world_size=4, tokens_per_rank=6, n_experts=4)
+    print(f"seed {seed}: equals one device's MoE layer on all 4 ranks")
+    for r, out in enumerate(res):
+        print(f"  rank {r} (expert {out['my_experts']}): sends {out['sent']} tokens to "
+              f"ranks 0-3, receives {out['received']} ({sum(out['received'])} in all)")
+
+# %% [markdown]
+# The router is not balanced: with seed 0, rank 3's expert receives 10 of the 24 tokens and rank
+# 2's only 1, so rank 3 works ten times longer while the others wait at the next all-to-all.
+# Real MoE layers add a load-balancing loss and cap each expert's capacity.
+#
+# **Reusing device groups.** These axes need not multiply the device count. Expert parallelism
+# commonly reuses the DP groups: DP ranks already hold different examples, so each can hold
+# different experts too (the non-expert weights stay replicated across DP). On the 2 x 2
+# (dp, tp) mesh, the two DP groups {0, 2} and {1, 3} each run their own all-to-all, with the 4
+# experts split two per rank:
+
+# %%
+res = expert_parallel.check_moe(0, world_size=4, tokens_per_rank=6, n_experts=4,
+                                mesh_sizes=(2, 2), mesh_names=("dp", "tp"), ep_axis="dp")
+for r, out in enumerate(res):
+    print(f"rank {r}: EP group {out['ep_ranks']}, experts {out['my_experts']}, "
+          f"sends {out['sent']}, receives {out['received']}")
+res = expert_parallel.check_ulysses(0, world_size=4, seq=8, heads=4, mesh_sizes=(2, 2),
+                                    mesh_names=("dp", "tp"), sp_axis="tp")
+print(f"sequence parallel over the TP groups {res[0]['sp_ranks']} and {res[2]['sp_ranks']}: "
+      "equals one device")
+
+# %% [markdown]
+# What each axis moves, and when:
+#
+# | axis | what crosses devices | when |
+# | --- | --- | --- |
+# | TP | partial activations (all-reduce, or all-gather + reduce-scatter) | every layer, forward and backward |
+# | PP | boundary activations forward, their gradients backward (send/recv) | every microbatch, between neighbouring stages |
+# | DP / ZeRO | gradients (all-reduce or reduce-scatter), ZeRO-3 also parameters (all-gather) | once per step (ZeRO-3: every layer) |
+# | SP/CP (Ulysses) | q, k, v and attention output (all-to-all) | every attention layer, forward and backward |
+# | EP (MoE) | the tokens themselves, to experts and back (all-to-all, uneven) | every MoE layer, forward and backward |
+#
+# Sequence parallelism in the Megatron sense reuses the TP group (same ranks, with the
+# activations between layers split along the sequence); context parallelism is usually a
+# separate axis whose ranks also reduce gradients together with DP; expert parallelism is
+# usually a factor of the DP axis. So define the mesh explicitly, axis by axis, *before*
+# multiplying degrees.
+#
+# ## The device-mesh playground
+#
+# The playground puts all of this in one place. Its arithmetic is a plain function, `plan`,
+# with tests; the widget below only wires controls to it. The lesson's plan:
+
+# %%
+p = plan(model_params_b=70, layout="mixed_adam16", tp=4, pp=2, dp=4, zero_stage=3,
+         microbatches=16, microbatch_size=2, accumulation_steps=16, device_memory_gb=80,
+         devices_per_node=8, devices=32, num_layers=80, num_heads=64)
+print(summary(p))
+print("warnings:", p.warnings)
+
+# %%
+fig = figure(p)
+plt.show()
+
+# %% [markdown]
+# Left: persistent GB per device for ZeRO stages 0-3 (the chosen stage outlined) against the
+# device budget. Right: the 32 devices, one row per node, coloured by TP group, PP stage and DP
+# group. Change a setting and the warnings say what goes wrong: here TP = 8 on 4-device nodes,
+# and 3 pipeline stages for 80 layers.
+
+# %%
+bad = plan(model_params_b=70, tp=8, pp=3, dp=2, zero_stage=1, microbatches=16,
+           accumulation_steps=16, device_memory_gb=80, devices_per_node=4, devices=32,
+           num_layers=80, num_heads=64)
+for w in bad.warnings:
+    print("WARNING:", w)
+
+# %% [markdown]
+# Try it: move the controls and watch the bars, the grid and the warnings. (The widget needs a
+# running kernel; in a static view of this notebook you see only its last state.)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+Playground()
+
+# %% [markdown]
+# ## What the playground leaves out
+#
+# A bar below the budget line is not a guarantee that the job fits. The estimate omits:
+
+# %%
+for item in OMITTED:
+    print("-", item)
+
+# %% [markdown]
+# In a real run, measure instead of trusting the estimate: step time, throughput, peak memory
+# and the time spent waiting at collectives, and verify the loss and the gradient scaling
+# *before* benchmarking speed (module 7).

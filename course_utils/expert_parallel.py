@@ -1,0 +1,266 @@
+"""The all-to-all behind expert parallelism (MoE) and sequence/context parallelism (Ulysses).
+
+Both axes move *activations*, not weights or gradients, with ``all_to_all``: every rank sends a
+different slice to every other rank of its group.
+
+* **Expert parallelism (MoE):** experts live on different ranks. A router picks one expert per
+  token (top-1); an all-to-all sends each token to the rank holding its expert, the expert runs
+  there, and a second all-to-all brings the result back (:func:`moe_expert_parallel`).
+  The splits are uneven: they depend on how many tokens chose each rank's experts.
+* **Sequence/context parallelism (DeepSpeed-Ulysses style):** each rank holds a slice of the
+  sequence. Attention needs the whole sequence, so an all-to-all trades "my tokens, all heads"
+  for "all tokens, my heads", attention runs per head, and a second all-to-all trades back
+  (:func:`ulysses_attention`).
+
+Each worker is checked against one device (:func:`moe_reference`, :func:`attention_reference`)
+and can run over the whole world or over one axis of a :class:`course_utils.mesh.Mesh`, which
+is how these axes reuse the device groups of another axis (for example EP over the DP groups).
+
+Run under torchrun::
+
+    torchrun --standalone --nproc-per-node 4 -m course_utils.expert_parallel
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from course_utils.mesh import Mesh, axis_group
+
+__all__ = ["make_moe", "moe_tokens", "route", "moe_reference", "moe_expert_parallel",
+           "attention_inputs", "attention_reference", "ulysses_attention"]
+
+DIM, HIDDEN = 8, 16  # token width and expert hidden width
+
+
+def _check_int(name: str, value: int, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
+
+
+# ------------------------------------------------------------------------------------- MoE
+
+
+def make_moe(seed: int, n_experts: int, dim: int = DIM, hidden: int = HIDDEN) -> dict[str, torch.Tensor]:
+    """Router ``[dim, E]`` and E two-layer experts: ``w1 [E, dim, hidden]``, ``w2 [E, hidden, dim]``."""
+    _check_int("n_experts", n_experts)
+    g = torch.Generator().manual_seed(seed)
+    return {"router": torch.randn(dim, n_experts, generator=g),
+            "w1": torch.randn(n_experts, dim, hidden, generator=g) / math.sqrt(dim),
+            "w2": torch.randn(n_experts, hidden, dim, generator=g) / math.sqrt(hidden)}
+
+
+def moe_tokens(seed: int, n_tokens: int, dim: int = DIM) -> torch.Tensor:
+    """The global batch of tokens ``[n_tokens, dim]`` for ``seed``; rank r holds a contiguous slice."""
+    _check_int("n_tokens", n_tokens)
+    g = torch.Generator().manual_seed(10_000 + seed)
+    return torch.randn(n_tokens, dim, generator=g)
+
+
+def route(x: torch.Tensor, router: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-1 routing: ``(expert [T] int64, gate [T])`` = argmax and max of softmax(x @ router)."""
+    probs = torch.softmax(x @ router, dim=-1)  # [T, E]
+    gate, expert = probs.max(dim=-1)           # [T], [T]
+    return expert, gate
+
+
+def _expert(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x @ w1) @ w2  # [n, dim] -> [n, hidden] -> [n, dim]
+
+
+def moe_reference(x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Single-device MoE layer: ``gate * expert_e(x)`` for each token's chosen expert, ``[T, dim]``."""
+    expert, gate = route(x, params["router"])
+    out = torch.zeros_like(x)  # [T, dim]
+    for e in range(params["w1"].shape[0]):
+        mine = expert == e
+        out[mine] = _expert(x[mine], params["w1"][e], params["w2"][e])
+    return gate[:, None] * out
+
+
+def _group_of(rank: int, world_size: int, mesh_sizes: Sequence[int] | None,
+              mesh_names: Sequence[str] | None, axis: str | None):
+    """(group handle or None for the world, ranks of my group, my index in it)."""
+    if mesh_sizes is None:
+        return None, list(range(world_size)), rank
+    mesh = Mesh(tuple(mesh_sizes), tuple(mesh_names))
+    if mesh.world_size != world_size:
+        raise ValueError(f"mesh_sizes must multiply to world_size {world_size}; got {list(mesh_sizes)}")
+    group, ranks = axis_group(mesh, rank, axis)
+    return group, ranks, ranks.index(rank)
+
+
+def moe_expert_parallel(rank: int, world_size: int, seed: int, tokens_per_rank: int,
+                        n_experts: int, mesh_sizes: Sequence[int] | None = None,
+                        mesh_names: Sequence[str] | None = None,
+                        ep_axis: str | None = None) -> dict:
+    """Worker: one MoE layer with its experts spread over the EP group, tokens moved by all-to-all.
+
+    The EP group is the whole world, or the groups along ``ep_axis`` of the mesh
+    ``mesh_sizes``/``mesh_names`` (e.g. EP reusing the DP groups). Expert ``e`` lives on EP
+    rank ``e // (n_experts / ep)``. Rank r's tokens are rows ``r*T .. (r+1)*T`` of
+    :func:`moe_tokens`. Returns ``{"out": [T, dim] numpy, "sent": tokens sent to each EP rank,
+    "received": tokens received from each EP rank, "my_experts": [...]}``.
+    """
+    import torch.distributed as dist
+
+    _check_int("tokens_per_rank", tokens_per_rank)
+    group, ep_ranks, ep_rank = _group_of(rank, world_size, mesh_sizes, mesh_names, ep_axis)
+    ep = len(ep_ranks)
+    if n_experts % ep:
+        raise ValueError(f"n_experts must be a multiple of the EP group size {ep}; got {n_experts}")
+    per_rank = n_experts // ep
+    params = make_moe(seed, n_experts)
+    my_experts = list(range(ep_rank * per_rank, (ep_rank + 1) * per_rank))
+    w1, w2 = params["w1"][my_experts], params["w2"][my_experts]  # only my experts are used here
+
+    x = moe_tokens(seed, world_size * tokens_per_rank)[rank * tokens_per_rank:(rank + 1) * tokens_per_rank]
+    expert, gate = route(x, params["router"])              # [T], [T]
+    dest = expert // per_rank                              # [T] EP rank that holds the expert
+    order = torch.argsort(dest, stable=True)               # group my tokens by destination
+    send_counts = torch.bincount(dest, minlength=ep)       # [ep]
+    recv_counts = torch.empty_like(send_counts)            # [ep]
+    dist.all_to_all_single(recv_counts, send_counts, group=group)  # who sends me how many
+    send_split, recv_split = send_counts.tolist(), recv_counts.tolist()
+
+    # all-to-all 1: tokens (and their expert ids) go to the rank holding their expert
+    recv_x = x.new_empty(sum(recv_split), x.shape[1])      # [R, dim]
+    dist.all_to_all_single(recv_x, x[order].contiguous(), recv_split, send_split, group=group)
+    recv_e = expert.new_empty(sum(recv_split))             # [R]
+    dist.all_to_all_single(recv_e, expert[order].contiguous(), recv_split, send_split, group=group)
+
+    y_recv = torch.zeros_like(recv_x)                      # [R, dim]
+    for i, e in enumerate(my_experts):
+        mine = recv_e == e
+        y_recv[mine] = _expert(recv_x[mine], w1[i], w2[i])
+
+    # all-to-all 2: results go back to the ranks their tokens came from (splits swapped)
+    y_sorted = x.new_empty(x.shape)                        # [T, dim]
+    dist.all_to_all_single(y_sorted, y_recv, send_split, recv_split, group=group)
+    y = torch.empty_like(y_sorted)
+    y[order] = y_sorted                                    # undo the sort
+    out = gate[:, None] * y                                # [T, dim]
+    return {"out": out.numpy().copy(), "sent": send_split, "received": recv_split,
+            "my_experts": my_experts, "ep_ranks": ep_ranks}
+
+
+# --------------------------------------------------------------- sequence/context parallelism
+
+
+def attention_inputs(seed: int, seq: int, heads: int, head_dim: int = 4) -> tuple[torch.Tensor, ...]:
+    """``q, k, v`` of shape ``[seq, heads, head_dim]`` for ``seed``."""
+    for name, value in (("seq", seq), ("heads", heads), ("head_dim", head_dim)):
+        _check_int(name, value)
+    g = torch.Generator().manual_seed(20_000 + seed)
+    return tuple(torch.randn(seq, heads, head_dim, generator=g) for _ in range(3))
+
+
+def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        causal: bool = True) -> torch.Tensor:
+    """Single-device multi-head attention over the whole sequence: ``[seq, heads, head_dim]``."""
+    qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))    # [heads, seq, head_dim]
+    out = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
+    return out.transpose(0, 1)                             # [seq, heads, head_dim]
+
+
+def _seq_to_heads(x: torch.Tensor, sp: int, group) -> torch.Tensor:
+    """All-to-all: ``[seq/sp, heads, d]`` (my tokens, all heads) -> ``[seq, heads/sp, d]``."""
+    import torch.distributed as dist
+
+    sends = [c.contiguous() for c in x.chunk(sp, dim=1)]   # sp x [seq/sp, heads/sp, d]
+    recvs = [torch.empty_like(sends[0]) for _ in range(sp)]
+    dist.all_to_all(recvs, sends, group=group)
+    return torch.cat(recvs, dim=0)                         # [seq, heads/sp, d], sequence order
+
+
+def _heads_to_seq(x: torch.Tensor, sp: int, group) -> torch.Tensor:
+    """All-to-all back: ``[seq, heads/sp, d]`` -> ``[seq/sp, heads, d]``."""
+    import torch.distributed as dist
+
+    sends = [c.contiguous() for c in x.chunk(sp, dim=0)]   # sp x [seq/sp, heads/sp, d]
+    recvs = [torch.empty_like(sends[0]) for _ in range(sp)]
+    dist.all_to_all(recvs, sends, group=group)
+    return torch.cat(recvs, dim=1)                         # [seq/sp, heads, d], head order
+
+
+def ulysses_attention(rank: int, world_size: int, seed: int, seq: int, heads: int,
+                      mesh_sizes: Sequence[int] | None = None,
+                      mesh_names: Sequence[str] | None = None,
+                      sp_axis: str | None = None, causal: bool = True) -> dict:
+    """Worker: attention with the sequence split over the SP group (Ulysses all-to-all).
+
+    SP rank i holds tokens ``i*seq/sp .. (i+1)*seq/sp`` of :func:`attention_inputs`. Returns
+    ``{"out": [seq/sp, heads, d] numpy, "local_shape", "heads_shape", "sent_elements"}``
+    where ``sent_elements`` counts elements this rank sent to *other* ranks in the four
+    all-to-alls (q, k, v in; output back).
+    """
+    _check_int("seq", seq)
+    _check_int("heads", heads)
+    group, sp_ranks, sp_rank = _group_of(rank, world_size, mesh_sizes, mesh_names, sp_axis)
+    sp = len(sp_ranks)
+    if seq % sp or heads % sp:
+        raise ValueError(f"seq and heads must be multiples of the SP group size {sp}; "
+                         f"got seq={seq}, heads={heads}")
+    q, k, v = attention_inputs(seed, seq, heads)
+    rows = slice(sp_rank * seq // sp, (sp_rank + 1) * seq // sp)
+    local = [t[rows] for t in (q, k, v)]                   # 3 x [seq/sp, heads, d]
+    qh, kh, vh = (_seq_to_heads(t, sp, group) for t in local)  # 3 x [seq, heads/sp, d]
+    out_heads = attention_reference(qh, kh, vh, causal)    # [seq, heads/sp, d]: whole sequence
+    out = _heads_to_seq(out_heads, sp, group)              # [seq/sp, heads, d]
+    sent = 4 * local[0].numel() * (sp - 1) // sp           # each all-to-all keeps 1/sp at home
+    return {"out": out.numpy().copy(), "local_shape": list(local[0].shape),
+            "heads_shape": list(qh.shape), "sent_elements": sent, "sp_ranks": sp_ranks}
+
+
+def check_moe(seed: int, world_size: int = 4, tokens_per_rank: int = 6, n_experts: int = 4,
+              mesh_sizes: Sequence[int] | None = None, mesh_names: Sequence[str] | None = None,
+              ep_axis: str | None = None, timeout_s: float = 120.0) -> list[dict]:
+    """Launch :func:`moe_expert_parallel`, assert every rank's output equals one device's, and
+    that what rank i sent to j is what j received from i; returns the ranks' results."""
+    from course_utils import launch
+
+    results = launch.run(moe_expert_parallel, world_size, seed, tokens_per_rank, n_experts,
+                         mesh_sizes, mesh_names, ep_axis, timeout_s=timeout_s)
+    ref = moe_reference(moe_tokens(seed, world_size * tokens_per_rank), make_moe(seed, n_experts))
+    T = tokens_per_rank
+    for rank, res in enumerate(results):
+        torch.testing.assert_close(torch.as_tensor(res["out"]), ref[rank * T:(rank + 1) * T])
+        for j, peer in enumerate(res["ep_ranks"]):
+            me = results[peer]["ep_ranks"].index(rank)
+            assert res["sent"][j] == results[peer]["received"][me]
+    return results
+
+
+def check_ulysses(seed: int, world_size: int = 4, seq: int = 8, heads: int = 4,
+                  mesh_sizes: Sequence[int] | None = None, mesh_names: Sequence[str] | None = None,
+                  sp_axis: str | None = None, causal: bool = True,
+                  timeout_s: float = 120.0) -> list[dict]:
+    """Launch :func:`ulysses_attention`, assert each rank's slice equals one device's attention."""
+    from course_utils import launch
+
+    results = launch.run(ulysses_attention, world_size, seed, seq, heads, mesh_sizes,
+                         mesh_names, sp_axis, causal, timeout_s=timeout_s)
+    ref = attention_reference(*attention_inputs(seed, seq, heads), causal=causal)
+    for rank, res in enumerate(results):
+        sp, i = len(res["sp_ranks"]), res["sp_ranks"].index(rank)
+        torch.testing.assert_close(torch.as_tensor(res["out"]), ref[i * seq // sp:(i + 1) * seq // sp])
+    return results
+
+
+__all__ += ["check_moe", "check_ulysses"]
+
+
+def _demo(rank: int, world_size: int) -> str:
+    res = moe_expert_parallel(rank, world_size, 0, 6, 2 * world_size)
+    ref = moe_reference(moe_tokens(0, 6 * world_size), make_moe(0, 2 * world_size))[rank * 6:(rank + 1) * 6]
+    torch.testing.assert_close(torch.as_tensor(res["out"]), ref)
+    return f"MoE all-to-all matches one device; sent {res['sent']}, received {res['received']}"
+
+
+if __name__ == "__main__":
+    from course_utils import launch
+
+    launch.torchrun_main(_demo)

@@ -1,0 +1,387 @@
+"""A device mesh: ranks laid out on one grid whose axes are the parallelism degrees.
+
+A job with independent axes uses ``dp x pp x tp`` devices. Rank numbers fill the grid in
+row-major order, so the *last* axis varies fastest: with ``names=("dp", "pp", "tp")`` the ranks
+of one TP group are consecutive, and consecutive ranks share a node. That is why the innermost
+axis should be the one that talks most often (TP: collectives in every layer).
+
+Hand-built here from a grid, then compared with what ``torch.distributed.device_mesh.
+init_device_mesh`` builds on real ranks (:func:`torch_mesh_groups`), and used for a small 2-D
+(DP x TP) training step checked against one device (:func:`dp_tp_step`).
+
+Run the 2-D step under torchrun (the real launcher)::
+
+    torchrun --standalone --nproc-per-node 4 -m course_utils.mesh
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+__all__ = ["Mesh", "AXES", "axis_group", "torch_mesh_groups", "hand_mesh_groups", "dp_tp_batch",
+           "DpTpMLP", "reference_step", "dp_tp_step", "dp_tp_step_dtensor"]
+
+AXES = ("dp", "pp", "tp")  # the lesson's order, outermost to innermost (TP innermost)
+
+
+def _check_sizes(sizes: Sequence[int], names: Sequence[str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes:
+        raise ValueError(f"sizes must be a non-empty sequence of ints >= 1; got {sizes!r}")
+    for s in sizes:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise ValueError(f"sizes must be ints >= 1 (one degree per axis); got {list(sizes)!r}")
+    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+        raise ValueError(f"names must be a sequence of axis names; got {names!r}")
+    if len(names) != len(sizes):
+        raise ValueError(f"names must give one name per size: {len(sizes)} sizes "
+                         f"{list(sizes)} but names={list(names)!r}")
+    if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(f"names must be distinct non-empty strings; got {list(names)!r}")
+    return tuple(sizes), tuple(names)
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Ranks ``0 .. prod(sizes)-1`` laid out row-major on a grid with named axes (outer first)."""
+
+    sizes: tuple[int, ...]
+    names: tuple[str, ...] = AXES
+
+    def __post_init__(self) -> None:
+        sizes, names = _check_sizes(self.sizes, self.names)
+        object.__setattr__(self, "sizes", sizes)
+        object.__setattr__(self, "names", names)
+
+    @classmethod
+    def from_degrees(cls, order: Sequence[str] = AXES, **degrees: int) -> "Mesh":
+        """``Mesh.from_degrees(dp=4, pp=2, tp=4)``; ``order`` lists the axes outermost first."""
+        if sorted(order) != sorted(degrees):
+            raise ValueError(f"order must name each axis of {sorted(degrees)} once; got {list(order)!r}")
+        return cls(tuple(degrees[n] for n in order), tuple(order))
+
+    @property
+    def world_size(self) -> int:
+        """Number of devices: the product of the degrees."""
+        return math.prod(self.sizes)
+
+    def size(self, axis: str) -> int:
+        """Degree of one axis."""
+        return self.sizes[self._axis(axis)]
+
+    def grid(self) -> torch.Tensor:
+        """The rank grid, shape ``sizes``: ``grid()[c0, c1, ...]`` is the rank at those coordinates."""
+        return torch.arange(self.world_size).reshape(self.sizes)  # [*sizes]
+
+    def _axis(self, axis: str) -> int:
+        if axis not in self.names:
+            raise ValueError(f"axis must be one of {list(self.names)}; got {axis!r}")
+        return self.names.index(axis)
+
+    def _rank(self, rank: int) -> int:
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be an int from 0 to {self.world_size - 1}; got {rank!r}")
+        return rank
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """``{axis: index}`` of ``rank``: repeated divmod, innermost axis first."""
+        rest = self._rank(rank)
+        out = {}
+        for name, size in zip(reversed(self.names), reversed(self.sizes)):
+            rest, out[name] = divmod(rest, size)
+        return {name: out[name] for name in self.names}
+
+    def rank_of(self, **coords: int) -> int:
+        """The rank at ``coords`` (every axis given): ``sum(c_i * stride_i)``."""
+        if sorted(coords) != sorted(self.names):
+            raise ValueError(f"coords must give each axis of {list(self.names)}; got {sorted(coords)}")
+        rank = 0
+        for name, size in zip(self.names, self.sizes):
+            c = coords[name]
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < size:
+                raise ValueError(f"coords[{name!r}] must be an int from 0 to {size - 1}; got {c!r}")
+            rank = rank * size + c
+        return rank
+
+    def groups(self, axis: str) -> list[list[int]]:
+        """Every group along ``axis``: ranks that differ only in that coordinate, sorted."""
+        dim = self._axis(axis)
+        g = self.grid().movedim(dim, -1).reshape(-1, self.sizes[dim])  # [n_groups, size(axis)]
+        return sorted(row.tolist() for row in g)
+
+    def group(self, rank: int, axis: str) -> list[int]:
+        """The group along ``axis`` that contains ``rank``."""
+        self._rank(rank)
+        return next(g for g in self.groups(axis) if rank in g)
+
+    def node_of(self, rank: int, devices_per_node: int) -> int:
+        """Node that holds ``rank`` when ranks fill nodes in order (rank // devices_per_node)."""
+        _check_positive("devices_per_node", devices_per_node)
+        return self._rank(rank) // devices_per_node
+
+    def groups_crossing_nodes(self, axis: str, devices_per_node: int) -> list[list[int]]:
+        """Groups along ``axis`` whose ranks sit on more than one node."""
+        _check_positive("devices_per_node", devices_per_node)
+        return [g for g in self.groups(axis)
+                if len({r // devices_per_node for r in g}) > 1]
+
+    def table(self) -> str:
+        """One line per rank: ``rank  dp pp tp`` coordinates (for printing)."""
+        width = max(4, len(str(self.world_size - 1)))
+        head = "rank".rjust(width) + "".join(n.rjust(4) for n in self.names)
+        rows = [str(r).rjust(width) + "".join(str(c).rjust(4) for c in self.coords(r).values())
+                for r in range(self.world_size)]
+        return "\n".join([head] + rows)
+
+
+def _check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+
+
+# ----------------------------------------------------------------- the same mesh, built by torch
+
+
+def torch_mesh_groups(rank: int, world_size: int, sizes: tuple[int, ...],
+                      names: tuple[str, ...]) -> dict:
+    """Worker: build ``init_device_mesh("cpu", sizes)`` and report this rank's view of it.
+
+    Returns ``{"coords": {axis: index}, "groups": {axis: [ranks of my group]},
+    "mesh": grid as nested lists}`` as torch sees it.
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", tuple(sizes), mesh_dim_names=tuple(names))
+    coordinate = mesh.get_coordinate()
+    groups = {name: sorted(dist.get_process_group_ranks(mesh.get_group(name))) for name in names}
+    return {"coords": dict(zip(names, coordinate)), "groups": groups,
+            "mesh": mesh.mesh.tolist()}
+
+
+def hand_mesh_groups(sizes: tuple[int, ...], names: tuple[str, ...]) -> list[dict]:
+    """The same report as :func:`torch_mesh_groups`, for every rank, from :class:`Mesh` alone."""
+    m = Mesh(tuple(sizes), tuple(names))
+    return [{"coords": m.coords(r), "groups": {n: m.group(r, n) for n in m.names},
+             "mesh": m.grid().tolist()} for r in range(m.world_size)]
+
+
+def axis_group(mesh: Mesh, rank: int, axis: str, timeout_s: float = 60.0):
+    """Collective: every rank creates every group along ``axis``; returns (my group, its ranks).
+
+    ``dist.new_group`` must be called by all ranks, for every group, in the same order.
+    """
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    mine = mesh.group(rank, axis)
+    handle = None
+    for ranks in mesh.groups(axis):
+        group = dist.new_group(ranks, timeout=timeout)
+        if ranks == mine:
+            handle = group
+    return handle, mine
+
+
+# ------------------------------------------------------------------- a 2-D job: DP x TP on 4 ranks
+
+DIM, HIDDEN, BATCH = 8, 16, 8  # model width, hidden width (split over TP), global batch
+
+
+class DpTpMLP(torch.nn.Module):
+    """``down(relu(up(x)))``: the two-layer block tensor parallelism splits (Megatron MLP)."""
+
+    def __init__(self, dim: int = DIM, hidden: int = HIDDEN):
+        super().__init__()
+        self.up = torch.nn.Linear(dim, hidden)
+        self.down = torch.nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))  # [B, dim] -> [B, hidden] -> [B, dim]
+
+
+def dp_tp_batch(seed: int, batch: int = BATCH, dim: int = DIM) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global batch ``(x [batch, dim], y [batch, dim])`` for ``seed``."""
+    g = torch.Generator().manual_seed(1000 + seed)
+    return torch.randn(batch, dim, generator=g), torch.randn(batch, dim, generator=g)
+
+
+def _model(seed: int) -> DpTpMLP:
+    torch.manual_seed(seed)
+    return DpTpMLP()
+
+
+def reference_step(seed: int, lr: float = 0.1) -> dict[str, torch.Tensor]:
+    """One SGD step of the whole model on the whole batch, on one device.
+
+    Returns the loss, the gradients and the updated weights (names as in ``DpTpMLP``).
+    """
+    model = _model(seed)
+    x, y = dp_tp_batch(seed)
+    loss = torch.nn.functional.mse_loss(model(x), y)  # mean over the global batch
+    loss.backward()
+    out = {"loss": loss.detach()}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            out[f"grad.{name}"] = p.grad.clone()
+            out[f"new.{name}"] = p - lr * p.grad
+    return out
+
+
+def _tp_slices(tp_rank: int, tp: int, hidden: int = HIDDEN) -> slice:
+    if hidden % tp:
+        raise ValueError(f"tp must divide the hidden width {hidden}; got tp={tp}")
+    chunk = hidden // tp
+    return slice(tp_rank * chunk, (tp_rank + 1) * chunk)
+
+
+def dp_tp_step(rank: int, world_size: int, seed: int, dp: int, tp: int,
+               lr: float = 0.1) -> dict[str, torch.Tensor]:
+    """Worker: one SGD step with DP over batch halves and TP over the hidden width, by hand.
+
+    Mesh ``(dp, tp)``: TP splits ``up`` by output columns and ``down`` by input rows, so each
+    TP rank makes a partial ``[B/dp, dim]`` output that an all-reduce over ``tp_group`` sums.
+    DP ranks see different slices of the batch; an all-reduce over ``dp_group`` averages the
+    gradients. Returns this rank's loss, gradient shards and updated weight shards.
+    """
+    import torch.distributed as dist
+
+    if dp * tp != world_size:
+        raise ValueError(f"dp x tp must equal world_size {world_size}; got dp={dp}, tp={tp}")
+    mesh = Mesh((dp, tp), ("dp", "tp"))
+    dp_group, _ = axis_group(mesh, rank, "dp")
+    tp_group, _ = axis_group(mesh, rank, "tp")
+    dp_rank, tp_rank = mesh.coords(rank)["dp"], mesh.coords(rank)["tp"]
+
+    full = _model(seed)  # every rank builds the same model, then keeps its shard
+    cols = _tp_slices(tp_rank, tp)
+    up_w = full.up.weight[cols].detach().clone().requires_grad_()     # [hidden/tp, dim]
+    up_b = full.up.bias[cols].detach().clone().requires_grad_()       # [hidden/tp]
+    down_w = full.down.weight[:, cols].detach().clone().requires_grad_()  # [dim, hidden/tp]
+    down_b = full.down.bias.detach().clone().requires_grad_()        # [dim], replicated over TP
+
+    x, y = dp_tp_batch(seed)
+    rows = slice(dp_rank * BATCH // dp, (dp_rank + 1) * BATCH // dp)
+    x, y = x[rows], y[rows]                                            # [B/dp, dim]
+    h = torch.relu(x @ up_w.T + up_b)                                  # [B/dp, hidden/tp]
+    partial = h @ down_w.T                                             # [B/dp, dim], a TP partial sum
+    out = _AllReduceSum.apply(partial, tp_group) + down_b              # [B/dp, dim]
+    loss = torch.nn.functional.mse_loss(out, y)                        # mean over my rows
+    loss.backward()
+
+    result = {}
+    with torch.no_grad():
+        for name, p in [("up.weight", up_w), ("up.bias", up_b), ("down.weight", down_w),
+                        ("down.bias", down_b)]:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=dp_group)  # mean over DP
+            result[f"grad.{name}"] = p.grad.clone()
+            result[f"new.{name}"] = p - lr * p.grad
+        loss_sum = loss.detach().clone()
+        dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG, group=dp_group)
+    result["loss"] = loss_sum
+    return _to_numpy(result)
+
+
+def _to_numpy(result: dict[str, torch.Tensor]) -> dict:
+    """Results travel back to the launcher as numpy arrays (pickled by value).
+
+    A torch tensor is sent through a shared-memory file descriptor that can vanish when the
+    rank exits first (seen: "Connection reset by peer" in 4 of 10 launches).
+    """
+    return {k: v.detach().numpy().copy() for k, v in result.items()}
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """Forward: sum over the group. Backward: the gradient of a sum is passed through as is."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
+        import torch.distributed as dist
+
+        x = x.clone()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad, None
+
+
+def dp_tp_step_dtensor(rank: int, world_size: int, seed: int, dp: int, tp: int,
+                       lr: float = 0.1) -> dict[str, torch.Tensor]:
+    """Worker: the same step with torch's API: ``init_device_mesh`` + ``parallelize_module``.
+
+    TP: ``ColwiseParallel`` on ``up``, ``RowwiseParallel`` on ``down`` over ``mesh["tp"]``;
+    DP: gradients averaged over ``mesh["dp"]``'s group. Returns this rank's local shards (numpy).
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    model = parallelize_module(_model(seed), mesh["tp"],
+                               {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    dp_rank = mesh.get_local_rank("dp")
+    x, y = dp_tp_batch(seed)
+    rows = slice(dp_rank * BATCH // dp, (dp_rank + 1) * BATCH // dp)
+    loss = torch.nn.functional.mse_loss(model(x[rows]), y[rows])  # [B/dp, dim] replicated output
+    loss.backward()
+    result = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            grad = p.grad.to_local().clone()
+            dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=mesh.get_group("dp"))
+            result[f"grad.{name}"] = grad
+            result[f"new.{name}"] = p.to_local() - lr * grad
+        loss_avg = loss.detach().clone()
+        dist.all_reduce(loss_avg, op=dist.ReduceOp.AVG, group=mesh.get_group("dp"))
+    result["loss"] = loss_avg
+    return _to_numpy(result)
+
+
+def shard_of(full: dict[str, torch.Tensor], tp_rank: int, tp: int) -> dict[str, torch.Tensor]:
+    """The TP shard of a reference step's tensors that rank ``tp_rank`` should hold."""
+    cols = _tp_slices(tp_rank, tp)
+    out = {}
+    for key, value in full.items():
+        if key.endswith("up.weight") or key.endswith("up.bias"):
+            out[key] = value[cols]
+        elif key.endswith("down.weight"):
+            out[key] = value[:, cols]
+        else:
+            out[key] = value
+    return out
+
+
+def check_dp_tp(seeds: Sequence[int] = (0, 1), dp: int = 2, tp: int = 2,
+                timeout_s: float = 120.0) -> list[str]:
+    """Run the hand-built and the DTensor DP x TP step on ``dp*tp`` ranks for each seed, assert
+    both equal the one-device step (loss, gradient shards, updated shards); one line per seed."""
+    from course_utils import launch
+
+    lines = []
+    for seed in seeds:
+        ref = reference_step(seed)
+        for fn in (dp_tp_step, dp_tp_step_dtensor):
+            results = launch.run(fn, dp * tp, seed, dp, tp, timeout_s=timeout_s)
+            for rank, got in enumerate(results):
+                want = shard_of(ref, Mesh((dp, tp), ("dp", "tp")).coords(rank)["tp"], tp)
+                for key, value in want.items():
+                    torch.testing.assert_close(torch.as_tensor(got[key]), value)
+        lines.append(f"seed {seed}: loss {float(ref['loss']):.4f}; on all {dp * tp} ranks the "
+                     "hand-built and the DTensor step equal one device (loss, grads, new weights)")
+    return lines
+
+
+__all__ += ["shard_of", "check_dp_tp"]
+
+
+if __name__ == "__main__":
+    from course_utils import launch
+
+    launch.torchrun_main(lambda rank, ws: float(dp_tp_step(rank, ws, 0, 2, ws // 2)["loss"]))

@@ -1,0 +1,151 @@
+"""The device-mesh playground in a real JupyterLab (Chromium + Playwright).
+
+Opens a notebook that displays ``Playground()``, runs it, and checks the rendered numbers
+(devices, per-device GB, bubble fraction, effective batch) and the exact warnings against
+:func:`course_utils.playground.plan`; then moves a dropdown, three sliders (keyboard) and a
+text box, and checks after each move that the figures changed to ``plan``'s new values and
+that the matplotlib figure was redrawn. Screenshots: ``test-artifacts/playground-initial.png``
+and ``test-artifacts/playground.png``. The ``lab_server`` fixture fails the test if a kernel
+survives the server's shutdown.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from jupyterlab_harness import (error_outputs, lab_browser, lab_page, lab_server,  # noqa: F401
+                                open_notebook, run_all, screenshot)
+
+from course_utils.playground import plan
+
+pytestmark = pytest.mark.browser
+
+FIELDS = {"pg-devices": lambda p: str(p.devices_needed),
+          "pg-total": lambda p: f"{p.gb['total']:.2f}",
+          "pg-weights": lambda p: f"{p.gb['weights']:.2f}",
+          "pg-optimizer": lambda p: f"{p.gb['optimizer']:.2f}",
+          "pg-bubble": lambda p: f"{p.bubble:.4f}",
+          "pg-batch": lambda p: str(p.effective_batch)}
+
+
+def shown(page) -> dict:
+    """What the page shows now: the numbers and the warnings."""
+    summary = page.locator(".pg-summary")
+    out = {cls: summary.locator(f".{cls}").inner_text().strip() for cls in FIELDS}
+    out["warnings"] = [w.replace("\u26a0", "").strip()
+                       for w in summary.locator(".pg-warning").all_inner_texts()]
+    return out
+
+
+def expected(p) -> dict:
+    out = {cls: f(p) for cls, f in FIELDS.items()}
+    out["warnings"] = list(p.warnings)
+    return out
+
+
+def wait_for_plan(page, p, timeout_s: float = 60) -> dict:
+    """Poll until the page shows exactly ``p``'s figures and warnings; fail with the diff."""
+    want = expected(p)
+    deadline = time.monotonic() + timeout_s
+    got = {}
+    while time.monotonic() < deadline:
+        got = shown(page)
+        if got == want:
+            return got
+        time.sleep(0.3)
+    diff = {k: (got.get(k), want[k]) for k in want if got.get(k) != want[k]}
+    raise AssertionError(f"page does not show plan's values (shown, expected): {diff}")
+
+
+def figure_src(page) -> str:
+    img = page.locator(".pg-figure img")
+    img.first.wait_for(timeout=60_000)
+    assert img.count() == 1, f"expected one figure, found {img.count()}"
+    return img.first.get_attribute("src")
+
+
+def wait_redrawn(page, old_src: str, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        img = page.locator(".pg-figure img").first
+        src = img.get_attribute("src")
+        if src and src != old_src and img.evaluate("i => i.complete && i.naturalWidth > 0"):
+            return src
+        time.sleep(0.3)
+    raise AssertionError("the figure was not redrawn after a control moved")
+
+
+def settle(page) -> None:
+    """Wait until the figure is decoded and painted (software raster lags on a loaded CPU)."""
+    page.locator(".pg-figure img").first.evaluate("i => i.decode()")
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.wait_for_timeout(1000)
+
+
+def press(page, control: str, key: str, times: int) -> None:
+    """Move an IntSlider with the keyboard, one step per key press."""
+    handle = page.locator(f".pg-in-{control} [role=slider]")
+    handle.focus()
+    for _ in range(times):
+        handle.press(key)
+
+
+def test_playground_in_jupyterlab(lab_server, lab_page):  # noqa: F811
+    page = lab_page
+    nb = lab_server.add_notebook("playground.ipynb", [
+        "from course_utils.playground import Playground\npg = Playground()\npg.widget"])
+    open_notebook(page, lab_server, nb)
+    page.keyboard.press("Control+b")  # hide the file browser: more room for the widget
+    run_all(page)
+    page.wait_for_selector(".pg-summary .pg-total", timeout=60_000)
+    assert error_outputs(page) == []
+
+    # 1. the lesson's defaults: 70B, TP 4 x PP 2 x DP 4 = 32, ZeRO-3 -> 35.00 GB, fits
+    inputs = {}
+    p = plan(**inputs, devices=32, num_layers=80, num_heads=64)
+    got = wait_for_plan(page, p)
+    assert got["pg-total"] == "35.00" and got["pg-devices"] == "32" and got["warnings"] == []
+    assert page.locator(".pg-summary .pg-ok").is_visible()
+    assert "leaves out" in page.locator(".pg-summary .pg-omitted").inner_text()
+    src = figure_src(page)
+    settle(page)
+    screenshot(page, "playground-initial")
+
+    def step(**change):
+        nonlocal src
+        inputs.update(change)
+        p = plan(**inputs, devices=32, num_layers=80, num_heads=64)
+        wait_for_plan(page, p)
+        src = wait_redrawn(page, src)
+        return p
+
+    # 2. dropdown: ZeRO-1 shards only the optimizer bucket -> 8.75 x (4 + 12/4) = 61.25 GB
+    page.locator(".pg-in-zero_stage select").select_option("ZeRO-1")
+    assert step(zero_stage=1).gb["total"] == pytest.approx(61.25)
+
+    # 3. slider: DP 4 -> 2: 87.5 GB does not fit, 16 devices != 32, batch halves
+    press(page, "dp", "ArrowLeft", 2)
+    p = step(dp=2)
+    assert not p.fits and p.effective_batch == 64 and len(p.warnings) == 2
+
+    # 4. slider: microbatches 16 -> 4: bubble (2-1)/(4+2-1) = 0.2, m != accumulation steps
+    press(page, "microbatches", "ArrowLeft", 12)
+    assert step(microbatches=4).bubble == pytest.approx(0.2)
+
+    # 5. slider: 2 devices per node: every TP group of 4 now crosses a node boundary
+    press(page, "devices_per_node", "ArrowLeft", 6)
+    p = step(devices_per_node=2)
+    assert any("crosses a node boundary" in w for w in p.warnings)
+
+    # 6. text box: a 95 GB device now holds the 87.5 GB, with under 10% headroom
+    box = page.locator(".pg-in-device_memory_gb input")
+    box.fill("95")
+    box.press("Enter")
+    p = step(device_memory_gb=95.0)
+    assert p.fits and any("headroom" in w for w in p.warnings)
+
+    settle(page)
+    path = screenshot(page, "playground")
+    assert path.stat().st_size > 10_000
+    assert error_outputs(page) == []

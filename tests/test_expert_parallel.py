@@ -1,0 +1,96 @@
+"""course_utils.expert_parallel: MoE token routing and Ulysses sequence parallelism with
+all-to-all on real gloo ranks, each checked against one device over several seeds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils import launch
+from course_utils.expert_parallel import (attention_inputs, attention_reference, check_moe,
+                                          check_ulysses, make_moe, moe_expert_parallel,
+                                          moe_reference, moe_tokens, route, ulysses_attention)
+
+
+def test_moe_reference_is_gate_times_chosen_expert():
+    params = make_moe(0, 4)
+    x = moe_tokens(0, 10)
+    expert, gate = route(x, params["router"])
+    assert expert.shape == (10,) and expert.dtype == torch.int64 and gate.shape == (10,)
+    out = moe_reference(x, params)
+    for t in range(10):  # one token at a time, the plain definition
+        e = int(expert[t])
+        want = gate[t] * (torch.relu(x[t] @ params["w1"][e]) @ params["w2"][e])
+        torch.testing.assert_close(out[t], want)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_moe_all_to_all_equals_one_device(seed):
+    results = check_moe(seed, world_size=4, tokens_per_rank=6, n_experts=4)
+    assert [r["my_experts"] for r in results] == [[0], [1], [2], [3]]
+    assert all(sum(r["sent"]) == 6 for r in results)                 # every token goes somewhere
+    assert sum(sum(r["received"]) for r in results) == 24
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_moe_two_experts_per_rank(seed):
+    results = check_moe(seed, world_size=2, tokens_per_rank=8, n_experts=4)
+    assert [r["my_experts"] for r in results] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_moe_reuses_the_dp_groups_as_ep_groups(seed):
+    results = check_moe(seed, world_size=4, tokens_per_rank=6, n_experts=4,
+                        mesh_sizes=(2, 2), mesh_names=("dp", "tp"), ep_axis="dp")
+    assert [r["ep_ranks"] for r in results] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert [r["my_experts"] for r in results] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+
+
+def test_moe_rank_with_no_tokens_for_a_peer():
+    """Uneven splits include zeros: a rank may send nothing to some expert rank."""
+    results = check_moe(0, world_size=4, tokens_per_rank=3, n_experts=8)
+    assert any(0 in r["sent"] for r in results)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("causal", [True, False])
+def test_ulysses_equals_one_device(seed, causal):
+    results = check_ulysses(seed, world_size=4, seq=8, heads=4, causal=causal)
+    assert results[0]["local_shape"] == [2, 4, 4]    # my 2 tokens, all 4 heads
+    assert results[0]["heads_shape"] == [8, 1, 4]    # all 8 tokens, my 1 head
+    assert results[0]["sent_elements"] == 4 * 2 * 4 * 4 * 3 // 4  # 3/4 of 4 tensors leave
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ulysses_over_the_tp_groups(seed):
+    results = check_ulysses(seed, world_size=4, seq=8, heads=4, mesh_sizes=(2, 2),
+                            mesh_names=("dp", "tp"), sp_axis="tp")
+    assert [r["sp_ranks"] for r in results] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert results[0]["heads_shape"] == [8, 2, 4]
+
+
+def test_attention_reference_matches_explicit_softmax():
+    q, k, v = attention_inputs(3, 6, 2)
+    out = attention_reference(q, k, v, causal=True)
+    for h in range(2):
+        scores = q[:, h] @ k[:, h].T / 2.0                  # head_dim 4: sqrt = 2
+        scores = scores.masked_fill(torch.ones(6, 6).triu(1).bool(), float("-inf"))
+        torch.testing.assert_close(out[:, h], torch.softmax(scores, -1) @ v[:, h])
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: make_moe(0, 0), "n_experts"),
+    (lambda: moe_tokens(0, 0), "n_tokens"),
+    (lambda: attention_inputs(0, 0, 2), "seq"),
+    (lambda: attention_inputs(0, 4, 2, head_dim=0), "head_dim"),
+])
+def test_bad_input_raises_value_error_naming_it(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_workers_reject_shapes_that_do_not_split():
+    with pytest.raises(launch.RankError, match="n_experts must be a multiple"):
+        launch.run(moe_expert_parallel, 2, 0, 4, 3, timeout_s=60)
+    with pytest.raises(launch.RankError, match="seq and heads must be multiples"):
+        launch.run(ulysses_attention, 2, 0, 6, 3, timeout_s=60)
