@@ -32,6 +32,15 @@ MISTAKES = {
                            "ring_gb_per_rank = 2 * (t - 1) / t * step_payload_gb\n"
                            "naive_over_megatron = 4.0",
                            "TP all-reduces activations"),
+    "a2_data_parallel": ("q1", "w_new_0 = 2 - 0.5 * (1 + 3 + 5)\nw_new_1 = 0 - 0.5 * (5 - 1 + 2)",
+                         "you used the SUM of the gradients"),
+    "a5_pipeline": ("q1", "bubble_p8_m24 = 7 / 24\nbubble_p4_m4 = 3 / 7\n"
+                          "bubble_interleaved = 3 / 19",
+                    "that is the ratio (P-1)/m"),
+    "a6_device_mesh": ("q1", "coords_21 = (2, 1, 1)\ntp_group_21 = [20, 21, 22, 23]\n"
+                             "pp_group_21 = [17, 21]\ndp_group_21 = [5, 13, 21, 29]\n"
+                             "tp_group_21_tp_outer = [5, 13, 21, 29]\ntp_groups_crossing = 0",
+                       "TP is not innermost here"),
 }
 
 
