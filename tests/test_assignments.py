@@ -41,6 +41,8 @@ MISTAKES = {
                              "pp_group_21 = [17, 21]\ndp_group_21 = [5, 13, 21, 29]\n"
                              "tp_group_21_tp_outer = [5, 13, 21, 29]\ntp_groups_crossing = 0",
                        "TP is not innermost here"),
+    "a7_measuring": ("q2", "q2_tokens_per_s = BATCH_PER_RANK * SEQ_LEN / (RUN_A['step_ms'] / 1000)",
+                     "the global batch is BATCH_PER_RANK x D sequences"),
 }
 
 
