@@ -221,6 +221,27 @@ def _format_outputs(logs: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+class _LiveTail:
+    """Print the complete lines a rank has written to its log since the last call."""
+
+    def __init__(self, path: str, rank: int):
+        self.path, self.rank, self.offset = path, rank, 0
+
+    def print_new_lines(self, final: bool = False) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return
+        end = len(chunk) if final else chunk.rfind(b"\n") + 1
+        if end <= 0:
+            return
+        self.offset += end
+        text = chunk[:end].decode("utf-8", errors="replace")
+        print("\n".join(f"[rank {self.rank}] {line}" for line in text.splitlines()), flush=True)
+
+
 def _kill(procs: Sequence[mp.process.BaseProcess], dump_stacks: bool = False) -> None:
     alive = [p for p in procs if p.is_alive()]
     if dump_stacks:
@@ -238,17 +259,24 @@ def _kill(procs: Sequence[mp.process.BaseProcess], dump_stacks: bool = False) ->
 
 def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 60.0,
         threads_per_rank: int | None = None, show_output: bool = True,
-        start_method: str | None = None, _fault: dict | None = None) -> list[Any]:
+        start_method: str | None = None, live_rank: int | None = None,
+        _fault: dict | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; return results by rank.
 
     ``timeout_s`` bounds the whole job (start-up included). ``threads_per_rank`` sets torch's
     intra-op threads in each rank (default: the CPU count shared out, at least 1).
     ``show_output=False`` keeps the ranks' printed output out of the cell (errors still show it).
     ``start_method``: "forkserver" (default where available: fast) or "spawn".
+    ``live_rank``: print that rank's output as it happens (progress of a long job); the other
+    ranks' output still follows the join, in rank order.
     Raises :class:`RankError` (a rank failed) or :class:`LaunchTimeout` (time ran out); in both
     cases, and on KeyboardInterrupt, every rank has been killed before ``run`` returns.
     """
     _check_args(fn, world_size, timeout_s, threads_per_rank)
+    if live_rank is not None and (isinstance(live_rank, bool) or not isinstance(live_rank, int)
+                                  or not 0 <= live_rank < world_size):
+        raise ValueError(f"live_rank must be None or a rank from 0 to {world_size - 1}; "
+                         f"got {live_rank!r}")
     import cloudpickle
 
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
@@ -257,7 +285,8 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
     deadline = time.monotonic() + timeout_s
     for attempt in range(1, _RENDEZVOUS_ATTEMPTS + 1):
         try:
-            results, logs = _launch_once(ctx, payload, world_size, timeout_s, deadline, threads)
+            results, logs = _launch_once(ctx, payload, world_size, timeout_s, deadline, threads,
+                                         live_rank if show_output else None)
         except _RendezvousFailed as failed:
             # Joining the group can fail spuriously on a loaded machine (gloo's
             # "connectFullMesh failed"): fn has not run anywhere yet, so start again once.
@@ -280,8 +309,9 @@ class _RendezvousFailed(Exception):
 
 
 def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, timeout_s: float,
-                 deadline: float, threads: int) -> tuple[list[Any], list[str]]:
-    """Start the ranks, wait for every result; return (results, logs) or raise."""
+                 deadline: float, threads: int,
+                 live_rank: int | None) -> tuple[list[Any], list[str]]:
+    """Start the ranks, wait for every result; return (results, logs not yet printed) or raise."""
     import torch.distributed as dist
 
     # Collectives time out a little after the launcher does, so a hang is reported by the
@@ -296,6 +326,7 @@ def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, t
     conns: dict[int, mp.connection.Connection] = {}
     lifelines = []
     results: dict[int, Any] = {}
+    live = _LiveTail(log_paths[live_rank], live_rank) if live_rank is not None else None
     try:
         for rank in range(world_size):
             recv_end, send_end = ctx.Pipe(duplex=False)
@@ -322,7 +353,9 @@ def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, t
                     f"run() timed out after {timeout_s:g} s: rank(s) {late} had not finished "
                     f"and were killed. Where they were:\n{stacks}", late, stacks, logs)
             waitables = [conns[r] for r in pending] + [procs[r].sentinel for r in pending]
-            ready = mp.connection.wait(waitables, timeout=min(remaining, 1.0))
+            ready = mp.connection.wait(waitables, timeout=min(remaining, 0.2 if live else 1.0))
+            if live:
+                live.print_new_lines()
             for rank in sorted(pending):
                 conn, proc = conns[rank], procs[rank]
                 if conn in ready or (proc.sentinel in ready and conn.poll()):
@@ -353,7 +386,11 @@ def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, t
 
         for p in procs:  # ranks exit right after reporting; give them a moment to tear down
             p.join(max(0.5, min(5.0, deadline - time.monotonic())))
-        return [results[r] for r in range(world_size)], _read_logs(log_paths)
+        logs = _read_logs(log_paths)
+        if live:
+            live.print_new_lines(final=True)
+            logs[live_rank] = ""
+        return [results[r] for r in range(world_size)], logs
     finally:
         _kill(procs)
         for c in list(conns.values()) + lifelines:

@@ -342,3 +342,22 @@ def test_an_error_inside_fn_is_not_retried(tmp_path):
     with pytest.raises(launch.RankError):
         launch.run(_raise_on, 2, str(tmp_path), 0, 0.0)
     assert len(list(tmp_path.iterdir())) == 2  # one attempt: each rank recorded one pid
+
+
+def _slow_progress(rank, world_size, steps):
+    for step in range(steps):
+        print(f"step {step}")
+        time.sleep(0.3)
+    return rank
+
+
+def test_live_rank_prints_progress_while_running_and_once(capsys):
+    assert launch.run(_slow_progress, 2, 4, live_rank=0) == [0, 1]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"[rank 0] step {s}" for s in range(4)] + [
+        f"[rank 1] step {s}" for s in range(4)]
+
+
+def test_live_rank_must_be_a_rank():
+    with pytest.raises(ValueError, match="live_rank"):
+        launch.run(launch.ping, 2, live_rank=2)
