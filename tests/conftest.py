@@ -14,7 +14,6 @@ if str(ROOT) not in sys.path:
 # Kernels started by nbval/nbclient/nbgrader import the course's own course_utils first.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 def pytest_collection_modifyitems(config, items):

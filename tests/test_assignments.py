@@ -65,9 +65,10 @@ def _normalized(path: Path) -> list:
 
 
 def _hidden_lines(name: str) -> list[str]:
+    """Lines of the solution notebook that only its solution and hidden-test regions contain."""
     src = (ROOT / "solutions" / name / f"{name}.ipynb").read_text(encoding="utf-8")
     nb = nbformat.reads(src, as_version=4)
-    lines, inside = [], False
+    hidden, visible, inside = [], set(), False
     for cell in nb.cells:
         for line in cell.source.splitlines():
             tag = line.strip()
@@ -76,8 +77,10 @@ def _hidden_lines(name: str) -> list[str]:
             elif tag in ("### END HIDDEN TESTS", "### END SOLUTION"):
                 inside = False
             elif inside and len(tag) > 12:
-                lines.append(tag)
-    return lines
+                hidden.append(tag)
+            elif not inside:
+                visible.add(tag)
+    return [line for line in hidden if line not in visible]
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +107,9 @@ def test_release_has_no_solutions_or_hidden_tests(name):
         assert marker not in text
     hidden = _hidden_lines(name)
     assert hidden, "the solution notebook should have solutions and hidden tests"
-    leaked = [line for line in hidden if json.dumps(line)[1:-1] in text]
+    released = {line.strip() for cell in nbformat.reads(text, as_version=4).cells
+                for line in cell.source.splitlines()}
+    leaked = [line for line in hidden if line in released]
     assert not leaked, f"hidden lines leaked into the release: {leaked[:3]}"
 
 
