@@ -143,12 +143,13 @@ for s_, run in zip(curve_specs, runs):
 # during the all-reduce (from `/proc/self/io`, which counts socket writes, so this is what gloo
 # really sent), the persistent state bytes after the first step (`memory.count_state_bytes`)
 # and, on the last step, the peak by category from torch's `MemTracker`. Rank 0 prints its
-# progress (the launcher shows it once the ranks finish). The first step is a warm-up and is
-# left out of the averages.
+# progress as it trains (`live_rank=0`). The first step is a warm-up and is left out of the
+# averages.
 
 # %%
 run_spec = replace(spec, steps=10, log_every=3, track_memory=True)
-results = launch.run(measure.dp_train, 2, run_spec, timeout_s=120, threads_per_rank=1)
+results = launch.run(measure.dp_train, 2, run_spec, timeout_s=120, threads_per_rank=1,
+                     live_rank=0)
 worst = measure.check_losses(results[0]["losses"], measure.reference_losses(run_spec), atol=1e-4)
 print(f"verified: losses equal single-process training (max |diff| < 1e-4: {worst < 1e-4})")
 
