@@ -21,8 +21,38 @@ test-fast: setup  ## skip notebook, nbgrader and browser runs
 notebooks: setup  ## rebuild notebooks/, solutions/ and assignments/ from authoring/
 	$(PY) scripts/build_notebooks.py
 
-bench: setup
+bench: setup  ## launcher start-up and notebook run times (module benchmarks: see benchmarks/)
 	$(PY) benchmarks/launch_startup.py
+	$(PY) benchmarks/notebook_times.py
 
 clean:
 	rm -rf .venv .pytest_cache .course_data
+
+# Grading (docs/instructor.md): one target per step, ASSIGNMENT=a1_training_state or all.
+SUBMISSIONS ?= submissions
+WORKERS ?= 2
+.PHONY: release collect autograde feedback report export formgrader bench-grading
+
+release: setup  ## regenerate assignments/ from solutions/
+	$(PY) scripts/grade.py release $(ASSIGNMENT)
+
+collect: setup  ## copy $(SUBMISSIONS)/<student>/... into $$COURSE_DATA/submitted
+	$(PY) scripts/grade.py collect $(SUBMISSIONS) $(ASSIGNMENT)
+
+autograde: setup  ## grade every collected submission (parallel) and write the report
+	$(PY) scripts/grade.py autograde $(ASSIGNMENT) --workers $(WORKERS)
+
+feedback: setup  ## HTML feedback per student
+	$(PY) scripts/grade.py feedback $(ASSIGNMENT)
+
+report: setup  ## re-check grades outside the kernel: reports/<assignment>.csv and .txt
+	$(PY) scripts/grade.py report $(ASSIGNMENT)
+
+export: setup  ## grades.csv and grades_verified.csv in $$COURSE_DATA
+	$(PY) scripts/grade.py export
+
+formgrader: setup  ## JupyterLab on the repository root: Nbgrader > Formgrader
+	$(PY) -m jupyter lab --ServerApp.root_dir=.
+
+bench-grading: setup  ## autograde 50 synthetic submissions per assignment
+	$(PY) benchmarks/grading.py

@@ -21,6 +21,10 @@ DATA.mkdir(parents=True, exist_ok=True)
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
+# The grading preprocessors (grading/) are imported by nbgrader from the repository root.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
 # nbgrader runs `alembic` (gradebook migrations) from PATH: find the one beside this Python.
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
@@ -34,17 +38,33 @@ c.CourseDirectory.feedback_directory = str(DATA / "feedback")
 c.CourseDirectory.solution_directory = str(DATA / "solution")
 c.CourseDirectory.db_url = f"sqlite:///{DATA / 'gradebook.db'}"
 c.Exchange.root = str(DATA / "exchange")
+(DATA / "exchange").mkdir(parents=True, exist_ok=True)
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# A cell that runs longer than this is stopped and scored 0; later cells still run.
+# A cell that runs longer than this is stopped and scored 0; later cells still run. A kernel that
+# ignores the interrupt (or dies) is restarted and the earlier cells replayed (grading/), instead
+# of nbgrader giving up on the whole submission. A test cell's stderr is shown as stdout: nbgrader
+# would otherwise score a correct answer that logs a warning 0. `grading/integrity.py` then
+# re-checks every recorded answer outside the kernel (`python scripts/grade.py report`).
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
+c.Autograde.autograde_preprocessors = [
+    "grading.preprocessors.RecoveringExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "grading.preprocessors.StderrToStdout",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 # A student who deletes a test cell gets it back (and is graded by it).
 c.OverwriteCells.add_missing_cells = True
 
-# Feedback shows each failed check's message but never hidden-test code or its traceback.
+# Feedback shows each failed check's message but never hidden-test code, its traceback, or the
+# check records (which carry expected values for the verifier).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",

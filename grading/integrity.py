@@ -1,0 +1,538 @@
+"""The grading check that runs outside the student's kernel, and the per-assignment report.
+
+nbgrader runs the hidden tests inside the student's own kernel, so an answer cell can patch
+whatever the tests use. This module never trusts the kernel's verdict alone:
+
+1. **Re-judging.** Every ``course_utils.checks`` call records the value it read (a display output
+   of type ``RECORD_MIME``). The reference solution is run once here with recording on; each
+   student's recorded value is judged again with :func:`course_utils.checks.judge` against the
+   *reference* record (expected value, tolerance, known mistakes). A test cell that nbgrader
+   scored as passed is only accepted when every check the reference ran is present, in order,
+   and right. A missing record means a check was patched out; an extra one means a forged one.
+2. **Static scan** (:func:`scan_source`): answer cells that assign to module attributes
+   (``math.isclose = ...``), touch ``builtins``/``sys.modules``/``sys.path``, define ``__eq__``
+   or subclass ``float``, import ``importlib``/``ctypes``/``signal``, emit check records, or write
+   files; plus the submission folder (a ``course_utils/`` folder, ``.py`` files) and test cells
+   that were edited or deleted (nbgrader restores them; the attempt is still reported).
+3. **Status apart from score:** "not submitted", "notebook missing", "not a valid notebook"
+   and "autograde failed" are never written as a 0.
+
+:func:`report` writes ``reports/<assignment>.csv`` and ``.txt`` under the course data folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from course_utils.checks import RECORD_ENV, RECORD_MIME, judge
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    """The course data folder (``$COURSE_DATA``, default ``.course_data/``)."""
+    return Path(os.environ.get("COURSE_DATA", ROOT / ".course_data")).expanduser().resolve()
+
+
+def notebook_names(assignment: str) -> list[str]:
+    """Notebook file names of an assignment, from ``solutions/<assignment>/``."""
+    return sorted(p.name for p in (ROOT / "solutions" / assignment).glob("*.ipynb"))
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_test_cell(cell) -> bool:
+    """An autograded test cell: a graded code cell that is not an answer."""
+    m = _meta(cell)
+    return cell.get("cell_type") == "code" and bool(m.get("grade")) and not m.get("solution")
+
+
+def is_answer_cell(cell) -> bool:
+    """A code cell the student writes (nbgrader ``solution``)."""
+    return cell.get("cell_type") == "code" and bool(_meta(cell).get("solution"))
+
+
+def records_by_cell(nb) -> dict[str, list[dict]]:
+    """``{grade_id: [check records in order]}`` for every test cell of an executed notebook."""
+    out: dict[str, list[dict]] = {}
+    for cell in nb.cells:
+        if is_test_cell(cell):
+            out[_meta(cell)["grade_id"]] = [
+                dict(o["data"][RECORD_MIME]) for o in cell.get("outputs", [])
+                if o.get("output_type") == "display_data" and RECORD_MIME in o.get("data", {})]
+    return out
+
+
+# ------------------------------------------------------------------------------ reference run
+
+
+def _digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def reference_records(assignment: str, data: Path | None = None,
+                      timeout: int = 600) -> dict[str, dict[str, list[dict]]]:
+    """``{notebook: {grade_id: [records]}}`` of the reference solution (run once, then cached).
+
+    The cache key covers the solution notebook and ``course_utils/checks.py``.
+    """
+    from nbclient import NotebookClient
+
+    data = data or data_dir()
+    out = {}
+    for name in notebook_names(assignment):
+        src = ROOT / "solutions" / assignment / name
+        key = _digest(src, ROOT / "course_utils" / "checks.py")
+        cache = data / "reference" / assignment / f"{Path(name).stem}.{key}.json"
+        if cache.exists():
+            out[name] = json.loads(cache.read_text())["records"]
+            continue
+        nb = nbformat.read(src, as_version=4)
+        old = os.environ.get(RECORD_ENV)
+        os.environ[RECORD_ENV] = "1"
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                               resources={"metadata": {"path": tmp}}).execute()
+        finally:
+            if old is None:
+                os.environ.pop(RECORD_ENV, None)
+            else:
+                os.environ[RECORD_ENV] = old
+        records = records_by_cell(nb)
+        failed = [r["name"] for recs in records.values() for r in recs if not r.get("passed")]
+        if failed:
+            raise RuntimeError(f"the reference solution of {assignment} fails its own checks: "
+                               f"{failed}")
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"records": records, "max_cell_s": _max_cell_seconds(nb)},
+                                    indent=1))
+        out[name] = records
+    return out
+
+
+def _max_cell_seconds(nb) -> float:
+    """The longest cell of an executed notebook, in seconds (from nbclient's timing)."""
+    from datetime import datetime
+
+    longest = 0.0
+    for cell in nb.cells:
+        ex = cell.get("metadata", {}).get("execution", {})
+        try:
+            t0 = datetime.fromisoformat(ex["iopub.execute_input"].replace("Z", "+00:00"))
+            t1 = datetime.fromisoformat(ex["shell.execute_reply"].replace("Z", "+00:00"))
+        except (KeyError, ValueError):
+            continue
+        longest = max(longest, (t1 - t0).total_seconds())
+    return longest
+
+
+def reference_max_cell_seconds(assignment: str, data: Path | None = None) -> float:
+    """The reference solution's longest cell (seconds): a floor for a safe cell timeout."""
+    data = data or data_dir()
+    reference_records(assignment, data)
+    found = [json.loads(p.read_text()).get("max_cell_s", 0.0)
+             for p in (data / "reference" / assignment).glob("*.json")]
+    return max(found or [0.0])
+
+
+# ------------------------------------------------------------------------------ static scan
+
+_SUSPECT_MODULES = {"importlib": "imports importlib (can reload or replace modules)",
+                    "ctypes": "imports ctypes (can rewrite interpreter memory)",
+                    "builtins": "imports builtins",
+                    "gc": "imports gc (can reach and change other objects)",
+                    "signal": "imports signal (can ignore the grader's interrupt)",
+                    "inspect": "imports inspect (can read the test code or frames)",
+                    "nbgrader": "imports nbgrader"}
+_DUNDERS = {"__eq__", "__ne__", "__float__", "__int__", "__index__", "__bool__", "__abs__",
+            "__round__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__instancecheck__",
+            "__subclasscheck__", "__getattr__", "__getattribute__", "__class__", "__mro__"}
+_BUILTIN_TYPES = {"float", "int", "str", "bool", "list", "tuple", "dict", "complex"}
+_FILE_WRITERS = {"open", "write_text", "write_bytes", "mkdir", "makedirs", "copy", "copytree",
+                 "symlink_to", "rename", "replace"}
+
+
+def _dotted(node) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Call):
+        parts.append(_dotted(node.func) + "()")
+    elif isinstance(node, ast.Subscript):
+        parts.append(_dotted(node.value) + "[]")
+    else:
+        parts.append("?")
+    return ".".join(reversed(parts))
+
+
+def _python_source(source: str) -> str:
+    """Cell source as plain Python (IPython magics and shell escapes translated)."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return TransformerManager().transform_cell(source)
+    except Exception:
+        return source
+
+
+def scan_source(source: str) -> list[str]:
+    """Tampering flags for one answer cell's code (empty list: nothing suspicious)."""
+    try:
+        tree = ast.parse(_python_source(source))
+    except SyntaxError:
+        return []  # a syntax error only costs the student the question
+    flags: list[str] = []
+    modules: set[str] = {"math", "sys", "builtins", "course_utils", "checks", "torch", "numpy",
+                         "np", "os", "IPython", "nbgrader", "importlib", "dist"}
+
+    def flag(node, text):
+        flags.append(f"line {getattr(node, 'lineno', '?')}: {text}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for a in node.names:
+                modules.add((a.asname or a.name).split(".")[0])
+            for name in names:
+                top = name.split(".")[0]
+                if top in _SUSPECT_MODULES:
+                    flag(node, _SUSPECT_MODULES[top])
+                if top == "course_utils" or top == "IPython":
+                    if isinstance(node, ast.ImportFrom) and top == "IPython":
+                        flag(node, f"imports from {name} (can publish fake check records)")
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, (ast.Attribute, ast.Subscript)):
+                    dotted = _dotted(t)
+                    root = dotted.split(".")[0].split("[")[0]
+                    if root in modules or "sys.modules" in dotted or "__builtins__" in dotted:
+                        flag(t, f"assigns to {dotted} (changes a module the tests use)")
+                elif isinstance(t, ast.Name) and t.id in {"check_number", "check_choice",
+                                                          "check_sequence", "checks",
+                                                          "__builtins__"}:
+                    flag(t, f"rebinds {t.id} (a name the test cells use)")
+        if isinstance(node, ast.Call):
+            func = _dotted(node.func)
+            last = func.split(".")[-1]
+            if last in {"setattr", "delattr"} and node.args:
+                target = _dotted(node.args[0])
+                if target.split(".")[0] in modules:
+                    flag(node, f"calls {last} on {target}")
+            if func in {"__import__", "exec", "eval", "compile", "globals", "sys._getframe",
+                        "vars"} or (func == "get_ipython" and "get_ipython" in source):
+                flag(node, f"calls {func}()")  # (magics become get_ipython() calls: not those)
+            if func.startswith("sys.path.") or func.startswith("sys.modules"):
+                flag(node, f"calls {func}() (changes where modules are imported from)")
+            if func.startswith("os.environ") or func in {"os.putenv", "os.unsetenv"}:
+                flag(node, f"calls {func}() (changes the grading environment)")
+            if last in {"publish_display_data", "display", "publish"} or func.endswith("display_pub.publish"):
+                for arg in ast.walk(node):
+                    if isinstance(arg, ast.Constant) and arg.value == RECORD_MIME:
+                        flag(node, "publishes a fake check record")
+            if last in _FILE_WRITERS and any(
+                    isinstance(a, ast.Constant) and isinstance(a.value, str)
+                    and ("course_utils" in a.value or a.value.endswith(".py"))
+                    for a in ast.walk(node)):
+                flag(node, f"writes Python files or a course_utils folder ({func})")
+        if isinstance(node, ast.Constant) and node.value == RECORD_MIME:
+            flag(node, "mentions the check-record type")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _DUNDERS:
+            flag(node, f"defines {node.name} (an object that can lie to comparisons)")
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if isinstance(base, ast.Name) and base.id in _BUILTIN_TYPES:
+                    flag(node, f"class {node.name} subclasses {base.id}")
+            if any(k.arg == "metaclass" for k in node.keywords):
+                flag(node, f"class {node.name} sets a metaclass")
+        if isinstance(node, ast.Attribute) and node.attr in {"__builtins__", "__globals__",
+                                                             "__code__", "__dict__", "f_globals",
+                                                             "__subclasses__"}:
+            flag(node, f"uses .{node.attr}")
+        if isinstance(node, ast.Name) and node.id == "__builtins__":
+            flag(node, "uses __builtins__")
+    return sorted(set(flags), key=flags.index)
+
+
+def scan_files(submission: Path, notebooks: list[str]) -> list[str]:
+    """Flags for files in the submission folder beside the notebooks (shadowing attempts)."""
+    flags = []
+    for path in sorted(submission.rglob("*")):
+        rel = path.relative_to(submission).as_posix()
+        if rel.startswith(".ipynb_checkpoints") or rel in notebooks or rel == "timestamp.txt":
+            continue
+        top = rel.split("/")[0]
+        if top == "course_utils" and path.is_dir() and rel == "course_utils":
+            flags.append("submitted a course_utils/ folder (would shadow the course's library)")
+        elif path.suffix in {".py", ".pth", ".so"} and not rel.startswith("course_utils/"):
+            flags.append(f"submitted a Python file {rel}")
+        elif top in {"sitecustomize.py", "usercustomize.py", "math.py", "numpy", "torch"}:
+            flags.append(f"submitted {rel} (would shadow a module)")
+    return flags
+
+
+def scan_notebook(nb, release) -> list[str]:
+    """Flags for one submitted notebook: tampering in its code and edited/deleted test cells."""
+    flags = []
+    release_tests = {_meta(c)["grade_id"]: c for c in release.cells if is_test_cell(c)}
+    seen = {}
+    for cell in nb.cells:
+        m = _meta(cell)
+        gid = m.get("grade_id")
+        if gid in release_tests:
+            seen[gid] = cell
+            continue
+        if cell.get("cell_type") != "code":
+            continue
+        where = f"cell {gid}" if gid else "an added cell"
+        flags += [f"{where}, {f}" for f in scan_source(cell.source)]
+    for gid, cell in release_tests.items():
+        if gid not in seen:
+            flags.append(f"test cell {gid} was deleted (restored by the grader)")
+        elif seen[gid].source.strip() != cell.source.strip():
+            flags.append(f"test cell {gid} was edited (restored by the grader)")
+    return flags
+
+
+# ------------------------------------------------------------------------------ verdicts
+
+
+@dataclass
+class CellResult:
+    """One test cell of one student: nbgrader's score and the verified one."""
+
+    grade_id: str
+    max_score: float
+    kernel_score: float
+    score: float
+    message: str = ""        # the mistake the feedback named (or the verifier found)
+    verified: bool = True    # False: no recorded check to re-judge (kernel verdict only)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StudentResult:
+    """One student's result for one assignment."""
+
+    student: str
+    status: str              # "graded" or "not graded: <reason>"
+    score: float | None = None
+    kernel_score: float | None = None
+    max_score: float = 0.0
+    manual_pending: float = 0.0
+    cells: list[CellResult] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def graded(self) -> bool:
+        return self.status == "graded"
+
+    @property
+    def failed_cells(self) -> list[CellResult]:
+        return [c for c in self.cells if c.score < c.max_score]
+
+
+def _error_message(cell) -> str:
+    """The first line of the cell's error (what the feedback shows), at most 300 characters."""
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "error":
+            first = (o.get("evalue") or "").strip().splitlines()[:1]
+            return f"{o.get('ename')}: {first[0] if first else ''}".strip()[:300]
+    return ""
+
+
+def verify_cell(cell, reference: list[dict]) -> CellResult:
+    """Re-judge one autograded test cell against the reference records (see module doc)."""
+    from nbgrader.utils import determine_grade
+
+    kernel, max_score = determine_grade(cell)
+    kernel = float(kernel or 0.0)
+    records = [dict(o["data"][RECORD_MIME]) for o in cell.get("outputs", [])
+               if RECORD_MIME in o.get("data", {})]
+    result = CellResult(_meta(cell)["grade_id"], float(max_score), kernel, kernel,
+                        message=_error_message(cell), verified=bool(reference))
+    kernel_passed = kernel >= max_score > 0
+    for i, rec in enumerate(records):
+        if i >= len(reference):
+            result.problems.append(f"extra check record {rec.get('name')!r} (forged?)")
+            continue
+        ref = reference[i]
+        if (rec.get("kind") in ("number", "sequence") and rec.get("expected") is not None
+                and ref.get("expected") is not None and rec["expected"] != ref["expected"]):
+            # the test computed its expected value at run time (from seeded inputs): judge the
+            # value against that, with the reference's tolerance and known mistakes. (Changing
+            # what a check records needs code that the static scan flags.)
+            ref = {**ref, "expected": rec["expected"]}
+        verdict = judge(rec, ref)
+        if verdict and kernel_passed:
+            result.problems.append(f"the kernel passed a wrong answer: {verdict}")
+        if verdict and not result.message:
+            result.message = verdict
+        if verdict:
+            break
+    else:
+        if kernel_passed and len(records) < len(reference):
+            missing = [r["name"] for r in reference[len(records):]]
+            result.problems.append(f"the cell passed but {len(missing)} check(s) never ran "
+                                   f"({', '.join(missing[:3])}): patched out?")
+    if result.problems:
+        result.score = 0.0
+        result.message = result.problems[0]
+    return result
+
+
+def _roster(assignment: str, data: Path) -> list[str]:
+    students = {p.name for p in (data / "submitted").glob("*") if p.is_dir()}
+    db = data / "gradebook.db"
+    if db.exists():
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{db}") as gb:
+            students |= {s.id for s in gb.students}
+    return sorted(students)
+
+
+def verify_student(assignment: str, student: str, references: dict, data: Path) -> StudentResult:
+    """The verified result of one student (see the module doc for the rules)."""
+    names = list(references)
+    sub = data / "submitted" / student / assignment
+    auto = data / "autograded" / student / assignment
+    result = StudentResult(student, "graded")
+    if not sub.is_dir():
+        result.status = "not graded: no submission"
+        return result
+    result.flags += scan_files(sub, names)
+    for name in names:
+        release = nbformat.read(ROOT / "assignments" / assignment / name, as_version=4)
+        if not (sub / name).exists():
+            others = sorted(p.name for p in sub.glob("*.ipynb"))
+            result.status = (f"not graded: notebook {name} missing"
+                             + (f" (found {', '.join(others)})" if others else ""))
+            return result
+        try:
+            submitted = nbformat.read(sub / name, as_version=4)
+        except Exception as err:  # malformed JSON, not a notebook
+            result.status = f"not graded: {name} is not a valid notebook ({str(err)[:80]})"
+            return result
+        result.flags += scan_notebook(submitted, release)
+        if not (auto / name).exists():
+            result.status = "not graded: autograde failed (see the autograde log)"
+            return result
+        graded = nbformat.read(auto / name, as_version=4)
+        for cell in graded.cells:
+            m = _meta(cell)
+            if is_test_cell(cell):
+                res = verify_cell(cell, references[name].get(m["grade_id"], []))
+                result.cells.append(res)
+                result.flags += [f"{res.grade_id}: {p}" for p in res.problems]
+            elif m.get("grade") and m.get("solution"):
+                result.manual_pending += float(m.get("points", 0))
+    result.max_score = sum(c.max_score for c in result.cells)
+    result.kernel_score = sum(c.kernel_score for c in result.cells)
+    result.score = sum(c.score for c in result.cells)
+    return result
+
+
+def verify_assignment(assignment: str, data: Path | None = None,
+                      students: list[str] | None = None) -> list[StudentResult]:
+    """Verified results of every student on the roster (or of ``students``)."""
+    data = data or data_dir()
+    references = reference_records(assignment, data)
+    return [verify_student(assignment, s, references, data)
+            for s in (students or _roster(assignment, data))]
+
+
+def report(assignment: str, data: Path | None = None,
+           students: list[str] | None = None) -> tuple[list[StudentResult], Path]:
+    """Write ``reports/<assignment>.csv`` and ``.txt``; returns the results and the CSV path."""
+    data = data or data_dir()
+    results = verify_assignment(assignment, data, students)
+    out = data / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / f"{assignment}.csv"
+    with csv_path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "status", "score", "max_score", "nbgrader_score",
+                    "manual_points_pending", "failed_cells", "mistakes", "flags"])
+        for r in results:
+            w.writerow([r.student, r.status,
+                        "" if r.score is None else f"{r.score:g}",
+                        f"{r.max_score:g}" if r.graded else "",
+                        "" if r.kernel_score is None else f"{r.kernel_score:g}",
+                        f"{r.manual_pending:g}" if r.graded else "",
+                        " ".join(c.grade_id for c in r.failed_cells),
+                        " | ".join(f"{c.grade_id}: {c.message}" for c in r.failed_cells
+                                   if c.message),
+                        " | ".join(condense(r.flags))])
+    (out / f"{assignment}.txt").write_text(render_text(assignment, results))
+    return results, csv_path
+
+
+def condense(flags: list[str]) -> list[str]:
+    """Merge flags that differ only by cell and line: "cells q1, q2: assigns to math.isclose"."""
+    import re
+
+    groups: dict[str, list[str]] = {}
+    for flag in flags:
+        m = re.match(r"cell (\S+), line \S+: (.*)", flag)
+        if m:
+            groups.setdefault(m.group(2), [])
+            if m.group(1) not in groups[m.group(2)]:
+                groups[m.group(2)].append(m.group(1))
+        else:
+            groups.setdefault(flag, [])
+    return [f"{text} (cells {', '.join(cells)})" if cells else text
+            for text, cells in groups.items()]
+
+
+def render_text(assignment: str, results: list[StudentResult]) -> str:
+    """The report as plain text, one block per student."""
+    lines = [f"Assignment {assignment}: {len(results)} students", ""]
+    graded = [r for r in results if r.graded]
+    not_graded = [r for r in results if not r.graded]
+    flagged = [r for r in results if r.flags]
+    lines.append(f"graded {len(graded)}, NOT graded {len(not_graded)}, flagged {len(flagged)}")
+    lines.append("(score = verified autograded points; manual questions are graded in the "
+                 "formgrader)")
+    unverifiable = sorted({c.grade_id for r in graded for c in r.cells if not c.verified})
+    if unverifiable:
+        lines.append(f"test cells without course_utils.checks calls, so judged only inside the "
+                     f"kernel: {', '.join(unverifiable)}")
+    lines.append("")
+    for r in results:
+        if not r.graded:
+            lines.append(f"{r.student}: NOT GRADED ({r.status.split(': ', 1)[-1]})")
+        else:
+            note = "" if r.score == r.kernel_score else f" (nbgrader said {r.kernel_score:g})"
+            lines.append(f"{r.student}: {r.score:g} / {r.max_score:g}{note}"
+                         + (f", {r.manual_pending:g} manual points to grade"
+                            if r.manual_pending else ""))
+            for c in r.failed_cells:
+                lines.append(f"    failed {c.grade_id} ({c.score:g}/{c.max_score:g}): "
+                             f"{c.message or 'no message'}")
+        for flag in condense(r.flags):
+            lines.append(f"    FLAG {flag}")
+        lines.append("")
+    return "\n".join(lines)

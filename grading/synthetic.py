@@ -1,0 +1,422 @@
+"""Synthetic submissions for any assignment: correct, wrong, and every cheat we know of.
+
+Everything is derived from ``solutions/<a>/<nb>.ipynb`` (the reference answers) and
+``assignments/<a>/<nb>.ipynb`` (what students receive), so a new assignment is covered without
+writing anything. Per-assignment specifics (a typical wrong-unit answer) come from
+:data:`UNIT_MISTAKES`; without an entry, wrong-unit answers are derived from the reference's
+check records (a check with ``unit="GB"`` on an answer variable gets the value in GiB and in
+bytes).
+
+:func:`build` writes the submissions and returns, per student, the :class:`Case` with the
+score it deserves and what the outside check must report.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import shutil
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from grading.integrity import ROOT, _meta, is_answer_cell, is_test_cell, notebook_names
+
+# (student suffix, answer variable, code for its answer cell, words the feedback must show).
+UNIT_MISTAKES: dict[str, list[tuple[str, str, str, str]]] = {
+    "a1_training_state": [
+        ("unit_gib", "q1_state_gb", "q1_state_gb = 13e9 * 16 / 2**30", "GiB (2**30 bytes)"),
+        ("unit_bytes", "q1_state_gb", "q1_state_gb = 13e9 * 16", "count in bytes"),
+    ],
+}
+
+
+@dataclass
+class Case:
+    """One synthetic student and what grading must make of it."""
+
+    student: str
+    kind: str
+    deserved: float | None          # verified autograded points; None: must not be graded
+    status: str = "graded"          # expected status prefix ("graded" / "not graded")
+    flags: list[str] = field(default_factory=list)   # substrings the report's flags must show
+    feedback: list[str] = field(default_factory=list)  # substrings the feedback must show
+    slow: bool = False              # costs a cell timeout
+
+
+# ------------------------------------------------------------------------------ notebook model
+
+
+def solution_code(source: str) -> str:
+    """An answer cell's reference code with the ``### BEGIN/END SOLUTION`` lines removed."""
+    return "\n".join(line for line in source.splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def assigned_names(code: str) -> list[str]:
+    """Top-level names an answer cell assigns or defines, in order."""
+    names: list[str] = []
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return names
+    for node in tree.body:
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        for t in targets:
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name) and n.id not in names:
+                    names.append(n.id)
+    return names
+
+
+@dataclass
+class Model:
+    """An assignment notebook seen as answers and the test cells that follow each one."""
+
+    name: str                      # notebook file name
+    release: nbformat.NotebookNode
+    answers: dict[str, str]        # answer grade_id -> reference code
+    tests_of: dict[str, list[str]]  # answer grade_id -> test grade_ids until the next answer
+    points: dict[str, float]       # test grade_id -> points
+    manual: dict[str, str] = field(default_factory=dict)  # written answers (markdown)
+
+    @property
+    def auto_max(self) -> float:
+        return sum(self.points.values())
+
+    def points_of(self, answer_id: str) -> float:
+        return sum(self.points[t] for t in self.tests_of[answer_id])
+
+
+def load(assignment: str) -> list[Model]:
+    """The assignment's notebooks as :class:`Model` objects."""
+    models = []
+    for name in notebook_names(assignment):
+        sol = nbformat.read(ROOT / "solutions" / assignment / name, as_version=4)
+        rel = nbformat.read(ROOT / "assignments" / assignment / name, as_version=4)
+        answers, tests_of, points, manual, current = {}, {}, {}, {}, None
+        for cell in sol.cells:
+            m = _meta(cell)
+            if cell.cell_type == "markdown" and m.get("solution"):
+                manual[m["grade_id"]] = solution_code(cell.source)
+            if is_answer_cell(cell) and not m.get("grade"):
+                current = m["grade_id"]
+                answers[current] = solution_code(cell.source)
+                tests_of[current] = []
+            elif is_answer_cell(cell):  # an autograded answer cell that is also graded: rare
+                current = m["grade_id"]
+                answers[current] = solution_code(cell.source)
+                tests_of[current] = []
+            elif is_test_cell(cell):
+                points[m["grade_id"]] = float(m.get("points", 0))
+                if current is not None:
+                    tests_of[current].append(m["grade_id"])
+        models.append(Model(name, rel, answers, tests_of, points, manual))
+    return models
+
+
+# ------------------------------------------------------------------------------ code snippets
+
+_WRONG = textwrap.dedent('''
+    def _syn_wrong(v):
+        """A wrong value of the same kind as v."""
+        import functools
+        if isinstance(v, bool):
+            return not v
+        if isinstance(v, (int, float)):
+            return type(v)(v * 3 + 7)
+        if isinstance(v, str):
+            return v + " (wrong)"
+        if isinstance(v, (list, tuple)):
+            return type(v)(_syn_wrong(x) for x in v)
+        if isinstance(v, dict):
+            return {k: _syn_wrong(x) for k, x in v.items()}
+        if callable(v) and not isinstance(v, type):
+            @functools.wraps(v)
+            def wrapped(*args, **kwargs):
+                out = _syn_wrong(v(*args, **kwargs))
+                try:  # a function that works in place is wrong in place too
+                    import torch
+                    with torch.no_grad():
+                        for a in args:
+                            if isinstance(a, torch.Tensor) and a.is_floating_point():
+                                a.mul_(3).add_(7)
+                except ImportError:
+                    pass
+                return out
+            return wrapped
+        try:
+            import torch
+            if isinstance(v, torch.Tensor):
+                return v * 3 + 7
+        except ImportError:
+            pass
+        return v
+''')
+
+_NOISY = textwrap.dedent('''
+    def _syn_noisy(v):
+        """v, but functions first write a warning, a log line and raw text to stderr."""
+        import functools, logging, sys, warnings
+        if callable(v) and not isinstance(v, type):
+            @functools.wraps(v)
+            def wrapped(*args, **kwargs):
+                warnings.warn("synthetic: a harmless warning from the answer")
+                logging.getLogger("student").warning("synthetic: a log line on stderr")
+                print("synthetic: text on stderr", file=sys.stderr)
+                return v(*args, **kwargs)
+            return wrapped
+        return v
+    import sys as _sys
+    print("synthetic: the answer cell writes to stderr", file=_sys.stderr)
+''')
+
+_ALWAYS_EQUAL = textwrap.dedent('''
+    class _SynAlwaysEqual:
+        """Equal to everything, a number to anyone who asks."""
+        def __eq__(self, other): return True
+        def __ne__(self, other): return False
+        def __float__(self): return 0.0
+        def __int__(self): return 0
+        def __index__(self): return 0
+        def __len__(self): return 0
+        def __iter__(self): return iter(())
+        def __getitem__(self, i): return self
+    def _syn_fake(v):
+        if callable(v) and not isinstance(v, type):
+            return lambda *a, **k: _SynAlwaysEqual()
+        return _SynAlwaysEqual()
+''')
+
+_LYING_FLOAT = textwrap.dedent('''
+    class _SynLyingFloat(float):
+        """A float that claims to equal anything."""
+        def __eq__(self, other): return True
+        def __ne__(self, other): return False
+        def __float__(self): return 1.0
+        __hash__ = float.__hash__
+    def _syn_fake(v):
+        if callable(v) and not isinstance(v, type):
+            return lambda *a, **k: _SynLyingFloat(-1.0)
+        if isinstance(v, (list, tuple)):
+            return type(v)(_SynLyingFloat(-1.0) for _ in v)
+        return _SynLyingFloat(-1.0)
+''')
+
+_PATCH_ISCLOSE = "import math\nmath.isclose = lambda *a, **k: True\n"
+_PATCH_BUILTINS = ("import builtins\nbuiltins.abs = lambda x: 0.0\n"
+                   "builtins.all = lambda it: True\n")
+_PATCH_SYS_MODULES = textwrap.dedent('''
+    import sys, types
+    _syn_fake_checks = types.ModuleType("course_utils.checks")
+    _syn_fake_checks.check_number = lambda *a, **k: None
+    _syn_fake_checks.check_choice = lambda *a, **k: None
+    _syn_fake_checks.check_sequence = lambda *a, **k: None
+    _syn_fake_checks.as_number = lambda name, v: 0.0
+    sys.modules["course_utils.checks"] = _syn_fake_checks
+    import course_utils
+    course_utils.checks = _syn_fake_checks
+    checks = _syn_fake_checks
+    check_number = _syn_fake_checks.check_number
+    check_choice = _syn_fake_checks.check_choice
+    check_sequence = _syn_fake_checks.check_sequence
+''')
+_FAKE_PACKAGE = {
+    "course_utils/__init__.py": "",
+    "course_utils/checks.py": ("def check_number(*a, **k):\n    return None\n\n"
+                               "check_choice = check_sequence = check_number\n"
+                               "RECORD_MIME = 'x'\n"),
+}
+
+_LOOP = "while True:\n    pass\n"
+_SWALLOW = ("while True:\n    try:\n        while True:\n            pass\n"
+            "    except KeyboardInterrupt:\n        pass\n")
+
+
+def _apply(names: list[str], fn: str) -> str:
+    return "".join(f"{n} = {fn}({n})\n" for n in names if not n.startswith("_"))
+
+
+# ------------------------------------------------------------------------------ building
+
+
+def _notebook(model: Model, codes: dict[str, str], drop_tests: bool = False,
+              edit_tests: bool = False) -> nbformat.NotebookNode:
+    nb = copy.deepcopy(model.release)
+    cells = []
+    for cell in nb.cells:
+        gid = _meta(cell).get("grade_id")
+        if gid in codes:
+            cell.source = codes[gid]
+        if is_test_cell(cell):
+            if drop_tests:
+                continue
+            if edit_tests:
+                cell.source = "None  # the tests are gone"
+        cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
+def _answer_codes(model: Model, transform) -> dict[str, str]:
+    return {gid: transform(gid, code) for gid, code in model.answers.items()}
+
+
+def _first_answer(model: Model) -> str:
+    """The first answer whose tests carry points (what the loop/raise cases break)."""
+    return next(gid for gid in model.answers if model.points_of(gid) > 0)
+
+
+# the same quantity in another unit: (student suffix, factor) per unit the check names
+_CONVERSIONS = {"GB": [("unit_gib", 1e9 / 2**30), ("unit_bytes", 1e9)],
+                "GiB": [("unit_gb", 2**30 / 1e9), ("unit_bytes", 2**30)],
+                "bytes": [("unit_gb", 1e-9)],
+                "ms": [("unit_seconds", 1e-3)],
+                "s": [("unit_ms", 1e3)]}
+
+
+def _unit_from_name(name: str) -> str:
+    """A unit read from a variable name: ``zero2_gb``/``gb_a`` -> GB, ``q6_predicted_ms`` -> ms."""
+    low = name.lower()
+    for unit, tags in (("GB", ("gb",)), ("GiB", ("gib",)), ("ms", ("ms",)),
+                       ("bytes", ("bytes",))):
+        if any(low.endswith("_" + t) or low.startswith(t + "_") for t in tags):
+            return unit
+    return ""
+
+
+def _unit_cases(assignment: str, model: Model, references: dict) -> list[tuple]:
+    """(suffix, answer id, code, feedback words) for wrong-unit answers of this assignment."""
+    out = []
+    owner = {n: gid for gid, code in model.answers.items() for n in assigned_names(code)}
+    for suffix, var, code, words in UNIT_MISTAKES.get(assignment, []):
+        if var in owner:
+            out.append((suffix, owner[var], model.answers[owner[var]] + "\n" + code, words))
+    if out:
+        return out
+    for recs in references.get(model.name, {}).values():  # generic: a check with a unit
+        for rec in recs:
+            unit = rec.get("unit") or _unit_from_name(rec["name"])
+            if unit not in _CONVERSIONS or rec["name"] not in owner or not rec.get("expected"):
+                continue
+            exp, gid = float(rec["expected"]), owner[rec["name"]]
+            for suffix, factor in _CONVERSIONS[unit]:
+                value = exp * factor
+                words = next((m for w, m in rec.get("mistakes", [])
+                              if abs(float(w) - value) <= 1e-3 * abs(value)), "is not right")
+                out.append((suffix, gid, model.answers[gid] + f"\n{rec['name']} = {value!r}",
+                            words))
+            return out
+    return out
+
+
+def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Case, dict]]:
+    """Every synthetic student of ``assignment``: (expectation, {notebook: NotebookNode or
+    str (raw text) or None (missing)} plus ``"_files"``: extra files to put beside it)."""
+    references = references or {}
+    [model] = load(assignment)  # the course has one notebook per assignment
+    full, name = model.auto_max, model.name
+    out: list[tuple[Case, dict]] = []
+
+    def add(kind, deserved, nb, **kw):
+        files = kw.pop("files", {})
+        out.append((Case(f"{kind}", kind, deserved, **kw), {name: nb, "_files": files}))
+
+    correct = {**_answer_codes(model, lambda g, c: c), **model.manual}
+    wrong = _answer_codes(model, lambda g, c: f"{c}\n{_WRONG}\n{_apply(assigned_names(c), '_syn_wrong')}")
+    first = _first_answer(model)
+    lost = model.points_of(first)
+
+    add("correct", full, _notebook(model, correct))
+    add("wrong", 0.0, _notebook(model, wrong))
+    for suffix, gid, code, words in _unit_cases(assignment, model, references):
+        add(suffix, full - model.points_of(gid), _notebook(model, {**correct, gid: code}),
+            feedback=[words])
+    add("raises", full - lost, _notebook(model, {**correct, first: "raise RuntimeError("
+                                                 "'synthetic: the answer raises')\n" + correct[first]}))
+    add("infinite_loop", full - lost, _notebook(model, {**correct, first: _LOOP}), slow=True)
+    add("swallows_interrupt", full - lost, _notebook(model, {**correct, first: _SWALLOW}),
+        slow=True)
+    add("edited_tests", 0.0, _notebook(model, wrong, edit_tests=True), flags=["was edited"])
+    add("deleted_tests", 0.0, _notebook(model, wrong, drop_tests=True), flags=["was deleted"])
+    # the answer's own code runs first (so every name exists), then its values are replaced
+    add("always_equal", 0.0, _notebook(model, _answer_codes(
+        model, lambda g, c: f"{c}\n{_ALWAYS_EQUAL}\n{_apply(assigned_names(c), '_syn_fake')}")),
+        flags=["defines __eq__"])
+    add("lying_float", 0.0, _notebook(model, _answer_codes(
+        model, lambda g, c: f"{c}\n{_LYING_FLOAT}\n{_apply(assigned_names(c), '_syn_fake')}")),
+        flags=["subclasses float"])
+    add("patch_isclose", 0.0, _notebook(model, {g: _PATCH_ISCLOSE + c for g, c in wrong.items()}),
+        flags=["assigns to math.isclose"])
+    add("patch_sys_modules", 0.0,
+        _notebook(model, {g: c + "\n" + _PATCH_SYS_MODULES for g, c in wrong.items()}),
+        flags=["sys.modules"])
+    add("patch_builtins", 0.0, _notebook(model, {g: _PATCH_BUILTINS + c for g, c in wrong.items()}),
+        flags=["builtins.abs"])
+    add("shadow_course_utils", 0.0, _notebook(model, wrong), files=_FAKE_PACKAGE,
+        flags=["course_utils/ folder"])
+    add("malformed_json", None, '{"cells": [{"cell_type": "code", "source": "x = 1"',
+        status="not graded: " + name + " is not a valid notebook")
+    add("missing_notebook", None, None, files={"my_answers.txt": "I forgot to upload it\n"},
+        status=f"not graded: notebook {name} missing")
+    add("stderr_noise", full, _notebook(model, {**model.manual, **_answer_codes(
+        model, lambda g, c: f"{_NOISY}\n{c}\n{_apply(assigned_names(c), '_syn_noisy')}")}))
+    add("unanswered", 0.0, copy.deepcopy(model.release))
+    return out
+
+
+def write(cases: list[tuple[Case, dict]], submitted: Path, assignment: str,
+          prefix: str = "") -> list[Case]:
+    """Write each case as ``submitted/<prefix><student>/<assignment>/``; returns the cases."""
+    written = []
+    for case, files in cases:
+        case = copy.copy(case)
+        case.student = prefix + case.student
+        target = submitted / case.student / assignment
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        for rel, content in files.items():
+            if rel == "_files":
+                for extra, text in content.items():
+                    (target / extra).parent.mkdir(parents=True, exist_ok=True)
+                    (target / extra).write_text(text)
+            elif content is None:
+                continue
+            elif isinstance(content, str):
+                (target / rel).write_text(content)
+            else:
+                nbformat.write(content, target / rel)
+        written.append(case)
+    return written
+
+
+def build(assignment: str, submitted: Path, references: dict | None = None,
+          prefix: str = "", kinds: set[str] | None = None) -> list[Case]:
+    """Write the synthetic submissions of ``assignment`` (optionally only ``kinds``)."""
+    cases = [(c, f) for c, f in cases_for(assignment, references)
+             if kinds is None or c.kind in kinds]
+    return write(cases, submitted, assignment, prefix)
+
+
+def clone(assignment: str, submitted: Path, kind: str, n: int, references: dict | None = None,
+          prefix: str = "s") -> list[str]:
+    """``n`` students submitting the same synthetic ``kind`` (for benchmarks)."""
+    [(case, files)] = [(c, f) for c, f in cases_for(assignment, references) if c.kind == kind]
+    students = []
+    for i in range(n):
+        [w] = write([(case, files)], submitted, assignment, prefix=f"{prefix}{i:03d}_")
+        students.append(w.student)
+    return students
+
+
+__all__ = ["Case", "UNIT_MISTAKES", "build", "cases_for", "clone", "load", "solution_code",
+           "assigned_names"]

@@ -1,0 +1,173 @@
+"""The course in a real JupyterLab (Debian's Chromium driven by Playwright).
+
+1. ``notebooks/01_training_state.ipynb`` opened and run with Run > Run All Cells: every code cell
+   finishes, no error output, each cell's printed text matches the committed (nbval-checked)
+   output line by line, and the budget plot renders as a decoded PNG.
+2. ``assignments/a1_training_state`` validated with the notebook toolbar's Validate button:
+   the blank release and a notebook with the reference answers; the dialog must report the
+   failing tests (naming ``NotImplementedError``) for the first and success for the second.
+3. The formgrader, opened from the Nbgrader menu in a JupyterLab whose folder is a copy of the
+   course (its ``nbgrader_config.py``, ``solutions/``, ``assignments/``), with student data in a
+   temporary ``$COURSE_DATA``: it lists the course's assignment and shows neither the
+   "course id has not been set" nor the "exchange directory" warning.
+
+Screenshots: ``test-artifacts/course-lecture-01.png``, ``course-validate-blank.png``,
+``course-validate-solved.png``, ``course-formgrader.png``. Uses ``tests/jupyterlab_harness.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyterlab_harness import (LabServer, error_outputs, lab_browser, lab_page,  # noqa: F401
+                                open_notebook, require_chromium, run_all, screenshot)
+
+pytestmark = pytest.mark.browser
+ROOT = Path(__file__).resolve().parent.parent
+A1 = "a1_training_state"
+
+
+class CourseLab(LabServer):
+    """The harness's LabServer, with notebook windowing off and optionally the course's setup.
+
+    JupyterLab 4 renders only the cells in view ("windowing"): after Run All scrolls to the
+    end, the first cells' prompts read "" and the harness's wait for ``[n]:`` never ends. With
+    ``course=True`` the served folder gets a copy of ``nbgrader_config.py``, ``solutions/`` and
+    ``assignments/`` before the server starts (the formgrader reads them at start-up).
+    """
+
+    def __init__(self, course: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.course = course
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        tracker = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / "@jupyterlab" / "notebook-extension"
+        tracker.mkdir(parents=True, exist_ok=True)
+        (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+        if self.course:
+            root = self.base / "root"
+            shutil.copy(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
+            for folder in ("solutions", "assignments"):
+                shutil.copytree(ROOT / folder / A1, root / folder / A1, dirs_exist_ok=True)
+        return env
+
+
+@pytest.fixture
+def course_lab():
+    """A fresh CourseLab; fails the test if a kernel or child survives its shutdown."""
+    require_chromium()
+    server = CourseLab()
+    with server:
+        yield server
+    assert not server.survivors, f"processes survived the server's shutdown: {server.survivors}"
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def test_lecture_runs_with_outputs_and_plot(course_lab, lab_page):  # noqa: F811
+    lab_server = course_lab
+    page = lab_page
+    src = ROOT / "notebooks" / "01_training_state.ipynb"
+    path = lab_server.add_file(src)
+    open_notebook(page, lab_server, path)
+    run_all(page, timeout_s=240)
+    assert error_outputs(page) == []
+
+    stored = [c for c in nbformat.read(src, as_version=4).cells if c.cell_type == "code"]
+    cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell")
+    assert cells.count() == len(stored)
+    for i, cell in enumerate(stored):
+        if cell.source.startswith("# NBVAL_IGNORE_OUTPUT"):
+            continue
+        want = [_norm(line) for o in cell.outputs if o.output_type == "stream"
+                for line in o.text.splitlines() if line.strip()]
+        shown = _norm(cells.nth(i).locator(".jp-OutputArea").inner_text())
+        missing = [line for line in want if line not in shown]
+        assert not missing, f"code cell {i} does not show {missing[:3]}"
+
+    plots = page.locator(".jp-OutputArea-output[data-mime-type='image/png'] img")
+    plots.first.wait_for(timeout=60_000)
+    assert plots.count() == sum(1 for c in stored for o in c.outputs
+                                if "image/png" in o.get("data", {}))
+    assert plots.first.evaluate("i => i.complete && i.naturalWidth > 200")
+    plots.first.scroll_into_view_if_needed()
+    screenshot(page, "course-lecture-01")
+
+
+def _solved_release() -> nbformat.NotebookNode:
+    """The released a1 notebook with the reference answers typed into the answer cells."""
+    from grading import synthetic
+
+    [(case, files)] = [(c, f) for c, f in synthetic.cases_for(A1) if c.kind == "correct"]
+    return files[f"{A1}.ipynb"]
+
+
+def _validate(page, timeout_s: float = 180) -> str:
+    """Press the toolbar's Validate button; returns the dialog's text (and closes it)."""
+    page.get_by_role("button", name="Validate").first.click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=30_000)
+    body = dialog.locator(".jp-Dialog-body")
+    # the dialog first says it is validating, then shows the result
+    page.wait_for_function(
+        "() => { const b = document.querySelector('.jp-Dialog .jp-Dialog-body');"
+        " return b && /success|fail|error|tests/i.test(b.innerText)"
+        " && !/^\\s*validating/i.test(b.innerText); }", timeout=timeout_s * 1000)
+    return body.inner_text()
+
+
+def test_validate_button_reports_failures_and_success(course_lab, lab_page):  # noqa: F811
+    lab_server = course_lab
+    page = lab_page
+    blank = lab_server.add_file(ROOT / "assignments" / A1 / f"{A1}.ipynb", f"blank/{A1}.ipynb")
+    solved_path = lab_server.root_dir / "solved" / f"{A1}.ipynb"
+    solved_path.parent.mkdir(parents=True)
+    nbformat.write(_solved_release(), solved_path)
+
+    open_notebook(page, lab_server, blank)
+    text = _validate(page)
+    screenshot(page, "course-validate-blank")
+    assert "NotImplementedError" in text, text
+    assert "Success" not in text, text
+    page.locator(".jp-Dialog").get_by_role("button").last.click()
+
+    open_notebook(page, lab_server, f"solved/{A1}.ipynb")
+    text = _validate(page)
+    screenshot(page, "course-validate-solved")
+    assert "Success" in text and "passes all the tests" in text, text
+
+
+def test_formgrader_opens_with_the_course_config(lab_page):  # noqa: F811
+    require_chromium()
+    page = lab_page
+    data = Path(tempfile.mkdtemp(prefix="course-data-"))
+    try:
+        server = CourseLab(course=True, extra_env={"COURSE_DATA": str(data)})
+        with server:
+            # the gradebook knows the assignment, as after `scripts/grade.py release`
+            out = subprocess.run([sys.executable, "-m", "nbgrader", "db", "assignment", "add",
+                                  A1], cwd=server.root_dir, env=server.env(), capture_output=True,
+                                 text=True, timeout=300)
+            assert out.returncode == 0, out.stderr[-2000:]
+            page.goto(server.url("lab"), wait_until="domcontentloaded", timeout=120_000)
+            page.get_by_role("menuitem", name="Nbgrader").click(timeout=120_000)
+            page.locator("li[data-command='nbgrader:open-formgrader']").click()
+            frame = page.frame_locator("iframe").first
+            frame.locator("text=" + A1).first.wait_for(timeout=120_000)
+            assert frame.locator("#warning-course-id").count() == 0
+            assert frame.locator("#warning-exchange").count() == 0
+            assert frame.locator("text=Manage Assignments").count() >= 1
+            screenshot(page, "course-formgrader")
+        assert not server.survivors, server.survivors
+    finally:
+        shutil.rmtree(data, ignore_errors=True)

@@ -1,0 +1,359 @@
+"""Grading integrity: every synthetic submission of every assignment gets the score it deserves.
+
+Fast tests: the static tampering scan, the outside re-judging of recorded checks, the stderr and
+feedback preprocessors, and the synthetic-submission builder for each assignment.
+
+Slow tests (``@pytest.mark.slow``), per assignment: one parallel autograde of all synthetic
+submissions (correct, wrong, wrong unit, raises, infinite loop, a loop that swallows
+KeyboardInterrupt, edited/deleted test cells, an always-equal object, a lying float subclass,
+monkeypatched ``math.isclose``/``sys.modules``/builtins, a shadowing ``course_utils/`` folder,
+malformed JSON, a missing notebook, a correct answer that writes to stderr, an unanswered
+notebook), then the integrity report and the feedback. Each case is checked against what it
+deserves: correct answers never lose points to noise, wrong ones never gain, cheats are flagged
+by the check that runs outside the kernel, and "could not be graded" is never a 0.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils.checks import RECORD_MIME, check_number, judge
+from grading import integrity, synthetic, workflow
+from grading.preprocessors import StderrToStdout
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir()
+                     if (p / f"{p.name}.ipynb").exists()
+                     and (ROOT / "assignments" / p.name / f"{p.name}.ipynb").exists())
+KINDS = ["correct", "wrong", "raises", "infinite_loop", "swallows_interrupt", "edited_tests",
+         "deleted_tests", "always_equal", "lying_float", "patch_isclose", "patch_sys_modules",
+         "patch_builtins", "shadow_course_utils", "malformed_json", "missing_notebook",
+         "stderr_noise", "unanswered"]
+
+
+# ------------------------------------------------------------------------------ fast
+
+
+@pytest.mark.parametrize("code, words", [
+    ("import math\nmath.isclose = lambda *a, **k: True", "assigns to math.isclose"),
+    ("import builtins\nbuiltins.abs = lambda x: 0", "assigns to builtins.abs"),
+    ("import sys\nsys.modules['course_utils.checks'] = None", "sys.modules"),
+    ("import sys\nsys.path.insert(0, '.')", "sys.path.insert"),
+    ("class F(float):\n    pass", "subclasses float"),
+    ("class A:\n    def __eq__(self, o):\n        return True", "defines __eq__"),
+    ("import importlib", "importlib"),
+    ("from importlib import reload", "importlib"),
+    ("import signal\nsignal.signal(2, signal.SIG_IGN)", "signal"),
+    ("check_number = print", "rebinds check_number"),
+    ("setattr(math, 'isclose', None)", "calls setattr on math"),
+    ("__builtins__.abs = None", "__builtins__"),
+    ("from IPython.display import publish_display_data\n"
+     f"publish_display_data({{'{RECORD_MIME}': {{}}}})", "fake check record"),
+    ("import os\nos.makedirs('course_utils')", "course_utils folder"),
+    ("open('course_utils/checks.py', 'w').write('x')", "course_utils folder"),
+    ("import course_utils.checks as c\nc.check_number = None", "assigns to c.check_number"),
+])
+def test_scan_flags_tampering(code, words):
+    flags = integrity.scan_source(code)
+    assert any(words in f for f in flags), flags
+
+
+@pytest.mark.parametrize("code", [
+    "q1 = 13e9 * 16 / 1e9",
+    "import math\nx = math.sqrt(2) * 3",
+    "def f(n):\n    total = 0\n    for i in range(n):\n        total += i\n    return total",
+    "import torch\nt = torch.zeros(3)\nt[0] = 1.0",
+    "from course_utils import launch\nres = launch.run(f, 2, timeout_s=30)",
+    "class Plan:\n    def __init__(self, n):\n        self.n = n",
+    "%time x = 1",
+    "def broken(:",
+])
+def test_scan_leaves_honest_code_alone(code):
+    assert integrity.scan_source(code) == []
+
+
+def _record(name, value, **kw):
+    rec = {"kind": "number", "name": name, "value": value, "expected": None, "mistakes": [],
+           "rel": 1e-3, "abs_tol": 0.0, "unit": "", "hint": ""}
+    rec.update(kw)
+    return rec
+
+
+def test_judge_uses_the_reference_not_the_kernel():
+    ref = _record("x", 208.0, expected=208.0, unit="GB",
+                  mistakes=[[193.715, "that is GiB (2**30 bytes)"]])
+    assert judge(_record("x", 208.0), ref) is None
+    assert "GiB" in judge(_record("x", 193.715, expected=193.715), ref)  # forged expected
+    assert "not right" in judge(_record("x", 1.0), ref)
+    assert judge(_record("x", None, message="should be a plain number"), ref)
+    assert "does not match" in judge(_record("y", 208.0), ref)
+    choice = {"kind": "choice", "name": "c", "expected": False, "allowed": [True, False],
+              "mistakes": [[True, "96 GB > 80 GB"]], "hint": ""}
+    assert judge({"kind": "choice", "name": "c", "value": False}, choice) is None
+    assert "96 GB" in judge({"kind": "choice", "name": "c", "value": True}, choice)
+    ints = {"kind": "choice", "name": "stage", "expected": 3, "allowed": [0, 1, 2, 3],
+            "mistakes": [[2, "ZeRO-2 needs 37.4 GB"]], "hint": ""}
+    assert judge({"kind": "choice", "name": "stage", "value": 3}, ints) is None
+    assert "37.4" in judge({"kind": "choice", "name": "stage", "value": 2}, ints)
+    seq = {"kind": "sequence", "name": "s", "expected": [0.5, 0.25], "rel": 1e-6,
+           "abs_tol": 1e-9, "hint": ""}
+    assert judge({"kind": "sequence", "name": "s", "value": [0.5, 0.25]}, seq) is None
+    assert judge({"kind": "sequence", "name": "s", "value": [0.5, 0.3]}, seq)
+
+
+def _test_cell(outputs, points=2):
+    cell = nbformat.v4.new_code_cell("check_number('x', x)")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "t",
+                                 "points": points, "locked": True}
+    cell.outputs = outputs
+    return cell
+
+
+def _display(rec):
+    return nbformat.v4.new_output("display_data", data={RECORD_MIME: rec, "text/plain": ""})
+
+
+def test_verify_cell_catches_what_the_kernel_missed():
+    ref = [_record("x", 208.0, expected=208.0, passed=True)]
+    ok = integrity.verify_cell(_test_cell([_display(_record("x", 208.0))]), ref)
+    assert (ok.kernel_score, ok.score, ok.problems) == (2, 2, [])
+    # the kernel passed the cell (no error output) but the recorded value is wrong
+    lie = integrity.verify_cell(_test_cell([_display(_record("x", 24.2))]), ref)
+    assert lie.kernel_score == 2 and lie.score == 0 and "kernel passed a wrong" in lie.message
+    # the kernel passed the cell but no check ran (check_number patched out)
+    gone = integrity.verify_cell(_test_cell([]), ref)
+    assert gone.score == 0 and "never ran" in gone.problems[0]
+    # a forged extra record
+    extra = integrity.verify_cell(_test_cell([_display(_record("x", 208.0))] * 2), ref)
+    assert extra.score == 0 and "forged" in extra.problems[0]
+    # a real failure stays a plain failure, with the check's message
+    err = nbformat.v4.new_output("error", ename="AssertionError", evalue="x = 24.2: GiB",
+                                 traceback=[])
+    fail = integrity.verify_cell(_test_cell([_display(_record("x", 24.2)), err]), ref)
+    assert fail.score == 0 and not fail.problems and "GiB" in fail.message
+
+
+def test_stderr_in_a_test_cell_no_longer_costs_the_cell():
+    from nbgrader.utils import determine_grade
+
+    cell = _test_cell([nbformat.v4.new_output("stream", name="stderr", text="UserWarning\n")])
+    assert determine_grade(cell)[0] == 0  # what nbgrader would do
+    StderrToStdout().preprocess_cell(cell, {}, 0)
+    assert determine_grade(cell)[0] == 2
+    err = _test_cell([nbformat.v4.new_output("error", ename="E", evalue="", traceback=[])])
+    StderrToStdout().preprocess_cell(err, {}, 0)
+    assert determine_grade(err)[0] == 0
+
+
+def test_feedback_drops_records_and_tracebacks():
+    from course_utils.feedback import ShowOnlyErrorMessages
+
+    err = nbformat.v4.new_output("error", ename="AssertionError", evalue="that is GiB",
+                                 traceback=["check_number('x', x, 208.0)  # hidden"])
+    cell = _test_cell([_display(_record("x", 24.2, expected=208.0)), err])
+    ShowOnlyErrorMessages().preprocess_cell(cell, {}, 0)
+    assert cell.outputs == [err] and err.traceback == ["AssertionError: that is GiB"]
+
+
+def test_recorded_checks_round_trip_through_judge(monkeypatch):
+    """What a kernel records (JSON) is judged outside exactly as the kernel judged it."""
+    import json
+
+    import course_utils.checks as checks
+
+    published = []
+    monkeypatch.setattr(checks, "_publish", published.append)
+    checks.check_choice("s", 3, 3, [0, 1, 2, 3])
+    checks.check_choice("c", "All-Reduce", "all-reduce", ["all-reduce", "none"])
+    checks.check_choice("f", True, True, [True, False])
+    checks.check_number("n", 208, 208.0, mistakes=[(193.7, "GiB")], unit="GB")
+    checks.check_sequence("q", (0.5, 0.25), [0.5, 0.25])
+    with pytest.raises(AssertionError):
+        checks.check_number("w", 193.7, 208.0, mistakes=[(193.7, "GiB")])
+    for rec in published:
+        rec = json.loads(json.dumps(rec))
+        assert (judge(rec, rec) is None) == rec["passed"], rec
+
+
+def test_checks_record_only_while_grading(monkeypatch, capsys):
+    # outside a kernel nothing is published, and nothing ever goes to stderr
+    monkeypatch.setenv("COURSE_CHECK_RECORDS", "1")
+    check_number("x", 1.0, 1.0)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_synthetic_submissions_cover_every_case(name):
+    cases = synthetic.cases_for(name)
+    kinds = [c.kind for c, _ in cases]
+    assert set(KINDS) <= set(kinds), set(KINDS) - set(kinds)
+    [model] = synthetic.load(name)
+    assert model.auto_max > 0 and model.answers
+    for case, files in cases:
+        nb = files[model.name]
+        if isinstance(nb, nbformat.NotebookNode):
+            nbformat.validate(nb)
+
+
+def test_collect_accepts_both_layouts(tmp_path):
+    src = tmp_path / "inbox"
+    (src / "ann").mkdir(parents=True)
+    shutil.copy(ROOT / "assignments" / "a1_training_state" / "a1_training_state.ipynb",
+                src / "ann" / "a1_training_state.ipynb")
+    (src / "ben" / "a1_training_state").mkdir(parents=True)
+    shutil.copy(ROOT / "assignments" / "a1_training_state" / "a1_training_state.ipynb",
+                src / "ben" / "a1_training_state" / "a1_training_state.ipynb")
+    (src / "cat").mkdir()  # submitted nothing
+    got = workflow.collect(src, "a1_training_state", data=tmp_path / "data")
+    assert got == {"a1_training_state": ["ann", "ben"]}
+    assert (tmp_path / "data/submitted/ann/a1_training_state/a1_training_state.ipynb").exists()
+    with pytest.raises(ValueError, match="assignment must be"):
+        workflow.collect(src, "a9_nope", data=tmp_path / "data")
+
+
+# ------------------------------------------------------------------------------ slow
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Per assignment (lazily): synthetic submissions, one autograde, report, feedback."""
+    cache: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in cache:
+            data = tmp_path_factory.mktemp(f"grading-{name}")
+            refs = integrity.reference_records(name, data)
+            cases = synthetic.build(name, data / "submitted", refs)
+            # the loop cases cost one cell timeout each; keep it short but well above the
+            # reference's slowest cell on a loaded machine
+            timeout = int(max(10, 4 * integrity.reference_max_cell_seconds(name, data) + 5))
+            run = workflow.autograde(name, workers=2, data=data, timeout=timeout)
+            workflow.feedback(name, data=data)
+            results, csv_path = integrity.report(name, data)
+            keep = ROOT / "test-artifacts" / "grading-reports"  # for CI to keep
+            keep.mkdir(parents=True, exist_ok=True)
+            for suffix in (".csv", ".txt"):
+                shutil.copy(csv_path.with_suffix(suffix), keep / f"{name}{suffix}")
+            cache[name] = ({c.kind: c for c in cases}, {r.student: r for r in results}, data,
+                           run)
+        return cache[name]
+
+    return get
+
+
+def _hidden_lines(name: str) -> list[str]:
+    """Lines of the hidden tests (not of the reference answers, which students may match)."""
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    lines, inside = [], False
+    for cell in nb.cells:
+        for line in cell.source.splitlines():
+            tag = line.strip()
+            if tag == "### BEGIN HIDDEN TESTS":
+                inside = True
+            elif tag == "### END HIDDEN TESTS":
+                inside = False
+            elif inside and len(tag) > 12:
+                lines.append(tag)
+    return lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_each_submission_gets_what_it_deserves(name, kind, graded):
+    cases, results, data, run = graded(name)
+    case, result = cases[kind], results[kind]
+    if case.deserved is None:
+        assert result.status.startswith(case.status), result.status
+        assert result.score is None, "a submission that could not be graded got a score"
+        return
+    assert result.status == "graded", result.status
+    detail = integrity.render_text(name, [result])
+    assert result.score == pytest.approx(case.deserved), detail
+    if kind in ("correct", "stderr_noise"):  # noise never costs a correct student points
+        assert result.kernel_score == pytest.approx(result.max_score), detail
+        assert not result.flags, detail
+    for words in case.flags:
+        assert any(words in f for f in result.flags), f"expected a flag with {words!r}:\n{detail}"
+    html = data / "feedback" / kind / name / f"{name}.html"
+    assert html.exists(), f"no feedback for {kind}"
+    text = html.read_text(encoding="utf-8")
+    for words in case.feedback:
+        assert words in text, f"feedback of {kind} does not show {words!r}"
+    for cell in result.failed_cells:
+        if cell.message.startswith("AssertionError: "):  # the message naming the mistake
+            shown = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", text))
+            import html as html_lib
+            want = html_lib.escape(cell.message.split(": ", 1)[1][:60], quote=False)
+            assert want[:40] in shown or cell.message.split(": ", 1)[1][:40] in shown, (
+                f"feedback of {kind} does not show {cell.message!r}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_wrong_unit_answers_lose_exactly_that_question(name, graded):
+    cases, results, data, run = graded(name)
+    units = [k for k in cases if k.startswith("unit_")]
+    if not units:
+        pytest.skip(f"{name} has no GB/GiB check on an answer variable and no UNIT_MISTAKES entry")
+    for kind in units:
+        case, result = cases[kind], results[kind]
+        assert result.status == "graded" and result.score == pytest.approx(case.deserved), (
+            integrity.render_text(name, [result]))
+        text = (data / "feedback" / kind / name / f"{name}.html").read_text(encoding="utf-8")
+        for words in case.feedback:
+            assert words in text, f"feedback of {kind} does not name the mistake {words!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_feedback_never_shows_hidden_tests_or_records(name, graded):
+    cases, results, data, run = graded(name)
+    hidden = [line for line in _hidden_lines(name) if "check_" in line or "assert " in line]
+    for html in (data / "feedback").glob(f"*/{name}/*.html"):
+        text = html.read_text(encoding="utf-8")
+        plain = re.sub(r"<[^>]+>", "", text)
+        assert "BEGIN HIDDEN TESTS" not in text and RECORD_MIME not in text, html
+        leaked = [line for line in hidden if line in plain]
+        assert not leaked, f"{html} shows hidden test code: {leaked[:3]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_report_files_keep_not_graded_apart(name, graded):
+    import csv
+
+    cases, results, data, run = graded(name)
+    rows = {r["student"]: r for r in csv.DictReader((data / "reports" / f"{name}.csv").open())}
+    assert rows["malformed_json"]["score"] == "" and "not graded" in rows["malformed_json"]["status"]
+    assert rows["missing_notebook"]["score"] == ""
+    assert rows["unanswered"]["score"] == "0" and rows["unanswered"]["status"] == "graded"
+    assert rows["patch_sys_modules"]["flags"]
+    text = (data / "reports" / f"{name}.txt").read_text()
+    assert "missing_notebook: NOT GRADED" in text
+
+
+@pytest.mark.slow
+def test_a_kernel_that_ignores_the_interrupt_costs_only_its_cell(tmp_path):
+    """RecoveringExecute: restart, replay the cells before, record the timeout, go on."""
+    from grading.preprocessors import RecoveringExecute
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("x = 41"),
+                nbformat.v4.new_code_cell(synthetic._SWALLOW),
+                nbformat.v4.new_code_cell("x += 1\nprint(x)"),
+                nbformat.v4.new_code_cell("import os\nos._exit(1)"),
+                nbformat.v4.new_code_cell("print(x + 1)")]
+    RecoveringExecute(timeout=3, startup_timeout=120).preprocess(
+        nb, {"metadata": {"path": str(tmp_path)}})
+    assert nb.cells[1].outputs[0]["ename"] == "CellTimeoutError"
+    assert nb.cells[2].outputs[0]["text"] == "42\n"
+    assert nb.cells[3].outputs[0]["ename"] == "DeadKernelError"
+    assert nb.cells[4].outputs[0]["text"] == "43\n"  # cells 0 and 2 were replayed
