@@ -423,7 +423,10 @@ def torchrun_main(fn: Callable[..., Any], *args: Any) -> Any:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     try:
         value = fn(rank, world_size, *args)
-        print(f"rank {rank} returned: {value}", flush=True)
+        # One write per line: the ranks share torchrun's stdout, and print() writes the text
+        # and its newline separately, so two ranks' lines could interleave.
+        sys.stdout.write(f"rank {rank} returned: {value}\n")
+        sys.stdout.flush()
         return value
     finally:
         dist.destroy_process_group()
