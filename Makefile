@@ -3,6 +3,8 @@
 #   make test   set everything up and run every test
 PY := .venv/bin/python
 ASSIGNMENT ?= all
+# Jupyter refuses to run as root unless told to (containers, CI machines).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: setup lab test test-fast notebooks lint bench clean
 
@@ -10,7 +12,7 @@ setup:
 	@scripts/setup.sh
 
 lab: setup
-	$(PY) -m jupyter lab notebooks/
+	$(PY) -m jupyter lab $(ROOT_FLAG) notebooks/
 
 test: setup
 	$(PY) -m pytest
@@ -52,7 +54,7 @@ export: setup  ## grades.csv and grades_verified.csv in $$COURSE_DATA
 	$(PY) scripts/grade.py export
 
 formgrader: setup  ## JupyterLab on the repository root: Nbgrader > Formgrader
-	$(PY) -m jupyter lab --ServerApp.root_dir=.
+	$(PY) -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=.
 
 bench-grading: setup  ## autograde 50 synthetic submissions per assignment
 	$(PY) benchmarks/grading.py
