@@ -6,7 +6,7 @@ ASSIGNMENT ?= all
 # Jupyter refuses to run as root unless told to (containers, CI machines).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup lab test test-fast notebooks lint bench clean
+.PHONY: setup lab test test-fast notebooks lint bench bench-suite clean
 
 setup:
 	@scripts/setup.sh
@@ -14,21 +14,29 @@ setup:
 lab: setup
 	$(PY) -m jupyter lab $(ROOT_FLAG) notebooks/
 
-test: setup
-	$(PY) -m pytest
+# Tests run on TEST_WORKERS processes (pytest-xdist); tests that share a kernel, an autograde
+# run or a browser stay on one worker (tests/conftest.py). The run ends with the 25 slowest tests.
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-test-fast: setup  ## skip notebook, nbgrader and browser runs
-	$(PY) -m pytest -m "not slow and not browser"
+test: setup
+	$(PY) -m pytest $(PARALLEL) --durations=25
+
+test-fast: setup  ## the inner loop: no notebooks, nbgrader or browser (under 3 minutes)
+	$(PY) -m pytest $(PARALLEL) --durations=25 -m "not slow and not browser"
 
 notebooks: setup  ## rebuild notebooks/, solutions/ and assignments/ from authoring/
 	$(PY) scripts/build_notebooks.py
 
-bench: setup  ## launcher start-up and notebook run times (module benchmarks: see benchmarks/)
+bench: setup  ## launcher start-up, notebook run times (module benchmarks: see benchmarks/)
 	$(PY) benchmarks/launch_startup.py
 	$(PY) benchmarks/notebook_times.py
 
+bench-suite: setup  ## the whole suite's wall time and test time by area
+	$(PY) benchmarks/test_suite_time.py $(PARALLEL)
+
 clean:
-	rm -rf .venv .pytest_cache .course_data
+	rm -rf .venv .pytest_cache .course_data .cache
 
 # Grading (docs/instructor.md): one target per step, ASSIGNMENT=a1_training_state or all.
 SUBMISSIONS ?= submissions

@@ -23,6 +23,7 @@ whatever the tests use. This module never trusts the kernel's verdict alone:
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import hashlib
 import json
@@ -77,52 +78,103 @@ def records_by_cell(nb) -> dict[str, list[dict]]:
 # ------------------------------------------------------------------------------ reference run
 
 
-def _digest(*paths: Path) -> str:
-    h = hashlib.sha256()
+def run_key(*paths: Path) -> str:
+    """A short content hash of files, the Python version and the pinned packages' versions."""
+    import sys
+    from importlib.metadata import version
+
+    h = hashlib.sha256(sys.version.encode())
+    for pkg in ("torch", "nbclient", "ipykernel"):
+        h.update(version(pkg).encode())
     for p in paths:
+        h.update(p.as_posix().encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
 
 
-def reference_records(assignment: str, data: Path | None = None,
-                      timeout: int = 600) -> dict[str, dict[str, list[dict]]]:
-    """``{notebook: {grade_id: [records]}}`` of the reference solution (run once, then cached).
+def reference_cache_path(assignment: str, notebook: str, cache: Path) -> Path:
+    """Where the reference run of one notebook is cached: the name carries its content key."""
+    src = ROOT / "solutions" / assignment / notebook
+    key = run_key(src, *sorted((ROOT / "course_utils").rglob("*.py")))
+    return cache / assignment / f"{Path(notebook).stem}.{key}.json"
 
-    The cache key covers the solution notebook and ``course_utils/checks.py``.
+
+def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
+                  cache: Path | None = None) -> dict[str, dict]:
+    """Run the reference solution once with check recording on; cached by content hash.
+
+    Returns ``{notebook: {"records": {grade_id: [records]}, "max_cell_s": seconds,
+    "problems": [...]}}``, where ``problems`` lists every error output and every stderr text
+    of a test cell (nbgrader would score such a cell 0). The cache (``cache``, default
+    ``$COURSE_DATA/reference``) is keyed by the solution notebook, every ``course_utils``
+    source and the versions of Python, torch and the kernel: change any of them and the
+    reference runs again.
     """
     from nbclient import NotebookClient
 
     data = data or data_dir()
+    cache = cache or data / "reference"
     out = {}
     for name in notebook_names(assignment):
         src = ROOT / "solutions" / assignment / name
-        key = _digest(src, ROOT / "course_utils" / "checks.py")
-        cache = data / "reference" / assignment / f"{Path(name).stem}.{key}.json"
-        if cache.exists():
-            out[name] = json.loads(cache.read_text())["records"]
+        path = reference_cache_path(assignment, name, cache)
+        if path.exists():
+            out[name] = json.loads(path.read_text())
             continue
         nb = nbformat.read(src, as_version=4)
-        old = os.environ.get(RECORD_ENV)
-        os.environ[RECORD_ENV] = "1"
-        try:
+        # the kernel's environment as nbgrader_config.py gives it, plus check recording
+        with _environ({RECORD_ENV: "1", "COURSE_LAUNCH_PRELOAD": "light"}):
             with tempfile.TemporaryDirectory() as tmp:
                 NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                                resources={"metadata": {"path": tmp}}).execute()
-        finally:
-            if old is None:
-                os.environ.pop(RECORD_ENV, None)
-            else:
-                os.environ[RECORD_ENV] = old
         records = records_by_cell(nb)
         failed = [r["name"] for recs in records.values() for r in recs if not r.get("passed")]
         if failed:
             raise RuntimeError(f"the reference solution of {assignment} fails its own checks: "
                                f"{failed}")
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({"records": records, "max_cell_s": _max_cell_seconds(nb)},
-                                    indent=1))
-        out[name] = records
+        out[name] = {"records": records, "max_cell_s": _max_cell_seconds(nb),
+                     "problems": _problems(nb)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp_path.write_text(json.dumps(out[name], indent=1))
+        tmp_path.replace(path)  # atomic: a concurrent reader sees all of it or nothing
     return out
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    """Set environment variables (seen by kernels started inside), then restore them."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def reference_records(assignment: str, data: Path | None = None, timeout: int = 600,
+                      cache: Path | None = None) -> dict[str, dict[str, list[dict]]]:
+    """``{notebook: {grade_id: [records]}}`` of the reference solution (see :func:`reference_run`)."""
+    return {name: run["records"]
+            for name, run in reference_run(assignment, data, timeout, cache).items()}
+
+
+def _problems(nb) -> list[str]:
+    """Error outputs anywhere, and stderr text in test cells, of an executed notebook."""
+    found = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                found.append(f"{o.get('ename')}: {o.get('evalue')}")
+            elif (is_test_cell(cell) and o.get("output_type") == "stream"
+                  and o.get("name") == "stderr"):
+                found.append(f"test cell {_meta(cell)['grade_id']} wrote to stderr: "
+                             f"{o.get('text', '')[:300]}")
+    return found
 
 
 def _max_cell_seconds(nb) -> float:
@@ -141,13 +193,11 @@ def _max_cell_seconds(nb) -> float:
     return longest
 
 
-def reference_max_cell_seconds(assignment: str, data: Path | None = None) -> float:
+def reference_max_cell_seconds(assignment: str, data: Path | None = None,
+                               cache: Path | None = None) -> float:
     """The reference solution's longest cell (seconds): a floor for a safe cell timeout."""
-    data = data or data_dir()
-    reference_records(assignment, data)
-    found = [json.loads(p.read_text()).get("max_cell_s", 0.0)
-             for p in (data / "reference" / assignment).glob("*.json")]
-    return max(found or [0.0])
+    return max([run["max_cell_s"] for run in reference_run(assignment, data,
+                                                            cache=cache).values()] or [0.0])
 
 
 # ------------------------------------------------------------------------------ static scan
@@ -456,19 +506,23 @@ def verify_student(assignment: str, student: str, references: dict, data: Path) 
 
 
 def verify_assignment(assignment: str, data: Path | None = None,
-                      students: list[str] | None = None) -> list[StudentResult]:
+                      students: list[str] | None = None,
+                      reference_cache: Path | None = None) -> list[StudentResult]:
     """Verified results of every student on the roster (or of ``students``)."""
     data = data or data_dir()
-    references = reference_records(assignment, data)
+    references = reference_records(assignment, data, cache=reference_cache)
     return [verify_student(assignment, s, references, data)
             for s in (students or _roster(assignment, data))]
 
 
-def report(assignment: str, data: Path | None = None,
-           students: list[str] | None = None) -> tuple[list[StudentResult], Path]:
-    """Write ``reports/<assignment>.csv`` and ``.txt``; returns the results and the CSV path."""
+def report(assignment: str, data: Path | None = None, students: list[str] | None = None,
+           reference_cache: Path | None = None) -> tuple[list[StudentResult], Path]:
+    """Write ``reports/<assignment>.csv`` and ``.txt``; returns the results and the CSV path.
+
+    ``reference_cache``: where the reference run is cached (see :func:`reference_run`).
+    """
     data = data or data_dir()
-    results = verify_assignment(assignment, data, students)
+    results = verify_assignment(assignment, data, students, reference_cache)
     out = data / "reports"
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / f"{assignment}.csv"

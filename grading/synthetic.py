@@ -33,6 +33,32 @@ UNIT_MISTAKES: dict[str, list[tuple[str, str, str, str]]] = {
 }
 
 
+# One typical wrong answer per assignment: (answer cell id, the code a student wrote, words the
+# feedback must show). It replaces that one answer of an otherwise correct submission.
+TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
+    "a1_training_state": ("q1_state_gb", "q1_state_gb = 13e9 * 16 / 2**30",
+                          "that is GiB (2**30 bytes)"),
+    "a2_data_parallel": ("q1", "w_new_0 = 2 - 0.5 * (1 + 3 + 5)\nw_new_1 = 0 - 0.5 * (5 - 1 + 2)",
+                         "you used the SUM of the gradients"),
+    "a3_zero": ("q1", "zero2_gb = 112 / 8", "that is ZeRO-3"),
+    "a4_tensor_parallel": ("q3", "b, s, h, t, L = 4, 2048, 5120, 8, 40\n"
+                           "mlp_forward_bytes = 8 * h * h * 2\n"
+                           "step_payload_gb = L * 4 * b * s * h * 2 / 1e9\n"
+                           "ring_gb_per_rank = 2 * (t - 1) / t * step_payload_gb\n"
+                           "naive_over_megatron = 4.0",
+                           "TP all-reduces activations"),
+    "a5_pipeline": ("q1", "bubble_p8_m24 = 7 / 24\nbubble_p4_m4 = 3 / 7\n"
+                          "bubble_interleaved = 3 / 19",
+                    "that is the ratio (P-1)/m"),
+    "a6_device_mesh": ("q1", "coords_21 = (2, 1, 1)\ntp_group_21 = [20, 21, 22, 23]\n"
+                             "pp_group_21 = [17, 21]\ndp_group_21 = [5, 13, 21, 29]\n"
+                             "tp_group_21_tp_outer = [5, 13, 21, 29]\ntp_groups_crossing = 0",
+                       "TP is not innermost here"),
+    "a7_measuring": ("q2", "q2_tokens_per_s = BATCH_PER_RANK * SEQ_LEN / (RUN_A['step_ms'] / 1000)",
+                     "the global batch is BATCH_PER_RANK x D sequences"),
+}
+
+
 @dataclass
 class Case:
     """One synthetic student and what grading must make of it."""
@@ -236,8 +262,11 @@ _FAKE_PACKAGE = {
                                "RECORD_MIME = 'x'\n"),
 }
 
+# A busy loop (holds a core until interrupted), and a polling loop that swallows the interrupt
+# (waits for something that never comes, like a rank polling for a peer): the grader must stop
+# both. The second one sleeps so that it does not also steal a core from the other graders.
 _LOOP = "while True:\n    pass\n"
-_SWALLOW = ("while True:\n    try:\n        while True:\n            pass\n"
+_SWALLOW = ("import time\nwhile True:\n    try:\n        while True:\n            time.sleep(0.01)\n"
             "    except KeyboardInterrupt:\n        pass\n")
 
 
@@ -370,6 +399,10 @@ def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Cas
     add("stderr_noise", full, _notebook(model, {**model.manual, **_answer_codes(
         model, lambda g, c: f"{_NOISY}\n{c}\n{_apply(assigned_names(c), '_syn_noisy')}")}))
     add("unanswered", 0.0, copy.deepcopy(model.release))
+    if assignment in TYPICAL_MISTAKES:
+        gid, code, words = TYPICAL_MISTAKES[assignment]
+        add("typical_mistake", full - model.points_of(gid), _notebook(model, {**correct, gid: code}),
+            feedback=[words])
     return out
 
 
@@ -418,5 +451,5 @@ def clone(assignment: str, submitted: Path, kind: str, n: int, references: dict 
     return students
 
 
-__all__ = ["Case", "UNIT_MISTAKES", "build", "cases_for", "clone", "load", "solution_code",
+__all__ = ["Case", "TYPICAL_MISTAKES", "UNIT_MISTAKES", "build", "cases_for", "clone", "load", "solution_code",
            "assigned_names"]

@@ -68,11 +68,18 @@ def release(assignment: str, data: Path | None = None) -> list[Path]:
     return paths
 
 
-def register(assignment: str, data: Path | None = None) -> None:
-    """Put the assignment into the gradebook without touching ``assignments/`` (for autograde)."""
-    with tempfile.TemporaryDirectory() as tmp:
+def register(assignment: str, data: Path | None = None, release_dir: Path | None = None) -> None:
+    """Put the assignment into the gradebook without touching ``assignments/`` (for autograde).
+
+    The release nbgrader generates on the way goes to ``release_dir`` if given (kept), else to
+    a temporary folder.
+    """
+    if release_dir is not None:
         nbgrader("generate_assignment", assignment, "--force",
-                 f"--CourseDirectory.release_directory={tmp}", data=data)
+                 f"--CourseDirectory.release_directory={Path(release_dir).resolve()}", data=data)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        register(assignment, data, Path(tmp))
 
 
 def collect(source: Path, assignment: str, data: Path | None = None) -> dict[str, list[str]]:
@@ -133,13 +140,14 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
               register_first: bool = True) -> AutogradeRun:
     """Autograde every submission of one assignment with ``workers`` nbgrader processes.
 
-    ``timeout`` overrides ``Execute.timeout`` (seconds per cell). Students that nbgrader
-    cannot grade are left without an autograded notebook: :func:`grading.integrity.report`
-    lists them as "not graded", never as 0.
+    ``timeout`` overrides ``Execute.timeout`` (seconds per cell). Students are dealt to the
+    workers in turn, in the order of ``students`` if given (put slow ones first to spread them),
+    else alphabetically. Students that nbgrader cannot grade are left without an autograded
+    notebook: :func:`grading.integrity.report` lists them as "not graded", never as 0.
     """
     data = data or data_dir()
     everyone = submitted_students(assignment, data)
-    chosen = sorted(students) if students is not None else everyone
+    chosen = list(dict.fromkeys(students)) if students is not None else everyone
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     if register_first:

@@ -1,9 +1,30 @@
-"""Shared test set-up: repository paths, and notebook (nbval) items marked slow."""
+"""Shared test set-up: repository paths, slow marks, groups for parallel runs, and the one
+autograde run per assignment that the grading tests share.
+
+Parallel runs (``pytest -n 2 --dist loadgroup``, what ``make test`` does): tests that share
+expensive state must run on one worker. xdist 3.8's own ``loadgroup`` cannot see
+``xdist_group`` marks under pytest 9 (it renames ``item._nodeid``, which pytest 9 no longer
+reads), so this file gives xdist a scheduler whose groups come from the test id
+(:func:`group_of`):
+
+* the cells of one notebook (nbval runs them in one kernel, in order): group = the notebook;
+* the tests of one assignment in ``test_assignments.py`` and ``test_grading_integrity.py``
+  (they share :func:`graded` and :func:`reference`): group = ``grading-<assignment>``;
+* the tests of a file in :data:`SHARED_FILES` (a module-scoped fixture): group = the file.
+
+Everything else is dealt out test by test. Groups are queued heaviest first so the long ones
+do not start last. On every worker, :func:`pytest_collection_modifyitems` checks that each test
+that uses a shared fixture really is in a group, so a new shared fixture cannot silently split.
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
+import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,8 +36,135 @@ if str(ROOT) not in sys.path:
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
+# The reference solutions' runs, kept between test runs and keyed by content hash (solution,
+# course_utils sources, Python/torch/kernel versions): a changed solution is run again.
+REFERENCE_CACHE = ROOT / ".cache" / "reference"
 
+# Files whose tests share a module-scoped fixture (a browser, a set of real-rank runs).
+SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.py",
+                "tests/test_fsdp.py", "tests/test_measure.py", "tests/test_zero.py"}
+_GRADING_FILES = {"tests/test_assignments.py", "tests/test_grading_integrity.py"}
+_ASSIGNMENT = re.compile(r"\[(a\d+_[a-z_]+?)(?:-|\])")
+# Queue order for parallel runs (lower first): the long groups go out first.
+_COST = {"grading": 0, "notebook": 1, "file": 2, "test": 3}
+
+
+def group_of(nodeid: str) -> tuple[str, str]:
+    """(kind, group) of a test id; kind "test" means the test is its own group."""
+    path, _, rest = nodeid.partition("::")
+    if path.endswith(".ipynb"):
+        return "notebook", path
+    if path in _GRADING_FILES:
+        m = _ASSIGNMENT.search(rest)
+        if m:
+            return "grading", f"grading-{m.group(1)}"
+    if path in SHARED_FILES:
+        return "file", path
+    return "test", nodeid
+
+
+def _shares_state(item) -> bool:
+    """Does the item use a module- or session-scoped fixture of the course's own tests?"""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else []):
+        for d in defs:  # (pytest's own session fixtures, such as tmp_path_factory, are fine)
+            own = Path(inspect.getfile(d.func)).resolve().is_relative_to(ROOT / "tests")
+            if own and d.scope in ("module", "package", "session"):
+                return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    for item in items:
+    keyed = []
+    for i, item in enumerate(items):
         if item.nodeid.endswith(".ipynb") or ".ipynb::" in item.nodeid:
             item.add_marker(pytest.mark.slow)
+        kind, group = group_of(item.nodeid)
+        if kind == "test" and _shares_state(item):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses a shared fixture but has no group for parallel runs: "
+                f"add its file to SHARED_FILES in tests/conftest.py")
+        keyed.append(((_COST[kind], group if kind != "test" else "", i), item))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the same order on every worker
+        items[:] = [item for _, item in sorted(keyed, key=lambda kv: kv[0])]
+
+
+@pytest.hookimpl(optionalhook=True)  # (a run without xdist has no such hook)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: whole groups (see :func:`group_of`) go to one worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)[1]
+
+    return GroupScheduling(config, log)
+
+
+# ------------------------------------------------------------------------------ grading
+
+
+@dataclass
+class GradedRun:
+    """Every synthetic submission of one assignment, graded by one parallel autograde."""
+
+    name: str
+    cases: dict  # kind -> grading.synthetic.Case
+    results: dict  # student -> grading.integrity.StudentResult
+    data: Path  # its $COURSE_DATA: submitted/, autograded/, feedback/, gradebook.db, reports/
+    run: object  # grading.workflow.AutogradeRun
+    release: Path  # the release nbgrader generated from solutions/ while registering
+    reference: dict  # grading.integrity.reference_run() of the solution
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """``reference(name)``: the reference solution's run (see ``integrity.reference_run``)."""
+    from grading import integrity
+
+    return lambda name: integrity.reference_run(name, cache=REFERENCE_CACHE)
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    """``graded(name) -> GradedRun``, made once per assignment per test session.
+
+    One autograde (2 workers) grades the correct, blank, typical-mistake, wrong-unit and every
+    adversarial submission; then feedback and the integrity report. The tests of
+    ``test_assignments.py`` and ``test_grading_integrity.py`` assert on the shared result.
+    """
+    from grading import integrity, synthetic, workflow
+
+    runs: dict[str, GradedRun] = {}
+
+    def get(name: str) -> GradedRun:
+        if name in runs:
+            return runs[name]
+        data = tmp_path_factory.mktemp(f"grading-{name}")
+        reference = integrity.reference_run(name, data, cache=REFERENCE_CACHE)
+        refs = {nb: r["records"] for nb, r in reference.items()}
+        cases = synthetic.build(name, data / "submitted", refs)
+        # The loop cases cost one cell timeout each: short, but well above the reference's
+        # slowest cell on a loaded machine.
+        slowest = max(r["max_cell_s"] for r in reference.values())
+        timeout = int(max(10, 4 * slowest + 5))
+        release = data / "release"
+        workflow.register(name, data, release_dir=release)
+        order = [c.student for c in cases if c.slow] + [c.student for c in cases if not c.slow]
+        run = workflow.autograde(name, workers=2, data=data, students=order, timeout=timeout,
+                                 register_first=False)
+        workflow.feedback(name, data=data)
+        results, csv_path = integrity.report(name, data, reference_cache=REFERENCE_CACHE)
+        keep = ROOT / "test-artifacts" / "grading-reports"  # for CI to keep
+        keep.mkdir(parents=True, exist_ok=True)
+        for suffix in (".csv", ".txt"):
+            shutil.copy(csv_path.with_suffix(suffix), keep / f"{name}{suffix}")
+        runs[name] = GradedRun(name, {c.kind: c for c in cases},
+                               {r.student: r for r in results}, data, run, release / name,
+                               reference)
+        return runs[name]
+
+    return get

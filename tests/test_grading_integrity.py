@@ -33,7 +33,7 @@ ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir()
 KINDS = ["correct", "wrong", "raises", "infinite_loop", "swallows_interrupt", "edited_tests",
          "deleted_tests", "always_equal", "lying_float", "patch_isclose", "patch_sys_modules",
          "patch_builtins", "shadow_course_utils", "malformed_json", "missing_notebook",
-         "stderr_noise", "unanswered"]
+         "stderr_noise", "unanswered", "typical_mistake"]
 
 
 # ------------------------------------------------------------------------------ fast
@@ -200,6 +200,33 @@ def test_synthetic_submissions_cover_every_case(name):
             nbformat.validate(nb)
 
 
+def test_reference_runs_are_cached_by_content(tmp_path):
+    """A cached reference run is reused only while the files it was made from are unchanged."""
+    import json
+
+    a, b = tmp_path / "a.ipynb", tmp_path / "b.py"
+    a.write_text("solution")
+    b.write_text("helper")
+    key = integrity.run_key(a, b)
+    assert integrity.run_key(a, b) == key
+    b.write_text("helper, edited")
+    assert integrity.run_key(a, b) != key
+
+    name = "a1_training_state"
+    cache = tmp_path / "cache"
+    path = integrity.reference_cache_path(name, f"{name}.ipynb", cache)
+    assert path.parent == cache / name and integrity.run_key(
+        ROOT / "solutions" / name / f"{name}.ipynb",
+        *sorted((ROOT / "course_utils").rglob("*.py"))) in path.name
+    fake = {"records": {"q1_test": []}, "max_cell_s": 1.5, "problems": []}
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(fake))
+    assert integrity.reference_run(name, cache=cache) == {f"{name}.ipynb": fake}  # not re-run
+    stale = path.with_name(f"{name}.0123456789abcdef.json")
+    path.rename(stale)  # what an edit to the solution or to course_utils leaves behind
+    assert integrity.reference_cache_path(name, f"{name}.ipynb", cache) != stale
+
+
 def test_collect_accepts_both_layouts(tmp_path):
     src = tmp_path / "inbox"
     (src / "ann").mkdir(parents=True)
@@ -217,33 +244,6 @@ def test_collect_accepts_both_layouts(tmp_path):
 
 
 # ------------------------------------------------------------------------------ slow
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Per assignment (lazily): synthetic submissions, one autograde, report, feedback."""
-    cache: dict[str, tuple] = {}
-
-    def get(name: str):
-        if name not in cache:
-            data = tmp_path_factory.mktemp(f"grading-{name}")
-            refs = integrity.reference_records(name, data)
-            cases = synthetic.build(name, data / "submitted", refs)
-            # the loop cases cost one cell timeout each; keep it short but well above the
-            # reference's slowest cell on a loaded machine
-            timeout = int(max(10, 4 * integrity.reference_max_cell_seconds(name, data) + 5))
-            run = workflow.autograde(name, workers=2, data=data, timeout=timeout)
-            workflow.feedback(name, data=data)
-            results, csv_path = integrity.report(name, data)
-            keep = ROOT / "test-artifacts" / "grading-reports"  # for CI to keep
-            keep.mkdir(parents=True, exist_ok=True)
-            for suffix in (".csv", ".txt"):
-                shutil.copy(csv_path.with_suffix(suffix), keep / f"{name}{suffix}")
-            cache[name] = ({c.kind: c for c in cases}, {r.student: r for r in results}, data,
-                           run)
-        return cache[name]
-
-    return get
 
 
 def _hidden_lines(name: str) -> list[str]:
@@ -266,7 +266,8 @@ def _hidden_lines(name: str) -> list[str]:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_each_submission_gets_what_it_deserves(name, kind, graded):
-    cases, results, data, run = graded(name)
+    g = graded(name)
+    cases, results, data = g.cases, g.results, g.data
     case, result = cases[kind], results[kind]
     if case.deserved is None:
         assert result.status.startswith(case.status), result.status
@@ -297,7 +298,8 @@ def test_each_submission_gets_what_it_deserves(name, kind, graded):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_wrong_unit_answers_lose_exactly_that_question(name, graded):
-    cases, results, data, run = graded(name)
+    g = graded(name)
+    cases, results, data = g.cases, g.results, g.data
     units = [k for k in cases if k.startswith("unit_")]
     if not units:
         pytest.skip(f"{name} has no GB/GiB check on an answer variable and no UNIT_MISTAKES entry")
@@ -313,7 +315,8 @@ def test_wrong_unit_answers_lose_exactly_that_question(name, graded):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_feedback_never_shows_hidden_tests_or_records(name, graded):
-    cases, results, data, run = graded(name)
+    g = graded(name)
+    cases, results, data = g.cases, g.results, g.data
     hidden = [line for line in _hidden_lines(name) if "check_" in line or "assert " in line]
     for html in (data / "feedback").glob(f"*/{name}/*.html"):
         text = html.read_text(encoding="utf-8")
@@ -328,7 +331,8 @@ def test_feedback_never_shows_hidden_tests_or_records(name, graded):
 def test_report_files_keep_not_graded_apart(name, graded):
     import csv
 
-    cases, results, data, run = graded(name)
+    g = graded(name)
+    cases, results, data = g.cases, g.results, g.data
     rows = {r["student"]: r for r in csv.DictReader((data / "reports" / f"{name}.csv").open())}
     assert rows["malformed_json"]["score"] == "" and "not graded" in rows["malformed_json"]["status"]
     assert rows["missing_notebook"]["score"] == ""

@@ -272,11 +272,15 @@ def test_notebook_cell_timeout_leaves_no_rank(tmp_path, interrupt_on_timeout):
     nb.cells = [
         nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
                                   "from course_utils import launch\n"
-                                  "from tests.test_launch import _hang_in_python"),
+                                  "from tests.test_launch import _hang_in_python\n"
+                                  "launch.run(launch.ping, 2)  # start the forkserver"),
         nbformat.v4.new_code_cell(f"launch.run(_hang_in_python, 2, {str(piddir)!r}, timeout_s=300)"),
     ]
-    client = NotebookClient(nb, timeout=20, kernel_name="python3",
-                            interrupt_on_timeout=interrupt_on_timeout)
+    # The warm-up cell may take a while on a loaded machine; the hanging cell only has to fork
+    # two ranks (well under a second once the forkserver runs) before its timeout.
+    client = NotebookClient(nb, kernel_name="python3", interrupt_on_timeout=interrupt_on_timeout,
+                            timeout_func=lambda cell: 6 if "_hang_in_python, 2" in cell.source
+                            else 120)
     # Interrupted: the cell ends in KeyboardInterrupt. Not interrupted: the kernel is shut down.
     expected = CellExecutionError if interrupt_on_timeout else CellTimeoutError
     with pytest.raises(expected) as info:
@@ -338,9 +342,19 @@ def test_a_failed_rendezvous_is_retried_once(tmp_path):
     assert os.path.exists(marker)
 
 
+def _raise_after_barrier(rank, world_size, piddir):
+    import torch.distributed as dist
+
+    _record_pid(piddir)
+    dist.barrier()  # both ranks have recorded their pid before rank 0 fails
+    if rank == 0:
+        raise ValueError("bad value on rank 0")
+    time.sleep(30)
+
+
 def test_an_error_inside_fn_is_not_retried(tmp_path):
-    with pytest.raises(launch.RankError):
-        launch.run(_raise_on, 2, str(tmp_path), 0, 0.0)
+    with pytest.raises(launch.RankError, match="bad value on rank 0"):
+        launch.run(_raise_after_barrier, 2, str(tmp_path), timeout_s=30)
     assert len(list(tmp_path.iterdir())) == 2  # one attempt: each rank recorded one pid
 
 

@@ -66,3 +66,19 @@ def test_readme_starts_with_exactly_two_commands():
 def test_ci_calls_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert _readme_commands()[1] in [ln.strip() for ln in ci]
+
+
+def test_parallel_groups_keep_shared_state_on_one_worker():
+    """make test runs on 2 workers; these tests must not be split (see tests/conftest.py)."""
+    from conftest import group_of
+
+    assert group_of("notebooks/02_data_parallel.ipynb::Cell 3") == (
+        "notebook", "notebooks/02_data_parallel.ipynb")
+    a = group_of("tests/test_assignments.py::test_autograde_round_trip[a3_zero]")
+    b = group_of("tests/test_grading_integrity.py::test_each_submission_gets_what_it_deserves"
+                 "[a3_zero-patch_isclose]")
+    assert a == b == ("grading", "grading-a3_zero")
+    assert group_of("tests/test_zero.py::test_stage_bytes[2]") == ("file", "tests/test_zero.py")
+    assert group_of("tests/test_memory.py::test_gb") == ("test", "tests/test_memory.py::test_gb")
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^PARALLEL := -n \$\(TEST_WORKERS\) --dist loadgroup", makefile, flags=re.M)
