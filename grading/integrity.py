@@ -16,6 +16,10 @@ whatever the tests use. This module never trusts the kernel's verdict alone:
    that were edited or deleted (nbgrader restores them; the attempt is still reported).
 3. **Status apart from score:** "not submitted", "notebook missing", "not a valid notebook"
    and "autograde failed" are never written as a 0.
+4. **Results fixed when grading ends:** :func:`record_digests` keeps the SHA-256 of every
+   autograded notebook; :func:`report` refuses (:class:`ResultsChanged`, naming the students)
+   if one changed afterwards. How the kernels were isolated (``grading.sandbox``) heads the
+   report.
 
 :func:`report` writes ``reports/<assignment>.csv`` and ``.txt`` under the course data folder.
 """
@@ -366,6 +370,58 @@ def scan_notebook(nb, release) -> list[str]:
     return flags
 
 
+# ------------------------------------------------------------------------------ digests
+
+
+class ResultsChanged(RuntimeError):
+    """An autograded notebook changed after grading ended: the report refuses to go on."""
+
+
+def _digests_path(assignment: str, data: Path) -> Path:
+    return data / "digests" / f"{assignment}.json"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def record_digests(assignment: str, students: list[str], data: Path) -> Path:
+    """When grading ends: the SHA-256 of each graded student's autograded notebooks, and how
+    the kernels were isolated. :func:`report` refuses to run if any of them changes later."""
+    from grading import sandbox
+
+    path = _digests_path(assignment, data)
+    book = json.loads(path.read_text()) if path.exists() else {"students": {}}
+    book["isolation"] = sandbox.description()
+    for student in students:
+        auto = data / "autograded" / student / assignment
+        book["students"][student] = {n: _sha256(auto / n) for n in notebook_names(assignment)
+                                     if (auto / n).exists()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(book, indent=1, sort_keys=True))
+    return path
+
+
+def check_digests(assignment: str, data: Path) -> dict:
+    """The recorded digests (see :func:`record_digests`); raises :class:`ResultsChanged`
+    naming each student whose autograded notebook is no longer what grading wrote."""
+    path = _digests_path(assignment, data)
+    if not path.exists():
+        return {"students": {}, "isolation": "unknown (no record of the autograde run)"}
+    book = json.loads(path.read_text())
+    changed = []
+    for student, files in sorted(book["students"].items()):
+        for name, digest in files.items():
+            f = data / "autograded" / student / assignment / name
+            if not f.exists() or _sha256(f) != digest:
+                changed.append(f"{student} ({name})")
+    if changed:
+        raise ResultsChanged(
+            f"report refused: the autograded results of {', '.join(changed)} changed after "
+            f"grading ended (digests in {path}); autograde them again")
+    return book
+
+
 # ------------------------------------------------------------------------------ verdicts
 
 
@@ -522,6 +578,7 @@ def report(assignment: str, data: Path | None = None, students: list[str] | None
     ``reference_cache``: where the reference run is cached (see :func:`reference_run`).
     """
     data = data or data_dir()
+    book = check_digests(assignment, data)
     results = verify_assignment(assignment, data, students, reference_cache)
     out = data / "reports"
     out.mkdir(parents=True, exist_ok=True)
@@ -540,7 +597,7 @@ def report(assignment: str, data: Path | None = None, students: list[str] | None
                         " | ".join(f"{c.grade_id}: {c.message}" for c in r.failed_cells
                                    if c.message),
                         " | ".join(condense(r.flags))])
-    (out / f"{assignment}.txt").write_text(render_text(assignment, results))
+    (out / f"{assignment}.txt").write_text(render_text(assignment, results, book["isolation"]))
     return results, csv_path
 
 
@@ -561,9 +618,11 @@ def condense(flags: list[str]) -> list[str]:
             for text, cells in groups.items()]
 
 
-def render_text(assignment: str, results: list[StudentResult]) -> str:
+def render_text(assignment: str, results: list[StudentResult], isolation: str = "") -> str:
     """The report as plain text, one block per student."""
     lines = [f"Assignment {assignment}: {len(results)} students", ""]
+    if isolation:
+        lines += [f"grading kernels: {isolation}", ""]
     graded = [r for r in results if r.graded]
     not_graded = [r for r in results if not r.graded]
     flagged = [r for r in results if r.flags]

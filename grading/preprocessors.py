@@ -8,36 +8,75 @@
   the whole notebook and grade nothing. Here the kernel is restarted, the cells before the bad
   one are run again (silently, their outputs kept), the bad cell gets a ``CellTimeoutError`` /
   ``DeadKernelError`` output, and grading goes on with the next cell.
+  Recoveries are capped (``max_recoveries``) and so is the whole submission's time
+  (``max_submission_s``): past either, the remaining cells are not run and say why, so replays
+  cannot make one submission take minutes. Kernels run in the sandbox of ``grading.sandbox``.
 * :class:`StderrToStdout` moves stderr text in *test* cells to stdout before the grades are
   saved: nbgrader scores any test cell that wrote to stderr 0, so a correct student whose code
   logs a warning would lose the points. Errors are still errors (an ``error`` output).
+* :class:`LimitOutputBytes` cuts every output to ``max_bytes`` (a 50 MB print would otherwise
+  become a 50 MB autograded notebook and feedback page).
 """
 
 from __future__ import annotations
+
+import time
 
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
-from traitlets import Bool
+from traitlets import Bool, Float, Int
+
+from grading.sandbox import SandboxedKernelManager
+
+LIMIT_ENAME = "GradingLimit"  # the error name of a cell stopped by a limit (the report names it)
 
 
 class RecoveringExecute(Execute):
     """nbgrader's Execute, but a kernel stuck in (or killed by) one cell is restarted."""
 
+    def __init__(self, *args, **kwargs):
+        # nbgrader's Execute passes AsyncKernelManager explicitly unless told otherwise
+        kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
+        super().__init__(*args, **kwargs)
+    max_recoveries = Int(3, config=True,
+                         help="kernel restarts per submission before the rest is not run")
+    max_submission_s = Float(600.0, config=True,
+                             help="seconds for a whole submission before the rest is not run")
+
     def preprocess(self, nb, resources=None, km=None):
         """Execute ``nb`` cell by cell (see :meth:`preprocess_cell`)."""
         self._skip: set[int] = set()
+        self._recoveries = 0
+        self._stopped: str | None = None
+        self._deadline = time.monotonic() + self.max_submission_s
         return super().preprocess(nb, resources, km)
+
+    def _limit_output(self, cell, why: str):
+        cell.outputs = [new_output("error", ename=LIMIT_ENAME, evalue=why,
+                                   traceback=[f"{LIMIT_ENAME}: {why}"])]
+        return cell, self.resources
 
     def preprocess_cell(self, cell, resources, index):
         """Run one cell; on an unrecoverable timeout or a dead kernel restart and replay."""
+        if cell.cell_type == "code" and self._stopped is None and time.monotonic() > self._deadline:
+            self._stopped = (f"not run: the submission used its {self.max_submission_s:g} s "
+                             f"grading time")
+        if cell.cell_type == "code" and self._stopped is not None:
+            self._skip.add(index)
+            return self._limit_output(cell, self._stopped)
         try:
             return super().preprocess_cell(cell, resources, index)
         except (CellTimeoutError, DeadKernelError) as err:
             dead = isinstance(err, DeadKernelError)
         self._skip.add(index)
+        self._recoveries += 1
+        if self._recoveries > self.max_recoveries:
+            self._stopped = (f"not run: the kernel had to be restarted more than "
+                             f"{self.max_recoveries} times")
+            return self._limit_output(cell, self._stopped)
         self.log.warning("cell %d %s: restarting the kernel and re-running the cells before it",
                          index, "killed the kernel" if dead else "ignored the interrupt")
         run_sync(self._async_recover)(index)
@@ -73,3 +112,32 @@ class StderrToStdout(Preprocessor):
                 if output.get("output_type") == "stream" and output.get("name") == "stderr":
                     output["name"] = "stdout"
         return cell, resources
+
+
+class LimitOutputBytes(Preprocessor):
+    """Cut each output of each cell to ``max_bytes`` of text (and drop oversized images)."""
+
+    enabled = Bool(True).tag(config=True)
+    max_bytes = Int(100_000, config=True, help="largest output kept, in bytes")
+
+    def preprocess_cell(self, cell, resources, index):
+        """Truncate long streams and text results; say how much was cut."""
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                output["text"] = self._cut(output.get("text", ""))
+            for mime, value in list(output.get("data", {}).items()):
+                if isinstance(value, str) and len(value) > self.max_bytes:
+                    if mime.startswith("text/"):
+                        output["data"][mime] = self._cut(value)
+                    else:
+                        del output["data"][mime]
+            if output.get("output_type") == "error":
+                output["evalue"] = self._cut(output.get("evalue", ""))
+                output["traceback"] = [self._cut(t) for t in output.get("traceback", [])][:100]
+        return cell, resources
+
+    def _cut(self, text: str) -> str:
+        if len(text) <= self.max_bytes:
+            return text
+        return (text[:self.max_bytes]
+                + f"\n[... {len(text) - self.max_bytes} more characters cut by the grader]\n")

@@ -70,6 +70,7 @@ class Case:
     flags: list[str] = field(default_factory=list)   # substrings the report's flags must show
     feedback: list[str] = field(default_factory=list)  # substrings the feedback must show
     slow: bool = False              # costs a cell timeout
+    side_effects: bool = False      # attacks files or processes outside its own notebook
 
 
 # ------------------------------------------------------------------------------ notebook model
@@ -265,6 +266,85 @@ _FAKE_PACKAGE = {
 # A busy loop (holds a core until interrupted), and a polling loop that swallows the interrupt
 # (waits for something that never comes, like a rank polling for a peer): the grader must stop
 # both. The second one sleeps so that it does not also steal a core from the other graders.
+# Attacks on the grader itself (they need the sandbox of grading.sandbox to fail). Each runs at
+# the end of every answer cell of an all-wrong submission, and swallows its own errors, so the
+# score it deserves is that of the wrong answers: 0.
+_READ_SOLUTIONS = textwrap.dedent('''
+    def _syn_read_solutions(assignment):
+        """Find the reference solution beside the course library and run its answers."""
+        import json, pathlib
+        import course_utils
+        root = pathlib.Path(course_utils.__file__).resolve().parent.parent
+        try:
+            nb = json.loads((root / "solutions" / assignment / f"{assignment}.ipynb").read_text())
+        except OSError:
+            return
+        for cell in nb["cells"]:
+            src = "".join(cell["source"])
+            if cell["cell_type"] == "code" and "BEGIN SOLUTION" in src:
+                exec(src, globals())
+    _syn_read_solutions({assignment!r})
+''')
+_WRITE_LIBRARY = textwrap.dedent('''
+    def _syn_write_library():
+        """Make every later check pass, for this student and the ones after."""
+        import pathlib
+        import course_utils
+        checks = pathlib.Path(course_utils.__file__).resolve().parent / "checks.py"
+        try:
+            with open(checks, "a") as f:
+                f.write("\\ncheck_number = check_choice = check_sequence = lambda *a, **k: None\\n")
+        except OSError:
+            pass
+    _syn_write_library()
+''')
+_WRITE_DATA = textwrap.dedent('''
+    def _syn_write_data():
+        """Spoil the reference data, the gradebook and every peer's autograded notebook."""
+        import pathlib
+        import course_utils
+        here = pathlib.Path.cwd().resolve()          # <data>/autograded/<me>/<assignment>
+        data, root = here.parents[2], pathlib.Path(course_utils.__file__).resolve().parents[1]
+        targets = [*data.glob("reference/**/*.json"), *root.glob(".cache/reference/**/*.json"),
+                   data / "gradebook.db", *data.glob("autograded/*/*/*.ipynb"),
+                   *data.glob("digests/*.json")]
+        for path in targets:
+            if path.parent != here:
+                try:
+                    path.write_text("{{}}")
+                except OSError:
+                    pass
+    _syn_write_data()
+''')
+_LATE_PROCESS = textwrap.dedent('''
+    def _syn_late_process():
+        """A detached process that waits for grading to write this notebook's results, then
+        removes every error from them (every failed test would then look passed)."""
+        import os, subprocess, sys
+        code = (
+            "import json, os, sys, time\\n"
+            "path = sys.argv[1]\\n"
+            "start = os.path.getmtime(path)\\n"
+            "for _ in range(1200):\\n"
+            "    time.sleep(0.1)\\n"
+            "    if os.path.getmtime(path) != start:\\n"
+            "        time.sleep(0.5)\\n"
+            "        nb = json.load(open(path))\\n"
+            "        for c in nb['cells']:\\n"
+            "            c['outputs'] = [o for o in c.get('outputs', []) if o['output_type'] != 'error']\\n"
+            "        os.chmod(path, 0o644)\\n"
+            "        json.dump(nb, open(path, 'w'))\\n"
+            "        break\\n")
+        if not globals().get("_syn_started"):
+            subprocess.Popen([sys.executable, "-c", code, os.path.abspath({notebook!r}),
+                              "course-late-process"], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            globals()["_syn_started"] = True
+    _syn_late_process()
+''')
+_HUGE_OUTPUT = "print('x' * 20_000_000)\n"
+_MEMORY_HOG = "_syn_hog = bytearray(8 * 2**30)\n"
+
 _LOOP = "while True:\n    pass\n"
 _SWALLOW = ("import time\nwhile True:\n    try:\n        while True:\n            time.sleep(0.01)\n"
             "    except KeyboardInterrupt:\n        pass\n")
@@ -399,6 +479,15 @@ def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Cas
     add("stderr_noise", full, _notebook(model, {**model.manual, **_answer_codes(
         model, lambda g, c: f"{_NOISY}\n{c}\n{_apply(assigned_names(c), '_syn_noisy')}")}))
     add("unanswered", 0.0, copy.deepcopy(model.release))
+    # attacks on the grader: scored as the wrong answers they come with, no side effect
+    for kind, attack in (("reads_solutions", _READ_SOLUTIONS), ("writes_library", _WRITE_LIBRARY),
+                         ("writes_course_data", _WRITE_DATA), ("late_process", _LATE_PROCESS)):
+        attack = attack.format(assignment=assignment, notebook=name)
+        add(kind, 0.0, _notebook(model, {g: f"{c}\n{attack}" for g, c in wrong.items()}),
+            side_effects=True)
+    add("huge_output", full, _notebook(model, {**correct, first: _HUGE_OUTPUT + correct[first]}))
+    add("memory_hog", full - lost, _notebook(model, {**correct,
+                                                     first: _MEMORY_HOG + correct[first]}))
     if assignment in TYPICAL_MISTAKES:
         gid, code, words = TYPICAL_MISTAKES[assignment]
         add("typical_mistake", full - model.points_of(gid), _notebook(model, {**correct, gid: code}),

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.integrity import ROOT, data_dir, notebook_names, report
+from grading import sandbox
+from grading.integrity import ROOT, data_dir, notebook_names, record_digests, report
 
 NBGRADER = [sys.executable, "-m", "nbgrader"]
 
@@ -105,6 +106,8 @@ def collect(source: Path, assignment: str, data: Path | None = None) -> dict[str
                     shutil.rmtree(target)
                 shutil.copytree(student_dir / a, target,
                                 ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+                # nbgrader trusts timestamp.txt for late penalties: a student's own is discarded
+                (target / "timestamp.txt").unlink(missing_ok=True)
             elif (student_dir / f"{a}.ipynb").exists() and len(names) == 1:
                 if target.exists():
                     shutil.rmtree(target)
@@ -146,6 +149,7 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
     notebook: :func:`grading.integrity.report` lists them as "not graded", never as 0.
     """
     data = data or data_dir()
+    sandbox.require()  # refuse to grade unisolated unless the instructor said so
     everyone = submitted_students(assignment, data)
     chosen = list(dict.fromkeys(students)) if students is not None else everyone
     if workers < 1:
@@ -174,16 +178,28 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
     for proc, f in procs:
         codes.append(proc.wait())
         f.close()
+    record_digests(assignment, chosen, data)
     return AutogradeRun(assignment, len(chosen), len(shards), time.perf_counter() - start,
                         codes, logs)
 
 
 def feedback(assignment: str, data: Path | None = None) -> Path:
-    """HTML feedback per student in ``$COURSE_DATA/feedback/<student>/<assignment>/``."""
+    """HTML feedback per student in ``$COURSE_DATA/feedback/<student>/<assignment>/``.
+
+    Raises RuntimeError naming every autograded student who got no feedback page (nbgrader
+    can fail for one notebook and still carry on, or fail entirely and say little).
+    """
     data = data or data_dir()
     for a in expand(assignment):
-        nbgrader("generate_feedback", a, "--force", data=data,
-                 log=data / "logs" / f"feedback-{a}.log", check=False)
+        log = data / "logs" / f"feedback-{a}.log"
+        out = nbgrader("generate_feedback", a, "--force", data=data, log=log, check=False)
+        graded = sorted(p.parent.name for p in (data / "autograded").glob(f"*/{a}") if p.is_dir())
+        missing = [s for s in graded for n in notebook_names(a)
+                   if not (data / "feedback" / s / a / n.replace(".ipynb", ".html")).exists()]
+        if missing:
+            raise RuntimeError(
+                f"nbgrader generate_feedback {a} (exit {out.returncode}) wrote no feedback for "
+                f"{', '.join(sorted(set(missing)))}:\n{log.read_text()[-3000:]}")
     return data / "feedback"
 
 

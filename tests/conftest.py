@@ -118,6 +118,18 @@ class GradedRun:
     run: object  # grading.workflow.AutogradeRun
     release: Path  # the release nbgrader generated from solutions/ while registering
     reference: dict  # grading.integrity.reference_run() of the solution
+    changed: list  # files outside the submissions that grading changed (must stay empty)
+
+
+def _snapshot() -> dict[Path, str]:
+    """SHA-256 of the files an attack on the grader would change: the course library, the
+    repository's grading code and solutions, and the cached reference runs."""
+    import hashlib
+
+    paths = [*ROOT.glob("course_utils/**/*.py"), *ROOT.glob("grading/**/*.py"),
+             *ROOT.glob("solutions/**/*.ipynb"), *REFERENCE_CACHE.glob("**/*.json"),
+             ROOT / "nbgrader_config.py"]
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
 
 
 @pytest.fixture(scope="session")
@@ -153,10 +165,16 @@ def graded(tmp_path_factory):
         timeout = int(max(10, 4 * slowest + 5))
         release = data / "release"
         workflow.register(name, data, release_dir=release)
+        before = _snapshot()
         order = [c.student for c in cases if c.slow] + [c.student for c in cases if not c.slow]
         run = workflow.autograde(name, workers=2, data=data, students=order, timeout=timeout,
                                  register_first=False)
         workflow.feedback(name, data=data)
+        after = _snapshot()
+        # changed or deleted files, and new files except reference runs (another worker may be
+        # caching the reference of another assignment meanwhile)
+        changed = sorted(str(p) for p in before if before[p] != after.get(p)) + sorted(
+            str(p) for p in after if p not in before and not p.is_relative_to(REFERENCE_CACHE))
         results, csv_path = integrity.report(name, data, reference_cache=REFERENCE_CACHE)
         keep = ROOT / "test-artifacts" / "grading-reports"  # for CI to keep
         keep.mkdir(parents=True, exist_ok=True)
@@ -164,7 +182,7 @@ def graded(tmp_path_factory):
             shutil.copy(csv_path.with_suffix(suffix), keep / f"{name}{suffix}")
         runs[name] = GradedRun(name, {c.kind: c for c in cases},
                                {r.student: r for r in results}, data, run, release / name,
-                               reference)
+                               reference, changed)
         return runs[name]
 
     return get

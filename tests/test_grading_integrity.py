@@ -33,7 +33,8 @@ ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir()
 KINDS = ["correct", "wrong", "raises", "infinite_loop", "swallows_interrupt", "edited_tests",
          "deleted_tests", "always_equal", "lying_float", "patch_isclose", "patch_sys_modules",
          "patch_builtins", "shadow_course_utils", "malformed_json", "missing_notebook",
-         "stderr_noise", "unanswered", "typical_mistake"]
+         "stderr_noise", "unanswered", "typical_mistake", "reads_solutions", "writes_library",
+         "writes_course_data", "late_process", "huge_output", "memory_hog"]
 
 
 # ------------------------------------------------------------------------------ fast
@@ -297,6 +298,27 @@ def test_each_submission_gets_what_it_deserves(name, kind, graded):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_attacks_on_the_grader_leave_no_trace(name, graded):
+    """Run in the sandbox, the attacks change nothing outside their own folder, leave no
+    process behind, and a 20 MB print does not become a 20 MB notebook or feedback page."""
+    import psutil
+
+    g = graded(name)
+    assert g.changed == [], f"grading {name} changed files outside the submissions: {g.changed}"
+    late = [p.info["pid"] for p in psutil.process_iter(["pid", "cmdline"])
+            if "course-late-process" in (p.info["cmdline"] or [])]
+    assert late == [], "a process started by a submission outlived its kernel"
+    # (report() re-checks every autograded notebook's digest: had the late process changed its
+    # results, the fixture's report would have raised ResultsChanged)
+    auto = g.data / "autograded" / "huge_output" / name / f"{name}.ipynb"
+    html = g.data / "feedback" / "huge_output" / name / f"{name}.html"
+    assert auto.stat().st_size < 2_000_000 and html.stat().st_size < 2_000_000
+    assert "cut by the grader" in auto.read_text()
+    assert "sandboxed" in (g.data / "reports" / f"{name}.txt").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_wrong_unit_answers_lose_exactly_that_question(name, graded):
     g = graded(name)
     cases, results, data = g.cases, g.results, g.data
@@ -361,3 +383,81 @@ def test_a_kernel_that_ignores_the_interrupt_costs_only_its_cell(tmp_path):
     assert nb.cells[2].outputs[0]["text"] == "42\n"
     assert nb.cells[3].outputs[0]["ename"] == "DeadKernelError"
     assert nb.cells[4].outputs[0]["text"] == "43\n"  # cells 0 and 2 were replayed
+
+
+def _notebook(*sources):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
+    return nb
+
+
+@pytest.mark.slow
+def test_kernel_restarts_and_submission_time_are_capped(tmp_path):
+    """Replays cannot grow without bound: past max_recoveries, or past the submission's time,
+    the remaining cells are not run and say why (the report shows it as the cell's message)."""
+    from grading.preprocessors import LIMIT_ENAME, RecoveringExecute
+
+    nb = _notebook("x = 1", synthetic._SWALLOW, synthetic._SWALLOW, "print(x)")
+    RecoveringExecute(timeout=2, startup_timeout=120, max_recoveries=1).preprocess(
+        nb, {"metadata": {"path": str(tmp_path)}})
+    assert nb.cells[1].outputs[0]["ename"] == "CellTimeoutError"
+    assert nb.cells[2].outputs[0]["ename"] == LIMIT_ENAME
+    assert "restarted more than 1 times" in nb.cells[2].outputs[0]["evalue"]
+    assert nb.cells[3].outputs[0]["ename"] == LIMIT_ENAME  # not run
+
+    nb = _notebook("import time\ntime.sleep(1.5)", "print('late')")
+    RecoveringExecute(timeout=10, startup_timeout=120, max_submission_s=1.0).preprocess(
+        nb, {"metadata": {"path": str(tmp_path)}})
+    assert nb.cells[0].outputs == []
+    assert "grading time" in nb.cells[1].outputs[0]["evalue"]
+
+
+def test_output_is_cut_to_the_byte_limit():
+    from grading.preprocessors import LimitOutputBytes
+
+    cell = nbformat.v4.new_code_cell("print(...)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * 300),
+                    nbformat.v4.new_output("execute_result", data={"text/plain": "y" * 300,
+                                                                   "image/png": "z" * 300})]
+    LimitOutputBytes(max_bytes=100).preprocess_cell(cell, {}, 0)
+    assert cell.outputs[0]["text"].startswith("x" * 100) and "200 more characters" in (
+        cell.outputs[0]["text"])
+    assert len(cell.outputs[1]["data"]["text/plain"]) < 200
+    assert "image/png" not in cell.outputs[1]["data"]
+
+
+def test_report_refuses_results_changed_after_grading(tmp_path):
+    name = "a1_training_state"
+    auto = tmp_path / "autograded" / "ann" / name
+    auto.mkdir(parents=True)
+    nb = auto / f"{name}.ipynb"
+    nb.write_text("{}")
+    integrity.record_digests(name, ["ann"], tmp_path)
+    assert integrity.check_digests(name, tmp_path)["students"]["ann"]
+    nb.write_text('{"changed": true}')
+    with pytest.raises(integrity.ResultsChanged, match="ann"):
+        integrity.report(name, tmp_path)
+
+
+def test_collect_discards_the_students_own_timestamp(tmp_path):
+    src = tmp_path / "inbox" / "ann" / "a1_training_state"
+    src.mkdir(parents=True)
+    shutil.copy(ROOT / "assignments" / "a1_training_state" / "a1_training_state.ipynb", src)
+    (src / "timestamp.txt").write_text("2000-01-01 00:00:00")  # "I was early"
+    workflow.collect(tmp_path / "inbox", "a1_training_state", data=tmp_path / "data")
+    got = tmp_path / "data" / "submitted" / "ann" / "a1_training_state"
+    assert (got / "a1_training_state.ipynb").exists() and not (got / "timestamp.txt").exists()
+
+
+def test_grading_refuses_to_run_unisolated_without_being_told(monkeypatch):
+    from grading import sandbox
+
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    monkeypatch.delenv(sandbox.SANDBOX_ENV, raising=False)
+    with pytest.raises(sandbox.SandboxUnavailable, match="COURSE_SANDBOX=off"):
+        sandbox.require()
+    monkeypatch.setenv(sandbox.SANDBOX_ENV, "off")
+    sandbox.require()  # allowed, and the report says so:
+    assert "NOT ISOLATED" in sandbox.description()

@@ -1,0 +1,160 @@
+"""Grading kernels run in a sandbox: bubblewrap (``bwrap``), the tool Debian ships for this.
+
+A student's answer runs as code in the grading kernel. Outside a sandbox it could read the
+reference solutions, rewrite the course library or the reference data, edit other students'
+results or the gradebook, or leave a process behind that changes things after grading. Here each
+kernel (``SandboxedKernelManager``, used by ``grading.preprocessors.RecoveringExecute``) starts as
+
+    bwrap --unshare-all --die-with-parent --new-session   # own PID, network, IPC namespaces
+          --ro-bind / /                                    # the system, read-only
+          --tmpfs <repository> --ro-bind <repository>/course_utils ... # only the library and
+          --ro-bind <environment> ...                      #   the Python environment come back
+          --tmpfs <course data>                            # no gradebook, reference, peers
+          --bind <this submission's folder> ...            # its own folder, read-write
+          prlimit --as=<memory> python -m ipykernel_launcher -f <connection file>
+
+* **Files.** The kernel sees the system and the Python environment read-only, the course's
+  ``course_utils`` read-only, its own autograded folder read-write, and a private ``/tmp``. It
+  does not see ``solutions/``, ``authoring/``, ``grading/``, the reference cache, the gradebook or
+  any other student (they are not there: a ``tmpfs`` covers them).
+* **Processes.** Its own PID namespace: when the kernel ends, every process it started ends too
+  (a detached ``start_new_session`` child included).
+* **Network.** Its own network namespace with only a loopback of its own (the course's ranks
+  still rendezvous on 127.0.0.1 inside it). The kernel talks to the grader over Unix sockets
+  (Jupyter's ``ipc`` transport) in a folder bound into the sandbox.
+* **Memory.** ``RLIMIT_AS`` (``Sandbox.memory_gb``): an answer that allocates more gets a
+  ``MemoryError`` in its own cell.
+
+Where ``bwrap`` is missing (macOS, or a Linux without the package) :func:`require` refuses to
+grade unless the instructor allows unisolated grading explicitly (``COURSE_SANDBOX=off``); the
+report then says that grading was not isolated.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+from traitlets import Float
+
+ROOT = Path(__file__).resolve().parent.parent
+SANDBOX_ENV = "COURSE_SANDBOX"  # "on" (default): bwrap required; "off": grade without isolation
+
+
+class SandboxUnavailable(RuntimeError):
+    """Grading was asked to run isolated, but no sandbox tool is installed."""
+
+
+def bwrap_path() -> str | None:
+    """The ``bwrap`` executable, or None."""
+    return shutil.which("bwrap")
+
+
+def enabled() -> bool:
+    """Is grading to run sandboxed (the default)?"""
+    return os.environ.get(SANDBOX_ENV, "on").lower() not in ("off", "0", "no")
+
+
+def require() -> None:
+    """Raise :class:`SandboxUnavailable` unless kernels can be sandboxed or isolation is off."""
+    if enabled() and bwrap_path() is None:
+        raise SandboxUnavailable(
+            "grading kernels run in a bubblewrap sandbox, but `bwrap` is not installed "
+            "(Debian/Ubuntu: apt-get install bubblewrap). To grade WITHOUT isolation anyway "
+            f"(a submission can then read solutions/ and change other results), set "
+            f"{SANDBOX_ENV}=off; the report will say that grading was not isolated.")
+
+
+def description() -> str:
+    """How grading kernels are isolated, in words for the report."""
+    if not enabled():
+        return (f"NOT ISOLATED ({SANDBOX_ENV}=off): submissions could read solutions/ and "
+                "change files; treat these grades with care")
+    import subprocess
+
+    version = subprocess.run([bwrap_path() or "bwrap", "--version"], capture_output=True,
+                             text=True).stdout.strip()
+    return f"sandboxed ({version}: own PID/network namespaces, repository and data hidden)"
+
+
+def _data_dir() -> Path:
+    return Path(os.environ.get("COURSE_DATA", ROOT / ".course_data")).expanduser().resolve()
+
+
+def _environment_roots() -> list[Path]:
+    """Folders the kernel's Python needs: the interpreter's prefixes (a venv and its base)."""
+    roots = []
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        roots.append(Path(p).resolve())
+    exe = Path(sys.executable)
+    roots.append(exe.parent.resolve())
+    return sorted(set(roots))
+
+
+def command(cmd: list[str], workdir: Path, sockets: Path, connection_file: Path,
+            memory_gb: float) -> list[str]:
+    """The kernel command ``cmd`` wrapped in bwrap (see the module doc for what it sees)."""
+    root, data = ROOT.resolve(), _data_dir()
+    args = [bwrap_path() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for folder in (root, data):
+        args += ["--tmpfs", str(folder)]
+    # bring back what the kernel needs, read-only (the environment may live under a hidden
+    # folder, such as the repository's .venv or a clone in /tmp)
+    for path in [root / "course_utils", *_environment_roots()]:
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    # Inside the empty network namespace, torch's TCPStore names its peers through /etc/hosts
+    # (an IPv4-mapped loopback address too: without it every rendezvous warns on stderr).
+    hosts = sockets / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n::1 localhost\n::ffff:127.0.0.1 localhost\n")
+    args += ["--bind", str(workdir), str(workdir),
+             "--bind", str(sockets), str(sockets),
+             "--ro-bind", str(hosts), "/etc/hosts",
+             "--ro-bind", str(connection_file), str(connection_file),
+             "--unsetenv", "JPY_PARENT_PID",  # its parent is not in the PID namespace
+             # the home folder is read-only: caches go to the private /tmp
+             "--setenv", "MPLCONFIGDIR", "/tmp/matplotlib", "--setenv", "IPYTHONDIR", "/tmp/ipython",
+             "--chdir", str(workdir)]
+    limit = int(memory_gb * 2**30)
+    return args + ["prlimit", f"--as={limit}", "--"] + cmd
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """An ``AsyncKernelManager`` whose kernel runs in the bubblewrap sandbox.
+
+    The kernel's working folder (nbclient's ``cwd``: the submission's autograded folder) is the
+    only course folder it can write. Without bwrap and with ``COURSE_SANDBOX=off`` it is a
+    plain kernel manager.
+    """
+
+    memory_gb = Float(6.0, help="address-space limit of the kernel and its children (GiB)",
+                      config=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._sockets: Path | None = None
+        if enabled():
+            require()
+            # Jupyter's ipc transport: Unix sockets in a folder the sandbox can reach
+            self._sockets = Path(tempfile.mkdtemp(prefix="course-kernel-"))
+            self.transport = "ipc"
+            self.ip = str(self._sockets / f"k-{uuid.uuid4().hex[:8]}")
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        cmd = super().format_kernel_cmd(extra_arguments)
+        if self._sockets is None:
+            return cmd
+        workdir = Path(self._launch_args.get("cwd") or os.getcwd()).resolve()
+        return command(cmd, workdir, self._sockets, Path(self.connection_file).resolve(),
+                       self.memory_gb)
+
+    async def cleanup_resources(self, restart: bool = False) -> None:  # (async in this class)
+        await super().cleanup_resources(restart=restart)
+        if self._sockets is not None and not restart:
+            shutil.rmtree(self._sockets, ignore_errors=True)
