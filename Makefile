@@ -40,8 +40,12 @@ clean:
 
 # Grading (docs/instructor.md): one target per step, ASSIGNMENT=a1_training_state or all.
 SUBMISSIONS ?= submissions
+DEST ?= dist/student-course
 WORKERS ?= 2
-.PHONY: release collect autograde feedback report export formgrader bench-grading
+.PHONY: release collect autograde feedback report export formgrader bench-grading student-copy
+
+student-copy: setup  ## the folder to publish to students: no answers (dist/student-course)
+	$(PY) scripts/student_copy.py $(DEST)
 
 release: setup  ## regenerate assignments/ from solutions/
 	$(PY) scripts/grade.py release $(ASSIGNMENT)

@@ -37,14 +37,15 @@ LIMIT_ENAME = "GradingLimit"  # the error name of a cell stopped by a limit (the
 class RecoveringExecute(Execute):
     """nbgrader's Execute, but a kernel stuck in (or killed by) one cell is restarted."""
 
-    def __init__(self, *args, **kwargs):
-        # nbgrader's Execute passes AsyncKernelManager explicitly unless told otherwise
-        kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
-        super().__init__(*args, **kwargs)
     max_recoveries = Int(3, config=True,
                          help="kernel restarts per submission before the rest is not run")
     max_submission_s = Float(600.0, config=True,
                              help="seconds for a whole submission before the rest is not run")
+
+    def __init__(self, *args, **kwargs):
+        # nbgrader's Execute passes AsyncKernelManager explicitly unless told otherwise
+        kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
+        super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
         """Execute ``nb`` cell by cell (see :meth:`preprocess_cell`)."""

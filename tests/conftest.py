@@ -10,7 +10,8 @@ reads), so this file gives xdist a scheduler whose groups come from the test id
 * the cells of one notebook (nbval runs them in one kernel, in order): group = the notebook;
 * the tests of one assignment in ``test_assignments.py`` and ``test_grading_integrity.py``
   (they share :func:`graded` and :func:`reference`): group = ``grading-<assignment>``;
-* the tests of a file in :data:`SHARED_FILES` (a module-scoped fixture): group = the file.
+* the tests of a file in :data:`SHARED_FILES` or :data:`HEAVY_FILES` (a module-scoped
+  fixture): group = the file.
 
 Everything else is dealt out test by test. Groups are queued heaviest first so the long ones
 do not start last. On every worker, :func:`pytest_collection_modifyitems` checks that each test
@@ -43,10 +44,12 @@ REFERENCE_CACHE = ROOT / ".cache" / "reference"
 # Files whose tests share a module-scoped fixture (a browser, a set of real-rank runs).
 SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.py",
                 "tests/test_fsdp.py", "tests/test_measure.py", "tests/test_zero.py"}
+# Files whose shared fixture runs for minutes: queued first, with the grading groups.
+HEAVY_FILES = {"tests/test_student_copy.py"}
 _GRADING_FILES = {"tests/test_assignments.py", "tests/test_grading_integrity.py"}
 _ASSIGNMENT = re.compile(r"\[(a\d+_[a-z_]+?)(?:-|\])")
 # Queue order for parallel runs (lower first): the long groups go out first.
-_COST = {"grading": 0, "notebook": 1, "file": 2, "test": 3}
+_COST = {"heavy": 0, "grading": 0, "notebook": 1, "file": 2, "test": 3}
 
 
 def group_of(nodeid: str) -> tuple[str, str]:
@@ -58,6 +61,8 @@ def group_of(nodeid: str) -> tuple[str, str]:
         m = _ASSIGNMENT.search(rest)
         if m:
             return "grading", f"grading-{m.group(1)}"
+    if path in HEAVY_FILES:
+        return "heavy", path
     if path in SHARED_FILES:
         return "file", path
     return "test", nodeid

@@ -1,0 +1,148 @@
+"""Reference answers and hidden tests (from ``solutions/``) run against the course's harnesses:
+the reference passes, and typical wrong answers get feedback that names the mistake.
+
+Instructor-only: it reads ``solutions/``, so the students' copy leaves it out.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+import torch
+import torch.distributed as dist
+
+from conftest import ROOT
+from course_utils import checks, zero
+from course_utils import pipeline_parallel as pp
+
+
+def _answer(assignment: str, grade_id: str, name: str):
+    """The function ``name`` defined by answer cell ``grade_id`` of the reference solution,
+    after the notebook's code cells before it (imports, earlier answers; not the tests)."""
+    nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    scope: dict = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or (meta.get("grade") and not meta.get("solution")):
+            continue
+        exec(compile(cell.source, f"{assignment}:{meta.get('grade_id', 'setup')}", "exec"), scope)
+        if meta.get("grade_id") == grade_id:
+            return scope[name]
+    raise LookupError(f"{assignment} has no answer cell {grade_id}")
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_pipeline_answer_equals_the_example_weighted_reference(p):
+    """a5 Q5's reference answer on the harness the hidden tests use: example weighting gives
+    the full-batch loss and gradients; weighting each microbatch equally does not."""
+    step = _answer("a5_pipeline", "q5", "pipeline_step")
+    sizes = [4, 3, 2, 1]
+    for seed in (0, 1):
+        runs = pp.run_student_pipeline(step, p, seed, sizes, width=8, depth=6)
+        loss, grads = pp.microbatch_reference(seed, sizes, 8, 6, p)
+        full_loss, full_grads = pp.reference_step(seed, sum(sizes), 8, 6, p)
+        assert loss == pytest.approx(full_loss, abs=1e-6)  # example weighting = full batch
+        assert runs[-1]["loss"] == pytest.approx(loss, abs=1e-6)
+        _, equal_w = pp.microbatch_reference(seed, sizes, 8, 6, p, weighting="microbatches")
+        for rank in range(p):
+            for got, want, full in zip(runs[rank]["grads"], grads[rank], full_grads[rank]):
+                torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want),
+                                           atol=1e-6, rtol=1e-5)
+                torch.testing.assert_close(torch.as_tensor(want), full, atol=1e-6, rtol=1e-5)
+        # equal weights per microbatch is a different objective when the sizes differ
+        assert any(not torch.allclose(torch.as_tensor(a), torch.as_tensor(b), atol=1e-5)
+                   for a, b in zip(grads[-1], equal_w[-1]))
+
+
+# ------------------------------------------------------------------------------ a3: ZeRO feedback
+
+
+def _cell(grade_id: str) -> str:
+    nb = nbformat.read(ROOT / "solutions" / "a3_zero" / "a3_zero.ipynb", as_version=4)
+    [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    return cell.source
+
+
+def _namespace() -> dict:
+    return {"__name__": "__main__", "torch": torch, "dist": dist, "checks": checks, "zero": zero}
+
+
+@pytest.mark.parametrize("answer, words", [
+    (14.0, "ZeRO-3"), (112 / 8, "112/8"), (24.45, "GiB"), (24.5, "forgot the gradients"),
+    (38.5, "ZeRO-1"), (112.0, "replicated"), (12.25, "replicated bf16 weights"),
+    (26.25e9, "bytes"), (20.0, "is not right"),
+])
+def test_q1_feedback_names_the_mistake(answer, words):
+    ns = _namespace() | {"zero2_gb": answer}
+    with pytest.raises(AssertionError, match=words):
+        exec(_cell("q1_test"), ns)
+
+
+def test_q1_to_q3_solution_passes():
+    ns = _namespace()
+    for cell in ("q1", "q1_test", "q2", "q2_test", "q3", "q3_test"):
+        exec(_cell(cell), ns)
+    assert ns["zero2_gb"] == pytest.approx(26.25) and ns["smallest_stage"] == 3
+
+
+@pytest.mark.parametrize("wrong, words", [
+    ("return (16 / dp if stage else 16) * n_params / 1e9", "stage-3 figure"),
+    ("return (2 + 2 + 12 / dp if stage else 16) * n_params / 1e9", "stage-1 figure"),
+    ("return [16, 4 + 12 / dp, 2 + 14 / dp, 16 / dp][stage] * n_params / 2**30", "GiB"),
+    ("return [16, 4 + 8 / dp, 2 + 10 / dp, 12 / dp][stage] * n_params / 1e9", "master copy"),
+])
+def test_q2_feedback_names_the_mistake(wrong, words):
+    ns = _namespace()
+    exec("def zero_gb(n_params, dp, stage):\n    " + wrong, ns)
+    with pytest.raises(AssertionError, match=words):
+        exec(_cell("q2_test"), ns)
+
+
+@pytest.mark.parametrize("answer, words", [(2, "reserve"), (1, "61.75"), (0, "208"),
+                                           (3.0, "should be an int")])
+def test_q3_feedback_names_the_mistake(answer, words):
+    ns = _namespace() | {"smallest_stage": answer}
+    with pytest.raises(AssertionError, match=words):
+        exec(_cell("q3_test"), ns)
+
+
+_GOOD_Q4 = _cell("q4")
+
+
+@pytest.mark.parametrize("edit, words", [
+    (("grad /= world", "pass"), "SUM"),
+    (("(exp_avg_sq / (1 - beta2 ** step))", "(exp_avg_sq * 1.0)"), None),
+    (("dist.reduce_scatter_single(grad, local_grad, op=dist.ReduceOp.SUM, group=dp_group)",
+      "grad.copy_(local_grad.view(world, -1)[dist.get_rank(dp_group)])"), "no collective"),
+    (("return master.to(torch.bfloat16)", "return master"), "bf16"),
+])
+def test_q4_feedback_on_real_ranks(edit, words):
+    """Wrong student functions, run on real ranks by the hidden tests, get named feedback."""
+    old, new = edit
+    assert old in _GOOD_Q4
+    ns = _namespace()
+    exec(_GOOD_Q4.replace(old, new), ns)
+    if words is None:  # forgot only v's bias correction: a plain mismatch, still caught
+        with pytest.raises(AssertionError):
+            exec(_cell("q4_test"), ns)
+        return
+    with pytest.raises(AssertionError, match=words):
+        exec(_cell("q4_test"), ns)
+
+
+def test_q4_names_missing_bias_correction_and_own_gradient():
+    src = _GOOD_Q4
+    no_bias = src.replace("(exp_avg_sq / (1 - beta2 ** step))", "(exp_avg_sq * 1.0)").replace(
+        "value=-lr / (1 - beta1 ** step)", "value=-lr")
+    ns = _namespace()
+    exec(no_bias, ns)
+    with pytest.raises(AssertionError, match="bias correction"):
+        exec(_cell("q4_test"), ns)
+    own = src.replace(
+        "dist.reduce_scatter_single(grad, local_grad, op=dist.ReduceOp.SUM, group=dp_group)",
+        "dist.all_reduce(torch.zeros(1), group=dp_group); "
+        "grad.copy_(local_grad.view(world, -1)[dist.get_rank(dp_group)] * world)")
+    ns = _namespace()
+    exec(own, ns)
+    with pytest.raises(AssertionError, match="own gradient"):
+        exec(_cell("q4_test"), ns)
