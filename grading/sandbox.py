@@ -5,7 +5,8 @@ reference solutions, rewrite the course library or the reference data, edit othe
 results or the gradebook, or leave a process behind that changes things after grading. Here each
 kernel (``SandboxedKernelManager``, used by ``grading.preprocessors.RecoveringExecute``) starts as
 
-    bwrap --unshare-all --die-with-parent --new-session   # own PID, network, IPC namespaces
+    bwrap --unshare-all --cap-drop ALL                   # own PID, network, IPC namespaces,
+          --die-with-parent                                #   no capabilities
           --ro-bind / /                                    # the system, read-only
           --tmpfs <repository> --ro-bind <repository>/course_utils ... # only the library and
           --ro-bind <environment> ...                      #   the Python environment come back
@@ -100,7 +101,11 @@ def command(cmd: list[str], workdir: Path, sockets: Path, connection_file: Path,
             memory_gb: float) -> list[str]:
     """The kernel command ``cmd`` wrapped in bwrap (see the module doc for what it sees)."""
     root, data = ROOT.resolve(), _data_dir()
-    args = [bwrap_path() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+    # --cap-drop ALL: run as root, the kernel would keep CAP_SYS_ADMIN inside its namespaces and
+    # could simply unmount the tmpfs that hides the repository
+    # (no --new-session: jupyter_client already starts bwrap in a session of its own, without a
+    # controlling terminal, and the grader's interrupt must reach the kernel's process group)
+    args = [bwrap_path() or "bwrap", "--unshare-all", "--cap-drop", "ALL", "--die-with-parent",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for folder in (root, data):
         args += ["--tmpfs", str(folder)]
@@ -145,6 +150,11 @@ class SandboxedKernelManager(AsyncKernelManager):
             self._sockets = Path(tempfile.mkdtemp(prefix="course-kernel-"))
             self.transport = "ipc"
             self.ip = str(self._sockets / f"k-{uuid.uuid4().hex[:8]}")
+            # bwrap --die-with-parent keeps a SIGINT sent to the process group from reaching
+            # the kernel: interrupt it with a control message instead (the kernel then signals
+            # itself, inside the sandbox)
+            if self.kernel_spec is not None:
+                self.kernel_spec.interrupt_mode = "message"
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
