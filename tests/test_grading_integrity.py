@@ -461,3 +461,16 @@ def test_grading_refuses_to_run_unisolated_without_being_told(monkeypatch):
     monkeypatch.setenv(sandbox.SANDBOX_ENV, "off")
     sandbox.require()  # allowed, and the report says so:
     assert "NOT ISOLATED" in sandbox.description()
+
+
+@pytest.mark.slow
+def test_a_sandboxed_kernel_is_interrupted_not_restarted(tmp_path):
+    """A busy loop in the sandbox stops with KeyboardInterrupt (the kernel keeps its state);
+    only a kernel that ignores the interrupt is restarted."""
+    from grading.preprocessors import RecoveringExecute
+
+    nb = _notebook("x = 41", "while True:\n    pass", "print(x + 1)")
+    RecoveringExecute(timeout=2, startup_timeout=120, interrupt_on_timeout=True).preprocess(
+        nb, {"metadata": {"path": str(tmp_path)}})
+    assert nb.cells[1].outputs[0]["ename"] == "KeyboardInterrupt"
+    assert nb.cells[2].outputs[0]["text"] == "42\n"
