@@ -197,13 +197,6 @@ def _max_cell_seconds(nb) -> float:
     return longest
 
 
-def reference_max_cell_seconds(assignment: str, data: Path | None = None,
-                               cache: Path | None = None) -> float:
-    """The reference solution's longest cell (seconds): a floor for a safe cell timeout."""
-    return max([run["max_cell_s"] for run in reference_run(assignment, data,
-                                                            cache=cache).values()] or [0.0])
-
-
 # ------------------------------------------------------------------------------ static scan
 
 _SUSPECT_MODULES = {"importlib": "imports importlib (can reload or replace modules)",

@@ -366,33 +366,28 @@ def test_report_files_keep_not_graded_apart(name, graded):
     assert "missing_notebook: NOT GRADED" in text
 
 
+def _notebook(*sources):
+    """A python3 notebook of code cells."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
+    return nb
+
+
 @pytest.mark.slow
 def test_a_kernel_that_ignores_the_interrupt_costs_only_its_cell(tmp_path):
     """RecoveringExecute: restart, replay the cells before, record the timeout, go on."""
     from grading.preprocessors import RecoveringExecute
 
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell("x = 41"),
-                nbformat.v4.new_code_cell(synthetic._SWALLOW),
-                nbformat.v4.new_code_cell("x += 1\nprint(x)"),
-                nbformat.v4.new_code_cell("import os\nos._exit(1)"),
-                nbformat.v4.new_code_cell("print(x + 1)")]
+    nb = _notebook("x = 41", synthetic._SWALLOW, "x += 1\nprint(x)", "import os\nos._exit(1)",
+                   "print(x + 1)")
     RecoveringExecute(timeout=3, startup_timeout=120).preprocess(
         nb, {"metadata": {"path": str(tmp_path)}})
     assert nb.cells[1].outputs[0]["ename"] == "CellTimeoutError"
     assert nb.cells[2].outputs[0]["text"] == "42\n"
     assert nb.cells[3].outputs[0]["ename"] == "DeadKernelError"
     assert nb.cells[4].outputs[0]["text"] == "43\n"  # cells 0 and 2 were replayed
-
-
-def _notebook(*sources):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
-    return nb
 
 
 @pytest.mark.slow
