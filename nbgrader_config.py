@@ -50,8 +50,9 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # A cell that runs longer than this is stopped and scored 0; later cells still run. A kernel that
 # ignores the interrupt (or dies) is restarted and the earlier cells replayed (grading/), instead
 # of nbgrader giving up on the whole submission. A test cell's stderr is shown as stdout: nbgrader
-# would otherwise score a correct answer that logs a warning 0. `grading/integrity.py` then
-# re-checks every recorded answer outside the kernel (`python scripts/grade.py report`).
+# would otherwise score a correct answer that logs a warning 0. Every test cell is then decided by
+# the judge outside the kernel (grading/judge.py), which replaces the cell's outputs with its
+# verdict: what SaveAutoGrades stores is the judge's score.
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 c.Autograde.autograde_preprocessors = [
@@ -68,11 +69,11 @@ c.Autograde.autograde_preprocessors = [
 # A student who deletes a test cell gets it back (and is graded by it).
 c.OverwriteCells.add_missing_cells = True
 
-# Feedback shows each failed check's message but never hidden-test code, its traceback, or the
-# check records (which carry expected values for the verifier).
+# Feedback shows the student's work and the judge's verdict on each test cell (the judge replaced
+# the cell's outputs while grading), never hidden-test code or a traceback.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
-    "course_utils.feedback.ShowOnlyErrorMessages",
+    "grading.preprocessors.ShowOnlyErrorMessages",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

@@ -44,7 +44,7 @@ def bench(assignment: str, n: int, workers_list: list[int]) -> dict:
     data = Path(tempfile.mkdtemp(prefix=f"bench-{assignment}-"))
     try:
         t = time.perf_counter()
-        refs = integrity.reference_records(assignment, data)
+        refs = integrity.reference_run(assignment, data)
         t_ref = time.perf_counter() - t
         for i, kind in enumerate(MIX):
             synthetic.clone(assignment, data / "submitted", kind, (n + len(MIX) - 1 - i) // len(MIX),

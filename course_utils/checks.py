@@ -1,42 +1,37 @@
 """Checks used by assignment test cells: each failure names the likely misconception.
 
-Rules these helpers follow, because of how nbgrader scores a test cell (see the course README):
+Two sides of one test cell:
 
-* They return ``None``: a test cell whose last value is a number is scored *as that number*.
-* They write nothing to stderr: any stderr output in a test cell scores it 0.
-* They accept only plain numbers and read them through ``float``'s own slot, so an object whose
-  ``==`` is always true, or a ``float`` subclass that lies about its value, does not pass.
-* They use no name an answer cell can replace (``math.isclose``, ``abs``, ``isinstance``,
-  ``float`` ...): the types they need are taken from literals, the closeness test is arithmetic.
+* **In the student's kernel** the visible tests call ``check_number(name, value)`` (type only,
+  no expected value) and the hidden tests call :func:`submit`, which hands a value to the grader
+  as data and judges nothing. No expected value, tolerance or known mistake ever runs in, or is
+  sent to, the student's kernel.
+* **In the grader** (``grading/judge.py``, outside the kernel's sandbox) the same
+  ``check_number`` / ``check_choice`` / ``check_sequence`` functions judge the submitted values
+  against the reference solution's, with the known mistakes of ``authoring/judges/<a>.py``. The
+  message of the AssertionError they raise is the feedback that names the misconception.
 
-While a submission is autograded (nbgrader sets ``NBGRADER_EXECUTION=autograde``; the reference
-run sets ``COURSE_CHECK_RECORDS=1``) every check also *records* what it saw as a display output of type
-:data:`RECORD_MIME`: the value read, the expected value and the known mistakes. A verifier outside
-the kernel (``grading/integrity.py``) re-judges each recorded value with :func:`judge` against the
-reference solution's own records, and notices checks that never ran. The feedback students get
-drops these records.
-
-The expected values live in the (hidden) test cells of ``solutions/``, never in this module.
+The helpers return ``None`` and write nothing to stderr (nbgrader scores a test cell by its
+outputs). They read numbers through ``float``'s own slot and use no name an answer cell can
+replace, which matters for the visible tests that run beside the student's code.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterable, Sequence
 
 import numpy as _np
 
-__all__ = ["RECORD_MIME", "as_number", "check_number", "check_choice", "check_sequence", "judge"]
+__all__ = ["SUBMIT_MIME", "as_number", "check_number", "check_choice", "check_sequence",
+           "encode", "submit"]
 
-RECORD_MIME = "application/vnd.course.check+json"
-RECORD_ENV = "COURSE_CHECK_RECORDS"
+SUBMIT_MIME = "application/vnd.course.submission+json"
 
 # Types taken from literals: an answer cell can rebind the builtin names, not these.
 _float, _int, _bool, _str = (0.0).__class__, (0).__class__, True.__class__, "".__class__
 _list, _tuple, _type = [].__class__, ().__class__, (0).__class__.__class__
 _NUMPY_REALS = (_np.float16, _np.float32, _np.float64, _np.int8, _np.int16, _np.int32,
                 _np.int64, _np.uint8, _np.uint16, _np.uint32, _np.uint64)
-_environ_get = os.environ.get
 
 
 def _is_sub(value: Any, cls: type) -> bool:
@@ -100,39 +95,6 @@ def _number_verdict(got: float, expected: float, mistakes, rel: float, abs_tol: 
     return f"{shown} is not right. {hint}".strip()
 
 
-def _publish(record: dict) -> None:
-    """Emit ``record`` as a display output while grading; nothing otherwise (never stderr)."""
-    if _environ_get(RECORD_ENV) != "1" and _environ_get("NBGRADER_EXECUTION") != "autograde":
-        return
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        if shell is None:
-            return
-        shell.display_pub.publish(
-            data={RECORD_MIME: record, "text/plain": f"[check {record['name']}]"}, metadata={})
-    except Exception:  # a broken display hook must not fail a correct answer; the verifier
-        return         # notices the missing record instead
-
-
-def _plain(x: Any) -> Any:
-    """JSON-safe copy of a check parameter (numbers as float, others as they are)."""
-    if _type(x) is _bool or x is None or _is_sub(x, _str):
-        return x if not _is_sub(x, _str) else _str.__str__(x)
-    try:
-        return as_number("parameter", x)
-    except AssertionError:
-        return repr(x)
-
-
-def _plain_choice(x: Any) -> Any:
-    """JSON-safe copy of a choice (str, bool and int kept as they are: their type matters)."""
-    if _one_of(x, (_str, _bool, _int)) or x is None:
-        return _str.__str__(x) if _type(x) is _str else x
-    return _plain(x)
-
-
 def check_number(name: str, value: Any, expected: float | None = None, *,
                  mistakes: Iterable[tuple[float, str]] = (), rel: float = 1e-3,
                  abs_tol: float = 0.0, hint: str = "", unit: str = "") -> None:
@@ -142,21 +104,11 @@ def check_number(name: str, value: Any, expected: float | None = None, *,
     ``(24.45, "that is GiB; the question asks for GB (10**9 bytes)")``.
     With ``expected=None`` only the type is checked (useful in visible tests).
     """
-    mistakes = [(_plain(w), _str(m)) for w, m in mistakes]
-    record = {"kind": "number", "name": _str(name), "value": None, "expected": _plain(expected),
-              "mistakes": mistakes, "rel": _float(rel), "abs_tol": _float(abs_tol),
-              "unit": unit, "hint": hint}
-    try:
-        got = as_number(name, value)
-    except AssertionError as err:
-        _publish({**record, "passed": False, "message": _str(err)})
-        raise
-    record["value"] = got
-    message = None
-    if expected is not None:
-        shown = f"{name} = {got:g}{(' ' + unit) if unit else ''}"
-        message = _number_verdict(got, expected, mistakes, rel, abs_tol, shown, hint)
-    _publish({**record, "passed": message is None, "message": message})
+    got = as_number(name, value)
+    if expected is None:
+        return None
+    shown = f"{name} = {got:g}{(' ' + unit) if unit else ''}"
+    message = _number_verdict(got, expected, list(mistakes), rel, abs_tol, shown, hint)
     if message is not None:
         raise AssertionError(message)
     return None
@@ -191,13 +143,6 @@ def check_choice(name: str, value: Any, expected: Any, allowed: Sequence[Any], *
     With ``expected=None`` only membership in ``allowed`` is checked (useful in visible tests).
     """
     message = _choice_verdict(name, value, expected, allowed, mistakes, hint)
-    plain = value if _one_of(value, (_str, _bool, _int)) else None
-    if _type(plain) is _str:
-        plain = _str.__str__(plain)
-    _publish({"kind": "choice", "name": _str(name), "value": plain,
-              "expected": _plain_choice(expected), "allowed": [_plain_choice(a) for a in allowed],
-              "mistakes": [[_plain_choice(k), _str(m)] for k, m in (mistakes or {}).items()],
-              "hint": hint, "passed": message is None, "message": message})
     if message is not None:
         raise AssertionError(message)
     return None
@@ -216,51 +161,67 @@ def _sequence_verdict(name: str, got: list[float], expected: Sequence[float], re
 def check_sequence(name: str, value: Any, expected: Sequence[float], *, rel: float = 1e-6,
                    abs_tol: float = 1e-9, hint: str = "") -> None:
     """Assert ``value`` is a list/tuple of numbers matching ``expected`` element by element."""
-    record = {"kind": "sequence", "name": _str(name), "value": None,
-              "expected": [_plain(e) for e in expected], "rel": _float(rel),
-              "abs_tol": _float(abs_tol), "hint": hint}
-    try:
-        if not _one_of(value, (_list, _tuple)):
-            raise AssertionError(
-                f"{name} should be a list of numbers, got {_type(value).__name__}.")
-        items = _list.__iter__(_list(value))
-        got = [as_number(f"{name}[{i}]", v) for i, v in enumerate(items)]
-    except AssertionError as err:
-        _publish({**record, "passed": False, "message": _str(err)})
-        raise
+    if not _one_of(value, (_list, _tuple)):
+        raise AssertionError(f"{name} should be a list of numbers, got {_type(value).__name__}.")
+    got = [as_number(f"{name}[{i}]", v) for i, v in enumerate(_list.__iter__(_list(value)))]
+    if expected is None:
+        return None
     message = _sequence_verdict(name, got, expected, rel, abs_tol, hint)
-    _publish({**record, "value": got, "passed": message is None, "message": message})
     if message is not None:
         raise AssertionError(message)
     return None
 
 
-def judge(record: dict, reference: dict) -> str | None:
-    """Re-judge a value a student's kernel recorded against the reference solution's record.
+def encode(value: Any, _depth: int = 0) -> Any:
+    """``value`` as JSON data (what :func:`submit` sends; ``grading.judge.decode`` reverses it).
 
-    Runs outside the kernel (instructor side): the expected value, tolerances and known mistakes
-    come from ``reference`` (recorded while running ``solutions/``), only the value from
-    ``record``. Returns None if right, else the message naming the mistake.
+    Numbers, strings, booleans and None as they are (non-finite floats as ``{"$float": "nan"}``),
+    lists and tuples as lists, dicts as ``{"$dict": [[key, value], ...]}``, tensors and numpy
+    arrays as ``{"$tensor": {"dtype", "shape", "data"}}``; anything else as
+    ``{"$type": its type name}`` (the judge's message then names the type).
     """
-    kind, name, value = reference["kind"], reference["name"], record.get("value")
-    if record.get("kind") != kind or record.get("name") != name:
-        return f"record {record.get('name')!r} does not match the reference check {name!r}"
-    if kind == "number":
-        if value is None or _type(value) not in (_float, _int) or _type(value) is _bool:
-            return record.get("message") or f"{name} is not a plain number"
-        if reference.get("expected") is None:
-            return None
-        shown = f"{name} = {value:g}" + (f" {reference['unit']}" if reference.get("unit") else "")
-        return _number_verdict(_float(value), reference["expected"], reference["mistakes"],
-                               reference["rel"], reference["abs_tol"], shown,
-                               reference.get("hint", ""))
-    if kind == "choice":
-        mistakes = {k: m for k, m in reference.get("mistakes", [])}
-        return _choice_verdict(name, value, reference.get("expected"), reference["allowed"],
-                               mistakes, reference.get("hint", ""))
-    if kind == "sequence":
-        if _type(value) is not _list:
-            return record.get("message") or f"{name} is not a list of numbers"
-        return _sequence_verdict(name, [_float(v) for v in value], reference["expected"],
-                                 reference["rel"], reference["abs_tol"], reference.get("hint", ""))
-    return f"unknown check kind {kind!r}"
+    t = _type(value)
+    if value is None or t is _bool or t is _str:
+        return value
+    if t is _int:
+        return value
+    if t is _float or _one_of(value, _NUMPY_REALS):
+        x = _float(value)
+        return x if x - x == 0.0 else {"$float": repr(x)}
+    if _depth > 20:
+        return {"$type": "too deeply nested"}
+    if t is _list or t is _tuple:
+        return [encode(v, _depth + 1) for v in value]
+    if t is dict:
+        return {"$dict": [[encode(k, _depth + 1), encode(v, _depth + 1)] for k, v in value.items()]}
+    if t is _np.ndarray:
+        return {"$tensor": {"dtype": _str(value.dtype), "shape": _list(value.shape),
+                            "data": value.reshape(-1).tolist()}}
+    try:
+        import torch
+
+        if _is_sub(value, torch.Tensor):
+            flat = value.detach().cpu().reshape(-1)
+            if flat.is_floating_point() and flat.dtype != torch.float64:
+                flat = flat.double()  # bf16/fp16/fp32 values are exact in float64
+            return {"$tensor": {"dtype": _str(value.dtype).replace("torch.", ""),
+                                "shape": _list(value.shape), "data": flat.tolist()}}
+    except ImportError:
+        pass
+    return {"$type": t.__name__}
+
+
+def submit(name: str, value: Any) -> None:
+    """Hand ``value`` to the grader, which judges it outside this kernel; judges nothing here.
+
+    Hidden test cells call it while a submission is graded: the grader reads the submissions of
+    each test cell from its outputs, judges them against the reference solution and replaces
+    the cell's outputs with its verdict.
+    """
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("submit() runs in a notebook kernel, where the grader can read it")
+    shell.display_pub.publish(data={SUBMIT_MIME: {"name": _str(name), "value": encode(value)},
+                                    "text/plain": f"[submitted {name}]"}, metadata={})

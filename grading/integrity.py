@@ -1,25 +1,24 @@
-"""The grading check that runs outside the student's kernel, and the per-assignment report.
+"""The per-assignment report: the judge's verdicts, the reference run, scans and digests.
 
-nbgrader runs the hidden tests inside the student's own kernel, so an answer cell can patch
-whatever the tests use. This module never trusts the kernel's verdict alone:
+The trust model (``grading/judge.py``): every test cell is decided by the judge, outside the
+student's sandboxed kernel, from the values the cell submitted and the reference solution's.
+This module adds what the report needs around it:
 
-1. **Re-judging.** Every ``course_utils.checks`` call records the value it read (a display output
-   of type ``RECORD_MIME``). The reference solution is run once here with recording on; each
-   student's recorded value is judged again with :func:`course_utils.checks.judge` against the
-   *reference* record (expected value, tolerance, known mistakes). A test cell that nbgrader
-   scored as passed is only accepted when every check the reference ran is present, in order,
-   and right. A missing record means a check was patched out; an extra one means a forged one.
-2. **Static scan** (:func:`scan_source`): answer cells that assign to module attributes
-   (``math.isclose = ...``), touch ``builtins``/``sys.modules``/``sys.path``, define ``__eq__``
-   or subclass ``float``, import ``importlib``/``ctypes``/``signal``, emit check records, or write
-   files; plus the submission folder (a ``course_utils/`` folder, ``.py`` files) and test cells
-   that were edited or deleted (nbgrader restores them; the attempt is still reported).
-3. **Status apart from score:** "not submitted", "notebook missing", "not a valid notebook"
+1. **The reference run** (:func:`reference_run`): the solution notebook run once, its
+   submissions recorded per test cell (the judge's expected values) and judged by the judge
+   itself (a reference that fails its own judge stops grading). Cached by content hash.
+2. **Verdicts** (:func:`verify_student`): the score is the judge log's. nbgrader's own score
+   (from the outputs the judge wrote) must agree; a disagreement, or a test cell the judge never
+   saw, is flagged and scored 0.
+3. **Static scan** (:func:`scan_source`): answer cells that patch modules, touch
+   ``builtins``/``sys.modules``, define ``__eq__`` and so on. The score does not depend on it
+   (a patched kernel still cannot submit a right value it did not compute); the flags tell the
+   instructor who tried.
+4. **Status apart from score:** "not submitted", "notebook missing", "not a valid notebook"
    and "autograde failed" are never written as a 0.
-4. **Results fixed when grading ends:** :func:`record_digests` keeps the SHA-256 of every
-   autograded notebook; :func:`report` refuses (:class:`ResultsChanged`, naming the students)
-   if one changed afterwards. How the kernels were isolated (``grading.sandbox``) heads the
-   report.
+5. **Results fixed when grading ends:** :func:`record_digests` keeps the SHA-256 of every
+   autograded notebook and judge log; :func:`report` refuses (:class:`ResultsChanged`, naming the
+   students) if one changed afterwards. How the kernels were isolated heads the report.
 
 :func:`report` writes ``reports/<assignment>.csv`` and ``.txt`` under the course data folder.
 """
@@ -38,7 +37,8 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.checks import RECORD_ENV, RECORD_MIME, judge
+from course_utils.checks import SUBMIT_MIME
+from grading import judge
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,15 +68,10 @@ def is_answer_cell(cell) -> bool:
     return cell.get("cell_type") == "code" and bool(_meta(cell).get("solution"))
 
 
-def records_by_cell(nb) -> dict[str, list[dict]]:
-    """``{grade_id: [check records in order]}`` for every test cell of an executed notebook."""
-    out: dict[str, list[dict]] = {}
-    for cell in nb.cells:
-        if is_test_cell(cell):
-            out[_meta(cell)["grade_id"]] = [
-                dict(o["data"][RECORD_MIME]) for o in cell.get("outputs", [])
-                if o.get("output_type") == "display_data" and RECORD_MIME in o.get("data", {})]
-    return out
+def submissions_by_cell(nb) -> dict[str, list]:
+    """``{grade_id: [[name, value], ...]}`` submitted by every test cell of an executed notebook."""
+    return {_meta(cell)["grade_id"]: [list(pair) for pair in judge.submissions(cell)]
+            for cell in nb.cells if is_test_cell(cell)}
 
 
 # ------------------------------------------------------------------------------ reference run
@@ -99,20 +94,22 @@ def run_key(*paths: Path) -> str:
 def reference_cache_path(assignment: str, notebook: str, cache: Path) -> Path:
     """Where the reference run of one notebook is cached: the name carries its content key."""
     src = ROOT / "solutions" / assignment / notebook
-    key = run_key(src, *sorted((ROOT / "course_utils").rglob("*.py")))
+    key = run_key(src, judge.JUDGES / f"{assignment}.py", ROOT / "grading" / "judge.py",
+                  *sorted((ROOT / "course_utils").rglob("*.py")))
     return cache / assignment / f"{Path(notebook).stem}.{key}.json"
 
 
 def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
                   cache: Path | None = None) -> dict[str, dict]:
-    """Run the reference solution once with check recording on; cached by content hash.
+    """Run the reference solution once and record what each test cell submits; cached.
 
-    Returns ``{notebook: {"records": {grade_id: [records]}, "max_cell_s": seconds,
-    "problems": [...]}}``, where ``problems`` lists every error output and every stderr text
-    of a test cell (nbgrader would score such a cell 0). The cache (``cache``, default
-    ``$COURSE_DATA/reference``) is keyed by the solution notebook, every ``course_utils``
-    source and the versions of Python, torch and the kernel: change any of them and the
-    reference runs again.
+    Returns ``{notebook: {"submissions": {grade_id: [[name, value], ...]}, "max_cell_s":
+    seconds, "problems": [...]}}``, where ``problems`` lists every error output and every
+    stderr text of a test cell. Raises RuntimeError if the judge does not pass every test cell
+    of the reference (a judge file whose expected values disagree with the solution). The cache
+    (``cache``, default ``$COURSE_DATA/reference``) is keyed by the solution notebook, its judge
+    file, every ``course_utils`` source and the versions of Python, torch and the kernel: change
+    any of them and the reference runs again.
     """
     from nbclient import NotebookClient
 
@@ -126,17 +123,25 @@ def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
             out[name] = json.loads(path.read_text())
             continue
         nb = nbformat.read(src, as_version=4)
-        # the kernel's environment as nbgrader_config.py gives it, plus check recording
-        with _environ({RECORD_ENV: "1", "COURSE_LAUNCH_PRELOAD": "light"}):
+        # the kernel's environment as nbgrader_config.py gives it
+        with _environ({"COURSE_LAUNCH_PRELOAD": "light"}):
             with tempfile.TemporaryDirectory() as tmp:
                 NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                                resources={"metadata": {"path": tmp}}).execute()
-        records = records_by_cell(nb)
-        failed = [r["name"] for recs in records.values() for r in recs if not r.get("passed")]
+        subs = submissions_by_cell(nb)
+        rules = judge.load(assignment)
+        failed = []
+        for cell in nb.cells:
+            if is_test_cell(cell):
+                gid = _meta(cell)["grade_id"]
+                v = judge.judge_cell(rules, gid, [tuple(p) for p in subs[gid]],
+                                     [tuple(p) for p in subs[gid]], judge.kernel_error(cell))
+                if not v.passed:
+                    failed.append(f"{gid}: {v.message}")
         if failed:
-            raise RuntimeError(f"the reference solution of {assignment} fails its own checks: "
-                               f"{failed}")
-        out[name] = {"records": records, "max_cell_s": _max_cell_seconds(nb),
+            raise RuntimeError(f"the reference solution of {assignment} fails its judge: "
+                               + "; ".join(failed))
+        out[name] = {"submissions": subs, "max_cell_s": _max_cell_seconds(nb),
                      "problems": _problems(nb)}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
@@ -158,13 +163,6 @@ def _environ(values: dict[str, str]):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def reference_records(assignment: str, data: Path | None = None, timeout: int = 600,
-                      cache: Path | None = None) -> dict[str, dict[str, list[dict]]]:
-    """``{notebook: {grade_id: [records]}}`` of the reference solution (see :func:`reference_run`)."""
-    return {name: run["records"]
-            for name, run in reference_run(assignment, data, timeout, cache).items()}
 
 
 def _problems(nb) -> list[str]:
@@ -297,15 +295,15 @@ def scan_source(source: str) -> list[str]:
                 flag(node, f"calls {func}() (changes the grading environment)")
             if last in {"publish_display_data", "display", "publish"} or func.endswith("display_pub.publish"):
                 for arg in ast.walk(node):
-                    if isinstance(arg, ast.Constant) and arg.value == RECORD_MIME:
-                        flag(node, "publishes a fake check record")
+                    if isinstance(arg, ast.Constant) and arg.value == SUBMIT_MIME:
+                        flag(node, "publishes a fake submission")
             if last in _FILE_WRITERS and any(
                     isinstance(a, ast.Constant) and isinstance(a.value, str)
                     and ("course_utils" in a.value or a.value.endswith(".py"))
                     for a in ast.walk(node)):
                 flag(node, f"writes Python files or a course_utils folder ({func})")
-        if isinstance(node, ast.Constant) and node.value == RECORD_MIME:
-            flag(node, "mentions the check-record type")
+        if isinstance(node, ast.Constant) and node.value == SUBMIT_MIME:
+            flag(node, "mentions the submission type")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _DUNDERS:
             flag(node, f"defines {node.name} (an object that can lie to comparisons)")
         if isinstance(node, ast.ClassDef):
@@ -388,8 +386,10 @@ def record_digests(assignment: str, students: list[str], data: Path) -> Path:
     book["isolation"] = sandbox.description()
     for student in students:
         auto = data / "autograded" / student / assignment
-        book["students"][student] = {n: _sha256(auto / n) for n in notebook_names(assignment)
-                                     if (auto / n).exists()}
+        files = {n: auto / n for n in notebook_names(assignment)}
+        files.update({f"judge log {n}": judge.log_path(data, assignment, student, n)
+                      for n in notebook_names(assignment)})
+        book["students"][student] = {n: _sha256(f) for n, f in files.items() if f.exists()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(book, indent=1, sort_keys=True))
     return path
@@ -405,7 +405,8 @@ def check_digests(assignment: str, data: Path) -> dict:
     changed = []
     for student, files in sorted(book["students"].items()):
         for name, digest in files.items():
-            f = data / "autograded" / student / assignment / name
+            f = (judge.log_path(data, assignment, student, name.removeprefix("judge log "))
+                 if name.startswith("judge log ") else data / "autograded" / student / assignment / name)
             if not f.exists() or _sha256(f) != digest:
                 changed.append(f"{student} ({name})")
     if changed:
@@ -420,14 +421,13 @@ def check_digests(assignment: str, data: Path) -> dict:
 
 @dataclass
 class CellResult:
-    """One test cell of one student: nbgrader's score and the verified one."""
+    """One test cell of one student: the judge's verdict and nbgrader's score."""
 
     grade_id: str
     max_score: float
-    kernel_score: float
-    score: float
-    message: str = ""        # the mistake the feedback named (or the verifier found)
-    verified: bool = True    # False: no recorded check to re-judge (kernel verdict only)
+    kernel_score: float      # what nbgrader saved (from the outputs the judge wrote)
+    score: float             # the judge's
+    message: str = ""        # the mistake the judge named
     problems: list[str] = field(default_factory=list)
 
 
@@ -453,52 +453,20 @@ class StudentResult:
         return [c for c in self.cells if c.score < c.max_score]
 
 
-def _error_message(cell) -> str:
-    """The first line of the cell's error (what the feedback shows), at most 300 characters."""
-    for o in cell.get("outputs", []):
-        if o.get("output_type") == "error":
-            first = (o.get("evalue") or "").strip().splitlines()[:1]
-            return f"{o.get('ename')}: {first[0] if first else ''}".strip()[:300]
-    return ""
-
-
-def verify_cell(cell, reference: list[dict]) -> CellResult:
-    """Re-judge one autograded test cell against the reference records (see module doc)."""
+def verify_cell(cell, verdict: judge.Verdict | None) -> CellResult:
+    """One autograded test cell: the judge's verdict, checked against what nbgrader scored."""
     from nbgrader.utils import determine_grade
 
     kernel, max_score = determine_grade(cell)
-    kernel = float(kernel or 0.0)
-    records = [dict(o["data"][RECORD_MIME]) for o in cell.get("outputs", [])
-               if RECORD_MIME in o.get("data", {})]
-    result = CellResult(_meta(cell)["grade_id"], float(max_score), kernel, kernel,
-                        message=_error_message(cell), verified=bool(reference))
-    kernel_passed = kernel >= max_score > 0
-    for i, rec in enumerate(records):
-        if i >= len(reference):
-            result.problems.append(f"extra check record {rec.get('name')!r} (forged?)")
-            continue
-        ref = reference[i]
-        if (rec.get("kind") in ("number", "sequence") and rec.get("expected") is not None
-                and ref.get("expected") is not None and rec["expected"] != ref["expected"]):
-            # the test computed its expected value at run time (from seeded inputs): judge the
-            # value against that, with the reference's tolerance and known mistakes. (Changing
-            # what a check records needs code that the static scan flags.)
-            ref = {**ref, "expected": rec["expected"]}
-        verdict = judge(rec, ref)
-        if verdict and kernel_passed:
-            result.problems.append(f"the kernel passed a wrong answer: {verdict}")
-        if verdict and not result.message:
-            result.message = verdict
-        if verdict:
-            break
-    else:
-        if kernel_passed and len(records) < len(reference):
-            missing = [r["name"] for r in reference[len(records):]]
-            result.problems.append(f"the cell passed but {len(missing)} check(s) never ran "
-                                   f"({', '.join(missing[:3])}): patched out?")
-    if result.problems:
-        result.score = 0.0
-        result.message = result.problems[0]
+    kernel, max_score = float(kernel or 0.0), float(max_score)
+    gid = _meta(cell)["grade_id"]
+    if verdict is None:
+        return CellResult(gid, max_score, kernel, 0.0, "the judge never saw this cell",
+                          ["the judge never saw this cell (not graded through the judge?)"])
+    result = CellResult(gid, max_score, kernel, max_score if verdict.passed else 0.0,
+                        verdict.message)
+    if result.score != kernel:
+        result.problems.append(f"nbgrader scored {kernel:g}, the judge {result.score:g}")
     return result
 
 
@@ -513,9 +481,9 @@ def _roster(assignment: str, data: Path) -> list[str]:
     return sorted(students)
 
 
-def verify_student(assignment: str, student: str, references: dict, data: Path) -> StudentResult:
+def verify_student(assignment: str, student: str, data: Path) -> StudentResult:
     """The verified result of one student (see the module doc for the rules)."""
-    names = list(references)
+    names = notebook_names(assignment)
     sub = data / "submitted" / student / assignment
     auto = data / "autograded" / student / assignment
     result = StudentResult(student, "graded")
@@ -540,10 +508,12 @@ def verify_student(assignment: str, student: str, references: dict, data: Path) 
             result.status = "not graded: autograde failed (see the autograde log)"
             return result
         graded = nbformat.read(auto / name, as_version=4)
+        log = judge.log_path(data, assignment, student, name)
+        verdicts = judge.read_log(log) if log.exists() else {}
         for cell in graded.cells:
             m = _meta(cell)
             if is_test_cell(cell):
-                res = verify_cell(cell, references[name].get(m["grade_id"], []))
+                res = verify_cell(cell, verdicts.get(m["grade_id"]))
                 result.cells.append(res)
                 result.flags += [f"{res.grade_id}: {p}" for p in res.problems]
             elif m.get("grade") and m.get("solution"):
@@ -555,24 +525,18 @@ def verify_student(assignment: str, student: str, references: dict, data: Path) 
 
 
 def verify_assignment(assignment: str, data: Path | None = None,
-                      students: list[str] | None = None,
-                      reference_cache: Path | None = None) -> list[StudentResult]:
+                      students: list[str] | None = None) -> list[StudentResult]:
     """Verified results of every student on the roster (or of ``students``)."""
     data = data or data_dir()
-    references = reference_records(assignment, data, cache=reference_cache)
-    return [verify_student(assignment, s, references, data)
-            for s in (students or _roster(assignment, data))]
+    return [verify_student(assignment, s, data) for s in (students or _roster(assignment, data))]
 
 
-def report(assignment: str, data: Path | None = None, students: list[str] | None = None,
-           reference_cache: Path | None = None) -> tuple[list[StudentResult], Path]:
-    """Write ``reports/<assignment>.csv`` and ``.txt``; returns the results and the CSV path.
-
-    ``reference_cache``: where the reference run is cached (see :func:`reference_run`).
-    """
+def report(assignment: str, data: Path | None = None,
+           students: list[str] | None = None) -> tuple[list[StudentResult], Path]:
+    """Write ``reports/<assignment>.csv`` and ``.txt``; returns the results and the CSV path."""
     data = data or data_dir()
     book = check_digests(assignment, data)
-    results = verify_assignment(assignment, data, students, reference_cache)
+    results = verify_assignment(assignment, data, students)
     out = data / "reports"
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / f"{assignment}.csv"
@@ -620,12 +584,8 @@ def render_text(assignment: str, results: list[StudentResult], isolation: str = 
     not_graded = [r for r in results if not r.graded]
     flagged = [r for r in results if r.flags]
     lines.append(f"graded {len(graded)}, NOT graded {len(not_graded)}, flagged {len(flagged)}")
-    lines.append("(score = verified autograded points; manual questions are graded in the "
-                 "formgrader)")
-    unverifiable = sorted({c.grade_id for r in graded for c in r.cells if not c.verified})
-    if unverifiable:
-        lines.append(f"test cells without course_utils.checks calls, so judged only inside the "
-                     f"kernel: {', '.join(unverifiable)}")
+    lines.append("(score = autograded points as the judge decided them outside the kernels; "
+                 "manual questions are graded in the formgrader)")
     lines.append("")
     for r in results:
         if not r.graded:

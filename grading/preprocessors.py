@@ -2,7 +2,10 @@
 
 ``nbgrader_config.py`` puts them into ``Autograde.autograde_preprocessors``:
 
-* :class:`RecoveringExecute` replaces nbgrader's ``Execute``. A cell that outlives
+* :class:`RecoveringExecute` replaces nbgrader's ``Execute``. **Every test cell is judged
+  outside the kernel** (``grading.judge``): when it ends, its submitted values are judged against
+  the reference solution's and its outputs are replaced by the verdict, so what nbgrader saves is
+  the judge's score; the verdicts also go to the judge log. A cell that outlives
   ``Execute.timeout`` is interrupted as before; if the kernel ignores the interrupt (a loop that
   catches ``KeyboardInterrupt``) or dies (``os._exit`` in an answer), nbgrader would give up on
   the whole notebook and grade nothing. Here the kernel is restarted, the cells before the bad
@@ -14,13 +17,17 @@
 * :class:`StderrToStdout` moves stderr text in *test* cells to stdout before the grades are
   saved: nbgrader scores any test cell that wrote to stderr 0, so a correct student whose code
   logs a warning would lose the points. Errors are still errors (an ``error`` output).
+* :class:`ShowOnlyErrorMessages` (feedback) keeps each error's one-line message and drops
+  tracebacks and submission outputs.
 * :class:`LimitOutputBytes` cuts every output to ``max_bytes`` (a 50 MB print would otherwise
   become a 50 MB autograded notebook and feedback page).
 """
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -29,7 +36,9 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Float, Int
 
-from grading.sandbox import SandboxedKernelManager
+from course_utils.checks import SUBMIT_MIME
+from grading import judge
+from grading.sandbox import SandboxedKernelManager, description
 
 LIMIT_ENAME = "GradingLimit"  # the error name of a cell stopped by a limit (the report names it)
 
@@ -48,19 +57,65 @@ class RecoveringExecute(Execute):
         super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
-        """Execute ``nb`` cell by cell (see :meth:`preprocess_cell`)."""
+        """Execute ``nb`` cell by cell (see :meth:`preprocess_cell`), judge its test cells and
+        write the judge log."""
         self._skip: set[int] = set()
         self._recoveries = 0
         self._stopped: str | None = None
         self._deadline = time.monotonic() + self.max_submission_s
-        return super().preprocess(nb, resources, km)
+        self._verdicts: list[judge.Verdict] = []
+        self._setup_judge(resources or {})
+        out = super().preprocess(nb, resources, km)
+        if self._log is not None:
+            judge.write_log(self._log, self._verdicts, description())
+        return out
+
+    def _setup_judge(self, resources: dict) -> None:
+        """The judge module and the reference's submissions of this notebook (outside the
+        kernel: the sandbox hides the repository and the course data from it)."""
+        from grading import integrity
+
+        info = resources.get("nbgrader", {})
+        assignment, notebook = info.get("assignment"), info.get("notebook")
+        self._judge, self._reference, self._log = None, {}, None
+        if not assignment or not notebook:
+            return  # not an nbgrader autograde (a plain nbconvert run): nothing to judge
+        data = integrity.data_dir()
+        cache = os.environ.get("COURSE_REFERENCE_CACHE")
+        run = integrity.reference_run(assignment, data, cache=Path(cache) if cache else None)
+        self._reference = run[f"{notebook}.ipynb"]["submissions"]
+        self._judge = judge.load(assignment)
+        if info.get("student"):
+            self._log = judge.log_path(data, assignment, info["student"], notebook)
+
+    def preprocess_cell(self, cell, resources, index):
+        """Run one cell (:meth:`_run_cell`); if it is a test cell, judge it outside the kernel
+        and replace its outputs with the verdict."""
+        cell, resources = self._run_cell(cell, resources, index)
+        meta = cell.metadata.get("nbgrader", {})
+        if (self._judge is not None and cell.cell_type == "code" and meta.get("grade")
+                and not meta.get("solution")):
+            gid = meta["grade_id"]
+            error = judge.kernel_error(cell)
+            verdict = judge.judge_cell(self._judge, gid, judge.submissions(cell),
+                                       self._reference.get(gid, []), error)
+            self._verdicts.append(verdict)
+            if verdict.passed:
+                cell.outputs = [new_output("stream", name="stdout", text=(
+                    f"passed: {verdict.submitted} values judged by the grader\n"))]
+            else:
+                # the kernel's own error as it was (the student's code failed), else the judge's
+                ename, evalue = error if error else ("AssertionError", verdict.message)
+                cell.outputs = [new_output("error", ename=ename, evalue=evalue,
+                                           traceback=[f"{ename}: {evalue}"])]
+        return cell, resources
 
     def _limit_output(self, cell, why: str):
         cell.outputs = [new_output("error", ename=LIMIT_ENAME, evalue=why,
                                    traceback=[f"{LIMIT_ENAME}: {why}"])]
         return cell, self.resources
 
-    def preprocess_cell(self, cell, resources, index):
+    def _run_cell(self, cell, resources, index):
         """Run one cell; on an unrecoverable timeout or a dead kernel restart and replay."""
         if cell.cell_type == "code" and self._stopped is None and time.monotonic() > self._deadline:
             self._stopped = (f"not run: the submission used its {self.max_submission_s:g} s "
@@ -142,3 +197,23 @@ class LimitOutputBytes(Preprocessor):
             return text
         return (text[:self.max_bytes]
                 + f"\n[... {len(text) - self.max_bytes} more characters cut by the grader]\n")
+
+
+class ShowOnlyErrorMessages(Preprocessor):
+    """Feedback: every error output as its one line ``Name: message`` (no traceback, which would
+    quote the test's code); no submission outputs (a student's own display of one included)."""
+
+    enabled = Bool(True).tag(config=True)  # nbgrader registers preprocessors as not enabled
+
+    def preprocess_cell(self, cell, resources, index):
+        """Shorten tracebacks and drop submission outputs in one cell."""
+        kept = []
+        for output in cell.get("outputs", []):
+            if SUBMIT_MIME in output.get("data", {}):
+                continue
+            if output.get("output_type") == "error":
+                output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
+            kept.append(output)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+        return cell, resources

@@ -25,6 +25,10 @@ kernel (``SandboxedKernelManager``, used by ``grading.preprocessors.RecoveringEx
   (Jupyter's ``ipc`` transport) in a folder bound into the sandbox.
 * **Memory.** ``RLIMIT_AS`` (``Sandbox.memory_gb``): an answer that allocates more gets a
   ``MemoryError`` in its own cell.
+* **Processes and threads.** Where the machine has a writable ``pids`` cgroup (cgroup v1's
+  ``/sys/fs/cgroup/pids``, or a delegated v2 tree), each kernel gets its own with ``pids.max``
+  (``Sandbox.max_tasks``): a fork or thread bomb fails inside its own cell. ``RLIMIT_NPROC``
+  would not do: it never binds root. :func:`description` says whether this limit applies.
 
 Where ``bwrap`` is missing (macOS, or a Linux without the package) :func:`require` refuses to
 grade unless the instructor allows unisolated grading explicitly (``COURSE_SANDBOX=off``); the
@@ -41,7 +45,7 @@ import uuid
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
-from traitlets import Float
+from traitlets import Float, Int
 
 ROOT = Path(__file__).resolve().parent.parent
 SANDBOX_ENV = "COURSE_SANDBOX"  # "on" (default): bwrap required; "off": grade without isolation
@@ -71,6 +75,45 @@ def require() -> None:
             f"{SANDBOX_ENV}=off; the report will say that grading was not isolated.")
 
 
+def pids_cgroup(max_tasks: int) -> Path | None:
+    """A new cgroup that allows at most ``max_tasks`` processes and threads, or None where the
+    machine has no writable ``pids`` controller."""
+    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        group = base / f"course-kernel-{uuid.uuid4().hex[:12]}"
+        try:
+            group.mkdir()
+        except OSError:
+            continue
+        try:
+            (group / "pids.max").write_text(str(int(max_tasks)))
+            return group
+        except OSError:
+            remove_cgroup(group)
+    return None
+
+
+def remove_cgroup(group: Path | None) -> None:
+    """Remove a cgroup made by :func:`pids_cgroup` (once its processes have ended)."""
+    if group is not None:
+        try:
+            group.rmdir()
+        except OSError:
+            pass
+
+
+_HAS_PIDS_CGROUP: bool | None = None
+
+
+def has_pids_cgroup() -> bool:
+    """Can kernels get a process/thread limit on this machine?"""
+    global _HAS_PIDS_CGROUP
+    if _HAS_PIDS_CGROUP is None:
+        group = pids_cgroup(1)
+        _HAS_PIDS_CGROUP = group is not None
+        remove_cgroup(group)
+    return _HAS_PIDS_CGROUP
+
+
 def description() -> str:
     """How grading kernels are isolated, in words for the report."""
     if not enabled():
@@ -80,7 +123,10 @@ def description() -> str:
 
     version = subprocess.run([bwrap_path() or "bwrap", "--version"], capture_output=True,
                              text=True).stdout.strip()
-    return f"sandboxed ({version}: own PID/network namespaces, repository and data hidden)"
+    tasks = (f"at most {SandboxedKernelManager.max_tasks.default_value} processes and threads"
+             if has_pids_cgroup() else "NO process limit (no writable pids cgroup)")
+    return (f"sandboxed ({version}: own PID/network namespaces, repository and data hidden, "
+            f"{SandboxedKernelManager.memory_gb.default_value:g} GiB of memory, {tasks})")
 
 
 def _data_dir() -> Path:
@@ -98,7 +144,7 @@ def _environment_roots() -> list[Path]:
 
 
 def command(cmd: list[str], workdir: Path, sockets: Path, connection_file: Path,
-            memory_gb: float) -> list[str]:
+            memory_gb: float, cgroup: Path | None = None) -> list[str]:
     """The kernel command ``cmd`` wrapped in bwrap (see the module doc for what it sees)."""
     root, data = ROOT.resolve(), _data_dir()
     # --cap-drop ALL: run as root, the kernel would keep CAP_SYS_ADMIN inside its namespaces and
@@ -107,7 +153,11 @@ def command(cmd: list[str], workdir: Path, sockets: Path, connection_file: Path,
     # controlling terminal, and the grader's interrupt must reach the kernel's process group)
     args = [bwrap_path() or "bwrap", "--unshare-all", "--cap-drop", "ALL", "--die-with-parent",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for folder in (root, data):
+    hidden = [root, data]
+    cache = os.environ.get("COURSE_REFERENCE_CACHE")  # the judge's expected values
+    if cache and not any(Path(cache).resolve().is_relative_to(h) for h in hidden):
+        hidden.append(Path(cache).resolve())
+    for folder in hidden:
         args += ["--tmpfs", str(folder)]
     # bring back what the kernel needs, read-only (the environment may live under a hidden
     # folder, such as the repository's .venv or a clone in /tmp)
@@ -127,7 +177,10 @@ def command(cmd: list[str], workdir: Path, sockets: Path, connection_file: Path,
              "--setenv", "MPLCONFIGDIR", "/tmp/matplotlib", "--setenv", "IPYTHONDIR", "/tmp/ipython",
              "--chdir", str(workdir)]
     limit = int(memory_gb * 2**30)
-    return args + ["prlimit", f"--as={limit}", "--"] + cmd
+    args += ["prlimit", f"--as={limit}", "--"] + cmd
+    if cgroup is not None:  # join the kernel's pids cgroup first: all it starts stays inside
+        args = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *args]
+    return args
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -140,10 +193,13 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     memory_gb = Float(6.0, help="address-space limit of the kernel and its children (GiB)",
                       config=True)
+    max_tasks = Int(1024, help="processes and threads of the kernel and its children, where "
+                               "a pids cgroup is available", config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._sockets: Path | None = None
+        self._cgroup: Path | None = None
         if enabled():
             require()
             # Jupyter's ipc transport: Unix sockets in a folder the sandbox can reach
@@ -161,10 +217,13 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self._sockets is None:
             return cmd
         workdir = Path(self._launch_args.get("cwd") or os.getcwd()).resolve()
+        if self._cgroup is None:
+            self._cgroup = pids_cgroup(self.max_tasks)
         return command(cmd, workdir, self._sockets, Path(self.connection_file).resolve(),
-                       self.memory_gb)
+                       self.memory_gb, self._cgroup)
 
     async def cleanup_resources(self, restart: bool = False) -> None:  # (async in this class)
         await super().cleanup_resources(restart=restart)
         if self._sockets is not None and not restart:
             shutil.rmtree(self._sockets, ignore_errors=True)
+            remove_cgroup(self._cgroup)

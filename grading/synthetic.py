@@ -4,8 +4,8 @@ Everything is derived from ``solutions/<a>/<nb>.ipynb`` (the reference answers) 
 ``assignments/<a>/<nb>.ipynb`` (what students receive), so a new assignment is covered without
 writing anything. Per-assignment specifics (a typical wrong-unit answer) come from
 :data:`UNIT_MISTAKES`; without an entry, wrong-unit answers are derived from the reference's
-check records (a check with ``unit="GB"`` on an answer variable gets the value in GiB and in
-bytes).
+check records (an answer variable named in GB, such as ``zero2_gb``, gets the reference's value in GiB and
+in bytes, and the judge's message for it).
 
 :func:`build` writes the submissions and returns, per student, the :class:`Case` with the
 score it deserves and what the outside check must report.
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 
+from grading import judge
 from grading.integrity import ROOT, _meta, is_answer_cell, is_test_cell, notebook_names
 
 # (student suffix, answer variable, code for its answer cell, words the feedback must show).
@@ -308,7 +309,8 @@ _WRITE_DATA = textwrap.dedent('''
         data, root = here.parents[2], pathlib.Path(course_utils.__file__).resolve().parents[1]
         targets = [*data.glob("reference/**/*.json"), *root.glob(".cache/reference/**/*.json"),
                    data / "gradebook.db", *data.glob("autograded/*/*/*.ipynb"),
-                   *data.glob("digests/*.json")]
+                   *data.glob("digests/*.json"), *data.glob("judge/**/*.json"),
+                   *root.glob("authoring/judges/*.py")]
         for path in targets:
             if path.parent != here:
                 try:
@@ -342,6 +344,59 @@ _LATE_PROCESS = textwrap.dedent('''
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             globals()["_syn_started"] = True
     _syn_late_process()
+''')
+# Attacks on the judge (issue 13): each comes with all-wrong answers and deserves 0.
+_READS_EXPECTED = textwrap.dedent('''
+    def _syn_reads_expected():
+        """Look for expected values where the test runs: a profile hook that copies any local
+        named like an expected value over the value being checked or submitted, and answer
+        functions that search their callers' frames (via a traceback) for one."""
+        import sys
+        names = ("expected", "want", "_want", "reference", "ref")
+        def hook(frame, event, arg):
+            if event == "call" and frame.f_code.co_name in ("submit", "check_number",
+                                                            "check_choice", "check_sequence"):
+                for n in names:
+                    if n in frame.f_locals and "value" in frame.f_locals:
+                        frame.f_locals["value"] = frame.f_locals[n]
+        sys.setprofile(hook)
+        def spy(fn):
+            def wrapped(*args, **kwargs):
+                try:
+                    raise RuntimeError
+                except RuntimeError as e:
+                    f = e.__traceback__.tb_frame.f_back
+                while f is not None:
+                    for n in names:
+                        if n in f.f_locals:
+                            return f.f_locals[n]
+                    f = f.f_back
+                return fn(*args, **kwargs)
+            return wrapped
+        for k, v in list(globals().items()):
+            if callable(v) and not isinstance(v, type) and not k.startswith("_"):
+                globals()[k] = spy(v)
+    _syn_reads_expected()
+''')
+_REWRITES_TESTS = textwrap.dedent('''
+    def _syn_rewrites_tests():
+        """An input transformer that empties every test cell before it runs, and a custom
+        exception handler that hides every error (nothing fails, nothing is checked)."""
+        ip = get_ipython()
+        def empty_tests(lines):
+            text = "".join(lines)
+            return ["None\\n"] if ("submit(" in text or "check_" in text) else lines
+        if empty_tests not in ip.input_transformers_post:
+            ip.input_transformers_post.append(empty_tests)
+        ip.set_custom_exc((BaseException,), lambda *a, **k: None)
+    _syn_rewrites_tests()
+''')
+_HIDDEN_PAYLOAD = textwrap.dedent('''
+    import base64 as _syn_b64
+    get_ipython().run_cell(_syn_b64.b64decode({payload!r}).decode())
+    type = lambda obj: int
+    ValueError = BaseException
+    isinstance = lambda *a: True
 ''')
 _HUGE_OUTPUT = "print('x' * 20_000_000)\n"
 _MEMORY_HOG = "_syn_hog = bytearray(8 * 2**30)\n"
@@ -412,18 +467,20 @@ def _unit_cases(assignment: str, model: Model, references: dict) -> list[tuple]:
             out.append((suffix, owner[var], model.answers[owner[var]] + "\n" + code, words))
     if out:
         return out
-    for recs in references.get(model.name, {}).values():  # generic: a check with a unit
-        for rec in recs:
-            unit = rec.get("unit") or _unit_from_name(rec["name"])
-            if unit not in _CONVERSIONS or rec["name"] not in owner or not rec.get("expected"):
+    rules = judge.load(assignment)
+    run = references.get(model.name, {})
+    for cell_id, subs in run.get("submissions", {}).items():  # generic: a variable with a unit
+        for name, value in subs:
+            unit = _unit_from_name(name)
+            if unit not in _CONVERSIONS or name not in owner or type(value) not in (int, float):
                 continue
-            exp, gid = float(rec["expected"]), owner[rec["name"]]
+            gid = owner[name]
             for suffix, factor in _CONVERSIONS[unit]:
-                value = exp * factor
-                words = next((m for w, m in rec.get("mistakes", [])
-                              if abs(float(w) - value) <= 1e-3 * abs(value)), "is not right")
-                out.append((suffix, gid, model.answers[gid] + f"\n{rec['name']} = {value!r}",
-                            words))
+                wrong = value * factor
+                got = [(n, wrong if n == name else v) for n, v in subs]
+                verdict = judge.judge_cell(rules, cell_id, got, subs)
+                out.append((suffix, gid, model.answers[gid] + f"\n{name} = {wrong!r}",
+                            verdict.message or "is not right"))
             return out
     return out
 
@@ -486,6 +543,11 @@ def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Cas
         attack = attack.format(assignment=assignment, notebook=name)
         add(kind, 0.0, _notebook(model, {g: f"{c}\n{attack}" for g, c in wrong.items()}),
             side_effects=True)
+    import base64
+    payload = base64.b64encode(_PATCH_SYS_MODULES.encode()).decode()
+    for kind, attack in (("reads_expected", _READS_EXPECTED), ("rewrites_tests", _REWRITES_TESTS),
+                         ("hidden_payload", _HIDDEN_PAYLOAD.format(payload=payload))):
+        add(kind, 0.0, _notebook(model, {g: f"{c}\n{attack}" for g, c in wrong.items()}))
     add("huge_output", full, _notebook(model, {**correct, first: _HUGE_OUTPUT + correct[first]}))
     add("memory_hog", full - lost, _notebook(model, {**correct,
                                                      first: _MEMORY_HOG + correct[first]}))

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading import sandbox
-from grading.integrity import ROOT, data_dir, notebook_names, record_digests, report
+from grading.integrity import (ROOT, data_dir, notebook_names, record_digests, reference_run,
+                               report)
 
 NBGRADER = [sys.executable, "-m", "nbgrader"]
 
@@ -140,13 +141,16 @@ class AutogradeRun:
 
 def autograde(assignment: str, workers: int = 2, data: Path | None = None,
               students: list[str] | None = None, timeout: int | None = None,
-              register_first: bool = True) -> AutogradeRun:
+              register_first: bool = True, reference_cache: Path | None = None) -> AutogradeRun:
     """Autograde every submission of one assignment with ``workers`` nbgrader processes.
 
     ``timeout`` overrides ``Execute.timeout`` (seconds per cell). Students are dealt to the
     workers in turn, in the order of ``students`` if given (put slow ones first to spread them),
     else alphabetically. Students that nbgrader cannot grade are left without an autograded
     notebook: :func:`grading.integrity.report` lists them as "not graded", never as 0.
+
+    The reference solution runs first (or comes from its cache, ``reference_cache``, default
+    ``$COURSE_DATA/reference``): the judge inside each nbgrader process compares with it.
     """
     data = data or data_dir()
     sandbox.require()  # refuse to grade unisolated unless the instructor said so
@@ -156,11 +160,13 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
         raise ValueError(f"workers must be >= 1, got {workers}")
     if register_first:
         register(assignment, data)
+    cache = Path(reference_cache or data / "reference").resolve()
+    reference_run(assignment, data, cache=cache)
     start = time.perf_counter()
     shards = [chosen[i::workers] for i in range(workers)]
     shards = [s for s in shards if s]
     procs, logs = [], []
-    env = dict(os.environ, COURSE_DATA=str(data))
+    env = dict(os.environ, COURSE_DATA=str(data), COURSE_REFERENCE_CACHE=str(cache))
     for k, shard in enumerate(shards):
         exclude = sorted(set(everyone) - set(shard))
         args = [*NBGRADER, "autograde", assignment, "--create", "--force"]

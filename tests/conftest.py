@@ -132,7 +132,8 @@ def _snapshot() -> dict[Path, str]:
     import hashlib
 
     paths = [*ROOT.glob("course_utils/**/*.py"), *ROOT.glob("grading/**/*.py"),
-             *ROOT.glob("solutions/**/*.ipynb"), *REFERENCE_CACHE.glob("**/*.json"),
+             *ROOT.glob("solutions/**/*.ipynb"),
+             *ROOT.glob("authoring/**/*.py"), *REFERENCE_CACHE.glob("**/*.json"),
              ROOT / "nbgrader_config.py"]
     return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
 
@@ -162,8 +163,7 @@ def graded(tmp_path_factory):
             return runs[name]
         data = tmp_path_factory.mktemp(f"grading-{name}")
         reference = integrity.reference_run(name, data, cache=REFERENCE_CACHE)
-        refs = {nb: r["records"] for nb, r in reference.items()}
-        cases = synthetic.build(name, data / "submitted", refs)
+        cases = synthetic.build(name, data / "submitted", reference)
         # The loop cases cost one cell timeout each: short, but well above the reference's
         # slowest cell on a loaded machine.
         slowest = max(r["max_cell_s"] for r in reference.values())
@@ -173,14 +173,14 @@ def graded(tmp_path_factory):
         before = _snapshot()
         order = [c.student for c in cases if c.slow] + [c.student for c in cases if not c.slow]
         run = workflow.autograde(name, workers=2, data=data, students=order, timeout=timeout,
-                                 register_first=False)
+                                 register_first=False, reference_cache=REFERENCE_CACHE)
         workflow.feedback(name, data=data)
         after = _snapshot()
         # changed or deleted files, and new files except reference runs (another worker may be
         # caching the reference of another assignment meanwhile)
         changed = sorted(str(p) for p in before if before[p] != after.get(p)) + sorted(
             str(p) for p in after if p not in before and not p.is_relative_to(REFERENCE_CACHE))
-        results, csv_path = integrity.report(name, data, reference_cache=REFERENCE_CACHE)
+        results, csv_path = integrity.report(name, data)
         keep = ROOT / "test-artifacts" / "grading-reports"  # for CI to keep
         keep.mkdir(parents=True, exist_ok=True)
         for suffix in (".csv", ".txt"):

@@ -74,11 +74,12 @@ def test_release_has_no_solutions_or_hidden_tests(name):
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_reference_solution_passes_every_test(name, reference):
-    """The solution runs with no error output, and no test cell writes to stderr (nbgrader
-    would score that cell 0)."""
+    """The solution runs with no error output, no test cell writes to stderr, every test cell
+    submits values, and the judge passes every one (``reference_run`` raises otherwise)."""
     for notebook, run in reference(name).items():
         assert not run["problems"], f"{notebook}: {run['problems'][:3]}"
-        assert run["records"], f"{notebook}: no check ran"
+        assert run["submissions"] and all(run["submissions"].values()), (
+            f"{notebook}: a test cell submitted nothing")
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)

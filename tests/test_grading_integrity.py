@@ -22,9 +22,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.checks import RECORD_MIME, check_number, judge
-from grading import integrity, synthetic, workflow
-from grading.preprocessors import StderrToStdout
+from course_utils.checks import SUBMIT_MIME, check_number
+from grading import integrity, judge, synthetic, workflow
+from grading.preprocessors import ShowOnlyErrorMessages, StderrToStdout
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir()
@@ -34,7 +34,8 @@ KINDS = ["correct", "wrong", "raises", "infinite_loop", "swallows_interrupt", "e
          "deleted_tests", "always_equal", "lying_float", "patch_isclose", "patch_sys_modules",
          "patch_builtins", "shadow_course_utils", "malformed_json", "missing_notebook",
          "stderr_noise", "unanswered", "typical_mistake", "reads_solutions", "writes_library",
-         "writes_course_data", "late_process", "huge_output", "memory_hog"]
+         "writes_course_data", "late_process", "huge_output", "memory_hog", "reads_expected",
+         "rewrites_tests", "hidden_payload"]
 
 
 # ------------------------------------------------------------------------------ fast
@@ -54,7 +55,7 @@ KINDS = ["correct", "wrong", "raises", "infinite_loop", "swallows_interrupt", "e
     ("setattr(math, 'isclose', None)", "calls setattr on math"),
     ("__builtins__.abs = None", "__builtins__"),
     ("from IPython.display import publish_display_data\n"
-     f"publish_display_data({{'{RECORD_MIME}': {{}}}})", "fake check record"),
+     f"publish_display_data({{'{SUBMIT_MIME}': {{}}}})", "fake submission"),
     ("import os\nos.makedirs('course_utils')", "course_utils folder"),
     ("open('course_utils/checks.py', 'w').write('x')", "course_utils folder"),
     ("import course_utils.checks as c\nc.check_number = None", "assigns to c.check_number"),
@@ -78,33 +79,130 @@ def test_scan_leaves_honest_code_alone(code):
     assert integrity.scan_source(code) == []
 
 
-def _record(name, value, **kw):
-    rec = {"kind": "number", "name": name, "value": value, "expected": None, "mistakes": [],
-           "rel": 1e-3, "abs_tol": 0.0, "unit": "", "hint": ""}
-    rec.update(kw)
-    return rec
+def _rules(got, ref):
+    """A judge function as authoring/judges/ files write them."""
+    check_number("x", got["x"], 208.0, unit="GB", mistakes=[(208e9 / 2**30, "that is GiB")])
 
 
-def test_judge_uses_the_reference_not_the_kernel():
-    ref = _record("x", 208.0, expected=208.0, unit="GB",
-                  mistakes=[[193.715, "that is GiB (2**30 bytes)"]])
-    assert judge(_record("x", 208.0), ref) is None
-    assert "GiB" in judge(_record("x", 193.715, expected=193.715), ref)  # forged expected
-    assert "not right" in judge(_record("x", 1.0), ref)
-    assert judge(_record("x", None, message="should be a plain number"), ref)
-    assert "does not match" in judge(_record("y", 208.0), ref)
-    choice = {"kind": "choice", "name": "c", "expected": False, "allowed": [True, False],
-              "mistakes": [[True, "96 GB > 80 GB"]], "hint": ""}
-    assert judge({"kind": "choice", "name": "c", "value": False}, choice) is None
-    assert "96 GB" in judge({"kind": "choice", "name": "c", "value": True}, choice)
-    ints = {"kind": "choice", "name": "stage", "expected": 3, "allowed": [0, 1, 2, 3],
-            "mistakes": [[2, "ZeRO-2 needs 37.4 GB"]], "hint": ""}
-    assert judge({"kind": "choice", "name": "stage", "value": 3}, ints) is None
-    assert "37.4" in judge({"kind": "choice", "name": "stage", "value": 2}, ints)
-    seq = {"kind": "sequence", "name": "s", "expected": [0.5, 0.25], "rel": 1e-6,
-           "abs_tol": 1e-9, "hint": ""}
-    assert judge({"kind": "sequence", "name": "s", "value": [0.5, 0.25]}, seq) is None
-    assert judge({"kind": "sequence", "name": "s", "value": [0.5, 0.3]}, seq)
+def test_judge_decides_from_values_and_the_reference():
+    ref = [("x", 208.0)]
+    assert judge.judge_cell(_rules, "t", [("x", 208.0)], ref).passed
+    wrong = judge.judge_cell(_rules, "t", [("x", 193.715)], ref)
+    assert not wrong.passed and "GiB" in wrong.message
+    # a value the kernel could not send as data keeps its type's name, and is not a number
+    lying = judge.judge_cell(_rules, "t", [("x", {"$type": "LyingFloat"})], ref)
+    assert not lying.passed and "LyingFloat" in lying.message
+    # nothing submitted, something extra, out of order, or an error in the kernel: not passed
+    gone = judge.judge_cell(_rules, "t", [], ref)
+    assert not gone.passed and "stopped before" in gone.message
+    extra = judge.judge_cell(_rules, "t", [("x", 208.0), ("y", 1)], ref)
+    assert not extra.passed and "should not" in extra.message
+    err = judge.judge_cell(_rules, "t", [("x", 208.0)], ref, ("NameError", "name 'x'"))
+    assert not err.passed and err.message == "NameError: name 'x'"
+    # too much data, a judge function that cannot read the value, no judge at all
+    huge = judge.judge_cell(_rules, "t", [("x", "y" * 3_000_000)], ref)
+    assert not huge.passed and "larger than" in huge.message
+    odd = judge.judge_cell(lambda got, ref: got["x"] + 1, "t", [("x", "text")], [("x", "t")])
+    assert not odd.passed and "could not be judged" in odd.message
+    assert "no judge" in judge.judge_cell(judge, "missing_test", [("x", 1)], ref).message
+
+
+def test_values_cross_as_data():
+    """What a kernel submits is JSON; the judge rebuilds numbers, lists, dicts and tensors, and
+    nothing else (an object arrives as a stand-in that only keeps its type's name)."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from course_utils.checks import encode
+
+    class LyingFloat(float):
+        def __eq__(self, other):
+            return True
+
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3).to(torch.bfloat16)
+    values = [3, 2.5, True, "all-reduce", None, [1, (2, 3)], {"a": 1}, np.float32(0.5), t,
+              float("nan"), LyingFloat(1.0), object()]
+    back = [judge.decode(json.loads(json.dumps(encode(v)))) for v in values]
+    assert back[:8] == [3, 2.5, True, "all-reduce", None, [1, [2, 3]], {"a": 1}, 0.5]
+    assert [type(v) for v in back[:3]] == [int, float, bool]
+    assert back[8].dtype == torch.bfloat16 and torch.equal(back[8], t)
+    assert back[9] != back[9]  # nan
+    assert type(back[10]).__name__ == "LyingFloat" and not isinstance(back[10], float)
+    assert type(back[11]).__name__ == "object" and not isinstance(back[11], (int, float))
+    assert type(judge.decode({"$tensor": {"dtype": "os", "shape": [1], "data": [1]}})).__name__ \
+        == "malformed tensor"
+
+
+def _constants(tree) -> tuple[set[float], set[str]]:
+    import ast
+
+    nums, strs = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+                nums.add(float(node.value))
+            elif isinstance(node.value, str):
+                strs.add(node.value)
+    return nums, strs
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_no_answer_reaches_the_kernel(name):
+    """What a graded kernel runs of the tests (every test cell of ``solutions/``, hidden parts
+    included) holds no expected value, known mistake or judge message, and judges nothing:
+    no assert, no check with an expected value. Every test cell has its judge function."""
+    import ast
+
+    solution = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    _, judge_strs = _constants(ast.parse((judge.JUDGES / f"{name}.py").read_text()))
+    messages = {t for t in judge_strs if len(t) >= 40}  # the judge's feedback, not value names
+    rules = judge.load(name)
+    tests = [c for c in solution.cells if integrity.is_test_cell(c)]
+    assert tests
+    for cell in tests:
+        gid = cell.metadata["nbgrader"]["grade_id"]
+        assert callable(getattr(rules, gid, None)), f"{name}: no judge function for {gid}"
+        source = integrity._python_source(cell.source)
+        tree = ast.parse(source)
+        assert "submit(" in source, f"{gid} submits nothing: the judge would have nothing to judge"
+        assert not [t for t in messages if t in source], f"{gid} contains the judge's messages"
+        hidden = source.split("### BEGIN HIDDEN TESTS", 1)[-1] if "BEGIN HIDDEN" in source else ""
+        for node in ast.walk(ast.parse(integrity._python_source(hidden)) if hidden else tree):
+            assert not isinstance(node, ast.Assert) or not hidden, f"{gid}: assert in hidden code"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(
+                    node.func, "id", "")) in ("check_number", "check_choice", "check_sequence"):
+                expected = node.args[2] if len(node.args) > 2 else next(
+                    (k.value for k in node.keywords if k.arg == "expected"), None)
+                assert expected is None or (isinstance(expected, ast.Constant)
+                                            and expected.value is None), (
+                    f"{gid}: a check with an expected value runs in the kernel")
+    judged = {n for n in dir(rules) if n.endswith("_test") and callable(getattr(rules, n))}
+    assert judged <= {c.metadata["nbgrader"]["grade_id"] for c in tests}, "judge of no cell"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_no_expected_value_is_in_the_kernels_code(name, reference):
+    """No number the reference solution submits (an expected value) is written in a test cell,
+    unless the released question itself states it (an input such as 13e9 or 16)."""
+    import ast
+
+    release_text = (ROOT / "assignments" / name / f"{name}.ipynb").read_text()
+    given = {float(x) for x in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?:e[+-]?\d+)?", release_text)}
+    solution = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    for nb_name, run in reference(name).items():
+        for cell in solution.cells:
+            if not integrity.is_test_cell(cell):
+                continue
+            gid = cell.metadata["nbgrader"]["grade_id"]
+            answers = {float(v) for _, v in run["submissions"][gid]
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            secret = {x for x in answers - given if x != int(x) or abs(x) >= 100}
+            nums, _ = _constants(ast.parse(integrity._python_source(cell.source)))
+            assert not nums & secret, f"{gid} writes the expected values {nums & secret}"
 
 
 def _test_cell(outputs, points=2):
@@ -115,28 +213,18 @@ def _test_cell(outputs, points=2):
     return cell
 
 
-def _display(rec):
-    return nbformat.v4.new_output("display_data", data={RECORD_MIME: rec, "text/plain": ""})
-
-
-def test_verify_cell_catches_what_the_kernel_missed():
-    ref = [_record("x", 208.0, expected=208.0, passed=True)]
-    ok = integrity.verify_cell(_test_cell([_display(_record("x", 208.0))]), ref)
+def test_verify_cell_takes_the_judges_score_and_checks_nbgrader_agrees():
+    passed = _test_cell([nbformat.v4.new_output("stream", name="stdout", text="passed\n")])
+    ok = integrity.verify_cell(passed, judge.Verdict("t", True, ""))
     assert (ok.kernel_score, ok.score, ok.problems) == (2, 2, [])
-    # the kernel passed the cell (no error output) but the recorded value is wrong
-    lie = integrity.verify_cell(_test_cell([_display(_record("x", 24.2))]), ref)
-    assert lie.kernel_score == 2 and lie.score == 0 and "kernel passed a wrong" in lie.message
-    # the kernel passed the cell but no check ran (check_number patched out)
-    gone = integrity.verify_cell(_test_cell([]), ref)
-    assert gone.score == 0 and "never ran" in gone.problems[0]
-    # a forged extra record
-    extra = integrity.verify_cell(_test_cell([_display(_record("x", 208.0))] * 2), ref)
-    assert extra.score == 0 and "forged" in extra.problems[0]
-    # a real failure stays a plain failure, with the check's message
-    err = nbformat.v4.new_output("error", ename="AssertionError", evalue="x = 24.2: GiB",
-                                 traceback=[])
-    fail = integrity.verify_cell(_test_cell([_display(_record("x", 24.2)), err]), ref)
-    assert fail.score == 0 and not fail.problems and "GiB" in fail.message
+    err = nbformat.v4.new_output("error", ename="AssertionError", evalue="x: GiB", traceback=[])
+    fail = integrity.verify_cell(_test_cell([err]), judge.Verdict("t", False, "x: GiB"))
+    assert (fail.kernel_score, fail.score, fail.problems, fail.message) == (0, 0, [], "x: GiB")
+    # the notebook says passed but the judge did not (or never saw the cell): the judge wins
+    lie = integrity.verify_cell(passed, judge.Verdict("t", False, "x: GiB"))
+    assert lie.score == 0 and "nbgrader scored 2, the judge 0" in lie.problems[0]
+    unseen = integrity.verify_cell(passed, None)
+    assert unseen.score == 0 and "never saw" in unseen.problems[0]
 
 
 def test_stderr_in_a_test_cell_no_longer_costs_the_cell():
@@ -151,41 +239,14 @@ def test_stderr_in_a_test_cell_no_longer_costs_the_cell():
     assert determine_grade(err)[0] == 0
 
 
-def test_feedback_drops_records_and_tracebacks():
-    from course_utils.feedback import ShowOnlyErrorMessages
-
+def test_feedback_drops_submissions_and_tracebacks():
     err = nbformat.v4.new_output("error", ename="AssertionError", evalue="that is GiB",
-                                 traceback=["check_number('x', x, 208.0)  # hidden"])
-    cell = _test_cell([_display(_record("x", 24.2, expected=208.0)), err])
+                                 traceback=["submit('x', x)  # hidden"])
+    sub = nbformat.v4.new_output("display_data", data={SUBMIT_MIME: {"name": "x", "value": 1},
+                                                       "text/plain": ""})
+    cell = _test_cell([sub, err])
     ShowOnlyErrorMessages().preprocess_cell(cell, {}, 0)
     assert cell.outputs == [err] and err.traceback == ["AssertionError: that is GiB"]
-
-
-def test_recorded_checks_round_trip_through_judge(monkeypatch):
-    """What a kernel records (JSON) is judged outside exactly as the kernel judged it."""
-    import json
-
-    import course_utils.checks as checks
-
-    published = []
-    monkeypatch.setattr(checks, "_publish", published.append)
-    checks.check_choice("s", 3, 3, [0, 1, 2, 3])
-    checks.check_choice("c", "All-Reduce", "all-reduce", ["all-reduce", "none"])
-    checks.check_choice("f", True, True, [True, False])
-    checks.check_number("n", 208, 208.0, mistakes=[(193.7, "GiB")], unit="GB")
-    checks.check_sequence("q", (0.5, 0.25), [0.5, 0.25])
-    with pytest.raises(AssertionError):
-        checks.check_number("w", 193.7, 208.0, mistakes=[(193.7, "GiB")])
-    for rec in published:
-        rec = json.loads(json.dumps(rec))
-        assert (judge(rec, rec) is None) == rec["passed"], rec
-
-
-def test_checks_record_only_while_grading(monkeypatch, capsys):
-    # outside a kernel nothing is published, and nothing ever goes to stderr
-    monkeypatch.setenv("COURSE_CHECK_RECORDS", "1")
-    check_number("x", 1.0, 1.0)
-    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
@@ -217,9 +278,9 @@ def test_reference_runs_are_cached_by_content(tmp_path):
     cache = tmp_path / "cache"
     path = integrity.reference_cache_path(name, f"{name}.ipynb", cache)
     assert path.parent == cache / name and integrity.run_key(
-        ROOT / "solutions" / name / f"{name}.ipynb",
-        *sorted((ROOT / "course_utils").rglob("*.py"))) in path.name
-    fake = {"records": {"q1_test": []}, "max_cell_s": 1.5, "problems": []}
+        ROOT / "solutions" / name / f"{name}.ipynb", judge.JUDGES / f"{name}.py",
+        ROOT / "grading" / "judge.py", *sorted((ROOT / "course_utils").rglob("*.py"))) in path.name
+    fake = {"submissions": {"q1_test": []}, "max_cell_s": 1.5, "problems": []}
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(fake))
     assert integrity.reference_run(name, cache=cache) == {f"{name}.ipynb": fake}  # not re-run
@@ -287,13 +348,13 @@ def test_each_submission_gets_what_it_deserves(name, kind, graded):
     text = html.read_text(encoding="utf-8")
     for words in case.feedback:
         assert words in text, f"feedback of {kind} does not show {words!r}"
-    for cell in result.failed_cells:
-        if cell.message.startswith("AssertionError: "):  # the message naming the mistake
-            shown = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", text))
-            import html as html_lib
-            want = html_lib.escape(cell.message.split(": ", 1)[1][:60], quote=False)
-            assert want[:40] in shown or cell.message.split(": ", 1)[1][:40] in shown, (
-                f"feedback of {kind} does not show {cell.message!r}")
+    shown = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", text))
+    for cell in result.failed_cells:  # the judge's message for each failed cell
+        import html as html_lib
+
+        want = re.sub(r"\s+", " ", cell.message)[:40]
+        assert want in shown or html_lib.escape(want, quote=False) in shown, (
+            f"feedback of {kind} does not show {cell.message!r}")
 
 
 @pytest.mark.slow
@@ -338,14 +399,14 @@ def test_wrong_unit_answers_lose_exactly_that_question(name, graded):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_feedback_never_shows_hidden_tests_or_records(name, graded):
+def test_feedback_never_shows_hidden_tests_or_submissions(name, graded):
     g = graded(name)
     cases, results, data = g.cases, g.results, g.data
-    hidden = [line for line in _hidden_lines(name) if "check_" in line or "assert " in line]
+    hidden = [line for line in _hidden_lines(name) if "submit(" in line]
     for html in (data / "feedback").glob(f"*/{name}/*.html"):
         text = html.read_text(encoding="utf-8")
         plain = re.sub(r"<[^>]+>", "", text)
-        assert "BEGIN HIDDEN TESTS" not in text and RECORD_MIME not in text, html
+        assert "BEGIN HIDDEN TESTS" not in text and SUBMIT_MIME not in text, html
         leaked = [line for line in hidden if line in plain]
         assert not leaked, f"{html} shows hidden test code: {leaked[:3]}"
 
@@ -409,6 +470,31 @@ def test_kernel_restarts_and_submission_time_are_capped(tmp_path):
         nb, {"metadata": {"path": str(tmp_path)}})
     assert nb.cells[0].outputs == []
     assert "grading time" in nb.cells[1].outputs[0]["evalue"]
+
+
+@pytest.mark.slow
+def test_a_thread_bomb_stops_at_the_task_limit(tmp_path):
+    """A sandboxed kernel cannot start more than ``max_tasks`` processes and threads (where the
+    machine has a pids cgroup: the report says whether it does); the cell fails, the kernel
+    lives on, and its cgroup is gone afterwards."""
+    from grading import sandbox
+    from grading.preprocessors import RecoveringExecute
+
+    if not sandbox.has_pids_cgroup():
+        pytest.skip("no writable pids cgroup on this machine (the report says so)")
+    before = set(Path("/sys/fs/cgroup/pids").glob("course-kernel-*"))
+    bomb = ("import threading, time\nthreads = []\nfor _ in range(400):\n"
+            "    t = threading.Thread(target=time.sleep, args=(20,), daemon=True)\n"
+            "    t.start()\n    threads.append(t)")
+    nb = _notebook(bomb, "print(threading.active_count() <= 300)")
+    executor = RecoveringExecute(timeout=60, startup_timeout=120)
+    executor.kernel_manager_class = type("Small", (sandbox.SandboxedKernelManager,),
+                                         {"max_tasks": sandbox.Int(200)})
+    executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    assert nb.cells[0].outputs[0]["ename"] == "RuntimeError", nb.cells[0].outputs
+    assert "can't start new thread" in nb.cells[0].outputs[0]["evalue"]
+    assert nb.cells[1].outputs[0]["text"] == "True\n"
+    assert set(Path("/sys/fs/cgroup/pids").glob("course-kernel-*")) == before
 
 
 def test_output_is_cut_to_the_byte_limit():

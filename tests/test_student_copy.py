@@ -67,16 +67,19 @@ def _regions(assignment: str) -> list[list[str]]:
 
 
 def _secrets() -> tuple[set, set]:
-    """Every run of 3 consecutive lines of answer or hidden-test code, and every hidden check
-    line (they carry the expected values)."""
+    """Every run of 3 consecutive lines of answer, hidden-test or judge code, and every judge
+    line with a value or a message in it (the expected values and known mistakes)."""
     windows, checks = set(), set()
     for a in ASSIGNMENTS:
-        visible = {ln.strip() for ln in (ROOT / "assignments" / a / f"{a}.ipynb").read_text(
-            encoding="utf-8").splitlines()}
+        visible = set(_lines(ROOT / "assignments" / a / f"{a}.ipynb"))
+        judge = [ln.strip() for ln in (ROOT / "authoring" / "judges" / f"{a}.py").read_text(
+            encoding="utf-8").splitlines() if ln.strip()]
         for region in _regions(a):
             windows |= set(zip(region, region[1:], region[2:]))
-            checks |= {ln for ln in region if ("check_" in ln or "assert " in ln)
-                       and ln not in visible}
+        # the judge's values and messages (its plain code may repeat the course's library)
+        checks |= {ln for ln in judge if len(ln) > 20 and ln not in visible
+                   and not ln.startswith(("import ", "from ", "#", '"""'))
+                   and ('"' in ln or re.search(r"\d\.\d|\de\d", ln))}
     return windows, checks
 
 

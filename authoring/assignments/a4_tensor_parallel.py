@@ -52,28 +52,17 @@ for name, value, length in (("w1_local", w1_local, 2), ("w2_local", w2_local, 2)
     for i, dim in enumerate(value):
         checks.check_number(f"{name}[{i}]", dim)
 ### BEGIN HIDDEN TESTS
-checks.check_number("w1_local[0]", w1_local[0], 1024, mistakes=[
-    (128, "you split the rows of W1 (its input features); a column split keeps all h = 1024 rows")])
-checks.check_number("w1_local[1]", w1_local[1], 512, mistakes=[
-    (4096, "each rank holds only ffn / t = 512 of W1's columns"),
-    (1024, "a column split divides the ffn = 4096 output features by t = 8")])
-checks.check_number("w2_local[0]", w2_local[0], 512, mistakes=[
-    (4096, "a row split divides W2's ffn = 4096 input rows by t = 8"),
-    (1024, "W2 is (ffn, h): its rows are the ffn = 4096 hidden features")])
-checks.check_number("w2_local[1]", w2_local[1], 1024, mistakes=[
-    (128, "you split W2's columns; a row split keeps every one of the h = 1024 output features")])
-checks.check_number("partial_local[2]", partial_local[2], 1024, mistakes=[
-    (128, "a row-parallel rank computes a partial SUM of the full output width h, not a slice"),
-    (512, "the partial sum has the output width h = 1024, not the rank's input width")])
-checks.check_number("partial_local[0]", partial_local[0], 2)
-checks.check_number("partial_local[1]", partial_local[1], 128)
-checks.check_number("dtensor_up_local[0]", dtensor_up_local[0], 512, mistakes=[
-    (1024, "nn.Linear stores weight as (out_features, in_features) = (4096, 1024); ColwiseParallel "
-           "shards that dim 0 (Shard(0)), so the local shard is W1's shard transposed"),
-    (4096, "ColwiseParallel shards weight's dim 0 (the 4096 output features), not dim 1")])
-checks.check_number("dtensor_up_local[1]", dtensor_up_local[1], 1024, mistakes=[
-    (128, "ColwiseParallel keeps every input feature: it splits nn.Linear.weight's dim 0, not dim 1"),
-    (512, "nn.Linear.weight is (out, in): the local shard is (4096/8, 1024), W1's shard transposed")])
+from course_utils.checks import submit
+
+submit("w1_local[0]", w1_local[0])
+submit("w1_local[1]", w1_local[1])
+submit("w2_local[0]", w2_local[0])
+submit("w2_local[1]", w2_local[1])
+submit("partial_local[2]", partial_local[2])
+submit("partial_local[0]", partial_local[0])
+submit("partial_local[1]", partial_local[1])
+submit("dtensor_up_local[0]", dtensor_up_local[0])
+submit("dtensor_up_local[1]", dtensor_up_local[1])
 ### END HIDDEN TESTS
 None
 
@@ -116,35 +105,15 @@ for name in ("a_col_then_gelu", "b_row_then_residual", "c_col_then_layernorm", "
 checks.check_number("mlp_fwd_all_reduces", mlp_fwd_all_reduces)
 checks.check_number("mlp_bwd_all_reduces", mlp_bwd_all_reduces)
 ### BEGIN HIDDEN TESTS
-SUMS_FEATURES = ("column-parallel outputs are different features, not partial sums: adding them "
-                 "mixes unrelated features")
-checks.check_choice("a_col_then_gelu", a_col_then_gelu, "none", CHOICES, mistakes={
-    "all-gather": "GELU is elementwise: each rank applies it to its own features; gathering "
-                  "first only adds traffic",
-    "all-reduce": SUMS_FEATURES})
-checks.check_choice("b_row_then_residual", b_row_then_residual, "all-reduce", CHOICES, mistakes={
-    "all-gather": "an all-gather where an all-reduce is needed: row-parallel ranks hold partial "
-                  "sums of the full output shape, which must be added, not concatenated",
-    "none": "each rank holds only a partial sum; the residual needs their sum",
-    "reduce-scatter": "a reduce-scatter leaves each rank only a slice, but every rank needs all of Y"})
-checks.check_choice("c_col_then_layernorm", c_col_then_layernorm, "all-gather", CHOICES, mistakes={
-    "all-reduce": "an all-reduce where an all-gather is needed: " + SUMS_FEATURES,
-    "none": "LayerNorm's mean and variance run over every feature; each rank has only h_out/t"})
-checks.check_choice("d_col_input_grad", d_col_input_grad, "all-reduce", CHOICES, mistakes={
-    "all-gather": "each rank's dL/dX already has X's full shape but counts only its own output "
-                  "features: the contributions are summed (f's backward), not concatenated",
-    "none": "each rank's dL/dX counts only its own output features; the true gradient is their sum"})
-checks.check_choice("e_row_then_seq_split", e_row_then_seq_split, "reduce-scatter", CHOICES,
-                    mistakes={"all-reduce": "the partial sums must be added, but each rank then "
-                              "needs only its s/t positions: a reduce-scatter sends half as much",
-                              "all-gather": "row-parallel outputs are partial sums: they are added"})
-checks.check_number("mlp_fwd_all_reduces", mlp_fwd_all_reduces, 1, mistakes=[
-    (2, "the column-parallel output goes straight into the elementwise GELU and the row-parallel "
-        "matmul: only the row-parallel output is all-reduced"),
-    (0, "the row-parallel partial sums must be added: g all-reduces them")])
-checks.check_number("mlp_bwd_all_reduces", mlp_bwd_all_reduces, 1, mistakes=[
-    (0, "f's backward all-reduces dL/dX: each rank computed it from its own hidden features only"),
-    (2, "g's backward is the identity; only f's backward communicates")])
+from course_utils.checks import submit
+
+submit("a_col_then_gelu", a_col_then_gelu)
+submit("b_row_then_residual", b_row_then_residual)
+submit("c_col_then_layernorm", c_col_then_layernorm)
+submit("d_col_input_grad", d_col_input_grad)
+submit("e_row_then_seq_split", e_row_then_seq_split)
+submit("mlp_fwd_all_reduces", mlp_fwd_all_reduces)
+submit("mlp_bwd_all_reduces", mlp_bwd_all_reduces)
 ### END HIDDEN TESTS
 None
 
@@ -178,28 +147,12 @@ naive_over_megatron = (b * s * 4 * h * 2) / mlp_forward_bytes
 for name in ("mlp_forward_bytes", "step_payload_gb", "ring_gb_per_rank", "naive_over_megatron"):
     checks.check_number(name, globals()[name])
 ### BEGIN HIDDEN TESTS
-checks.check_number("mlp_forward_bytes", mlp_forward_bytes, 83_886_080, unit="bytes", mistakes=[
-    (419_430_400, "that is the MLP's weights (8 h^2 x 2 bytes): TP all-reduces activations "
-                  "(b, s, h), not parameters"),
-    (52_428_800, "that is one rank's share of the weights: TP all-reduces activations, not parameters"),
-    (167_772_160, "bf16 is 2 bytes per element, not 4"),
-    (10_485_760, "the all-reduced tensor is the full (b, s, h) activation on every rank, not 1/t of it"),
-    (335_544_320, "the all-reduce follows the row-parallel W2, whose output is h wide, not ffn = 4h")])
-checks.check_number("step_payload_gb", step_payload_gb, 13.4217728, unit="GB", mistakes=[
-    (6.7108864, "a block issues 4 all-reduces per micro-batch: attention and MLP, forward (g) and "
-                "backward (f)"),
-    (12.5, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
-    (25.165824, "that counts the blocks' parameters (12 h^2 per block): TP moves activations"),
-    (26.8435456, "bf16 is 2 bytes per element, not 4"),
-    (3.3554432, "a block has 4 all-reduces (2 forward, 2 backward), not 1")])
-checks.check_number("ring_gb_per_rank", ring_gb_per_rank, 23.4881024, unit="GB", mistakes=[
-    (13.4217728, "that is the payload; a ring all-reduce makes each rank send 2 (t-1)/t times it"),
-    (11.7440512, "(t-1)/t is only the reduce-scatter half of a ring all-reduce; the all-gather "
-                 "half sends as much again"),
-    (21.875, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)")])
-checks.check_number("naive_over_megatron", naive_over_megatron, 4.0, mistakes=[
-    (1.0, "the gathered GELU output is ffn = 4h wide; Megatron's all-reduce is h wide"),
-    (0.25, "upside down: the all-gather result (b, s, 4h) is the larger one")])
+from course_utils.checks import submit
+
+submit("mlp_forward_bytes", mlp_forward_bytes)
+submit("step_payload_gb", step_payload_gb)
+submit("ring_gb_per_rank", ring_gb_per_rank)
+submit("naive_over_megatron", naive_over_megatron)
 ### END HIDDEN TESTS
 None
 
@@ -241,48 +194,29 @@ for rank, run in enumerate(runs):
     assert isinstance(run["y"], torch.Tensor), f"rank {rank} returned {type(run['y']).__name__}, not a tensor"
     assert tuple(run["y"].shape) == (2, 3, 4), f"rank {rank} returned shape {tuple(run['y'].shape)}; expected (b, s, h_out) = (2, 3, 4)"
 ### BEGIN HIDDEN TESTS
-def _feedback(runs, xs, w, bias, tp_size):
-    """Compare each rank with one device; name the likely mistake."""
-    calls = [name for run in runs for name, _ in run["calls"]]
-    sizes = {size for run in runs for _, size in run["calls"]}
-    if not calls:
-        raise AssertionError("no collective was called: each rank holds only a partial sum of "
-                             "its input features; an all-reduce must add them")
-    if any(name.startswith("all_gather") for name in calls):
-        raise AssertionError("you called an all-gather where an all-reduce is needed: row-parallel "
-                             "ranks hold partial sums of the full output, which must be added, "
-                             "not concatenated")
-    if sizes != {tp_size}:
-        raise AssertionError(f"your collective ran on a group of {sorted(sizes)} ranks, but the "
-                             f"layer's tp_group has {tp_size}: pass group=tp_group")
-    for global_rank, result in enumerate(runs):
-        dp_rank = global_rank // tp_size
-        expected = xs[dp_rank] @ w + bias             # one device: (b, s, h_out)
-        y = result["y"]
-        assert isinstance(y, torch.Tensor) and y.shape == expected.shape, (
-            f"rank {global_rank}: expected a tensor of shape {tuple(expected.shape)}")
-        if torch.allclose(y, xs[dp_rank] @ w + tp_size * bias, atol=1e-5):
-            raise AssertionError("the bias was added on every rank before the sum, so it is "
-                                 f"counted {tp_size} times: add it once, after the all-reduce")
-        torch.testing.assert_close(y, expected, msg=lambda m, r=global_rank: (
-            f"rank {r}: Y differs from X @ W + bias on one device. {m}"))
+from course_utils.checks import submit
+
+
+def _submit_runs(label, tp_size, xs, w, bias):
+    """Run the student's layer on real ranks; hand each rank's result and collectives over."""
+    runs = tp_harness.run_row_parallel(row_parallel_linear, tp_size, xs, w, bias, timeout_s=50)
+    submit(f"{label}: calls per rank", [run["calls"] for run in runs])
+    submit(f"{label}: y per rank", [run["y"] for run in runs])
+
 
 for seed in (0, 1):  # one TP group of 2 ranks
     gen = torch.Generator().manual_seed(100 + seed)
     xs = [torch.randn(2, 5, 12, generator=gen)]
     w, bias = torch.randn(12, 6, generator=gen), torch.randn(6, generator=gen)
-    _feedback(tp_harness.run_row_parallel(row_parallel_linear, 2, xs, w, bias, timeout_s=50),
-              xs, w, bias, 2)
+    _submit_runs(f"one tp group of 2, seed {100 + seed}", 2, xs, w, bias)
 gen = torch.Generator().manual_seed(7)  # one TP group of 4 ranks
 xs = [torch.randn(3, 2, 16, generator=gen)]
 w, bias = torch.randn(16, 5, generator=gen), torch.randn(5, generator=gen)
-_feedback(tp_harness.run_row_parallel(row_parallel_linear, 4, xs, w, bias, timeout_s=50),
-          xs, w, bias, 4)
+_submit_runs("one tp group of 4, seed 7", 4, xs, w, bias)
 gen = torch.Generator().manual_seed(8)  # two TP groups of 2 ({0,1}, {2,3}), different inputs
 xs = [torch.randn(2, 3, 8, generator=gen), torch.randn(2, 3, 8, generator=gen)]
 w, bias = torch.randn(8, 4, generator=gen), torch.randn(4, generator=gen)
-_feedback(tp_harness.run_row_parallel(row_parallel_linear, 2, xs, w, bias, timeout_s=50),
-          xs, w, bias, 2)
+_submit_runs("two tp groups of 2, seed 8", 2, xs, w, bias)
 ### END HIDDEN TESTS
 None
 

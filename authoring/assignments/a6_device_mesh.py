@@ -56,39 +56,14 @@ for _name in ("tp_group_21", "pp_group_21", "dp_group_21", "tp_group_21_tp_outer
     assert 21 in _value, f"{_name} should contain rank 21 itself"
 assert type(tp_groups_crossing) is int, "tp_groups_crossing should be an int"
 ### BEGIN HIDDEN TESTS
-def _same(name, got, want, mistakes=()):
-    """check_sequence (which records the value), with a message naming a known mistake."""
-    try:
-        checks.check_sequence(name, got, want)
-    except AssertionError:
-        for wrong, message in mistakes:
-            if list(got) == list(wrong):
-                raise AssertionError(f"{name} = {list(got)}: {message}") from None
-        raise
+from course_utils.checks import submit
 
-
-_same("coords_21", coords_21, (2, 1, 1), [
-    ((1, 1, 2), "you made the first axis vary fastest; in row-major order the last axis (tp) "
-                "varies fastest: tp = 21 % 4, pp = (21 // 4) % 2, dp = 21 // 8"),
-    ((1, 0, 5), "divide by the product of the inner sizes: dp = 21 // (2 * 4)")])
-_same("tp_group_21", sorted(tp_group_21), [20, 21, 22, 23], [
-    ([5, 13, 21, 29], "that is the DP group: the TP group varies the innermost coordinate, so "
-                      "its ranks are consecutive"),
-    ([17, 21], "that is the PP group")])
-_same("pp_group_21", sorted(pp_group_21), [17, 21], [
-    ([20, 21, 22, 23], "that is the TP group; the PP group varies the middle coordinate "
-                       "(stride TP = 4)"),
-    ([21, 25], "rank 21 is stage 1, so its stage-0 partner is 21 - 4 = 17")])
-_same("dp_group_21", sorted(dp_group_21), [5, 13, 21, 29], [
-    ([20, 21, 22, 23], "that is the TP group; the DP group varies the outermost coordinate "
-                       "(stride TP x PP = 8)"),
-    ([1, 5, 9, 13, 17, 21, 25, 29], "the DP group has DP = 4 ranks: same pp and tp, any dp")])
-_same("tp_group_21_tp_outer", sorted(tp_group_21_tp_outer), [5, 13, 21, 29], [
-    ([20, 21, 22, 23], "with TP outermost, TP ranks are PP x DP = 8 apart, not consecutive")])
-checks.check_number("tp_groups_crossing", tp_groups_crossing, 4, mistakes=[
-    (0, "TP is not innermost here: PP is, so TP ranks are 2 apart and each TP group spans 16 "
-        "ranks, two nodes"),
-    (2, "there are DP x PP = 4 TP groups, and every one spans two nodes")])
+submit("coords_21", coords_21)
+submit("tp_group_21", sorted(tp_group_21))
+submit("pp_group_21", sorted(pp_group_21))
+submit("dp_group_21", sorted(dp_group_21))
+submit("tp_group_21_tp_outer", sorted(tp_group_21_tp_outer))
+submit("tp_groups_crossing", tp_groups_crossing)
 ### END HIDDEN TESTS
 None
 
@@ -130,55 +105,22 @@ _g = group_of(5, (2, 3), 1)
 assert type(_g) is list and len(_g) == 3 and all(type(v) is int for v in _g), (
     "group_of(5, (2, 3), 1) should be a list of 3 ints")
 ### BEGIN HIDDEN TESTS
+from course_utils.checks import submit
+
 import contextlib
 import io
 
 from course_utils.mesh import torch_mesh_groups
 
-
-def _ref_coords(rank, sizes):
-    out = []
-    for size in reversed(sizes):
-        rank, c = divmod(rank, size)
-        out.append(c)
-    return tuple(reversed(out))
-
-
-def _ref_group(rank, sizes, axis):
-    mine = _ref_coords(rank, sizes)
-    n = 1
-    for s in sizes:
-        n *= s
-    return [r for r in range(n) if all(
-        c == m for k, (c, m) in enumerate(zip(_ref_coords(r, sizes), mine)) if k != axis)]
-
-
-def _flat(items):
-    return [v for item in items for v in item]
-
-
 for _sizes in [(4, 2, 4), (3, 5), (2, 3, 1, 2), (7,)]:
     _n = 1
     for _s in _sizes:
         _n *= _s
-    _got = [tuple(coords_of(_r, _sizes)) for _r in range(_n)]
-    _want = [_ref_coords(_r, _sizes) for _r in range(_n)]
-    _first_fastest = [tuple(reversed(_ref_coords(_r, tuple(reversed(_sizes)))))
-                      for _r in range(_n)]
-    if _got != _want and _got == _first_fastest:
-        raise AssertionError(f"coords_of(rank, {_sizes}): the first axis varies fastest in your "
-                             "layout; in row-major order the last axis varies fastest")
-    for _r in range(_n):
-        assert _got[_r] == _want[_r], f"coords_of({_r}, {_sizes}) = {_got[_r]} is not right"
-    checks.check_sequence(f"coords_of for every rank of {_sizes}", _flat(_got), _flat(_want))
+    submit(f"coords_of for every rank of {_sizes}",
+           [tuple(coords_of(_r, _sizes)) for _r in range(_n)])
     for _axis in range(len(_sizes)):
-        _got = [sorted(group_of(_r, _sizes, _axis)) for _r in range(_n)]
-        _want = [_ref_group(_r, _sizes, _axis) for _r in range(_n)]
-        for _r in range(_n):
-            assert _got[_r] == _want[_r], (
-                f"group_of({_r}, {_sizes}, {_axis}) = {_got[_r]} is not right")
-        checks.check_sequence(f"group_of for every rank of {_sizes}, axis {_axis}",
-                              _flat(_got), _flat(_want))
+        submit(f"group_of for every rank of {_sizes}, axis {_axis}",
+               [sorted(group_of(_r, _sizes, _axis)) for _r in range(_n)])
 
 for _sizes, _world in [((2, 2), 4), ((2, 1, 2), 4), ((1, 4), 4), ((2, 2, 2), 8)]:
     _names = tuple(f"axis{k}" for k in range(len(_sizes)))
@@ -186,17 +128,14 @@ for _sizes, _world in [((2, 2), 4), ((2, 1, 2), 4), ((1, 4), 4), ((2, 2, 2), 8)]
         _views = launch.run(torch_mesh_groups, _world, _sizes, _names, timeout_s=120,
                             show_output=False)
     for _k, _name in enumerate(_names):
-        for _rank, _view in enumerate(_views):
-            assert sorted(group_of(_rank, _sizes, _k)) == _view["groups"][_name], (
-                f"on a real {_sizes} DeviceMesh, rank {_rank}'s group along axis {_k} is "
-                f"{_view['groups'][_name]}; group_of gives {group_of(_rank, _sizes, _k)}")
-        checks.check_sequence(
-            f"group_of vs init_device_mesh{_sizes}, axis {_k}",
-            _flat(sorted(group_of(_r, _sizes, _k)) for _r in range(_world)),
-            _flat(_view["groups"][_name] for _view in _views))
-    checks.check_sequence(f"coords_of vs init_device_mesh{_sizes}",
-                          _flat(tuple(coords_of(_r, _sizes)) for _r in range(_world)),
-                          _flat(tuple(_view["coords"].values()) for _view in _views))
+        submit(f"init_device_mesh{_sizes} groups, axis {_k}",
+               [_view["groups"][_name] for _view in _views])
+        submit(f"group_of on the init_device_mesh{_sizes} ranks, axis {_k}",
+               [list(group_of(_r, _sizes, _k)) for _r in range(_world)])
+    submit(f"init_device_mesh{_sizes} coords",
+           [list(_view["coords"].values()) for _view in _views])
+    submit(f"coords_of on the init_device_mesh{_sizes} ranks",
+           [tuple(coords_of(_r, _sizes)) for _r in range(_world)])
 ### END HIDDEN TESTS
 None
 
@@ -245,39 +184,16 @@ assert type(_sums) is list and len(_sums) == 4
 for _s in _sums:
     checks.check_number("axis_sum(...)", _s)
 ### BEGIN HIDDEN TESTS
-def _q3_group(rank, sizes, axis):
-    """Ranks whose coordinates other than `axis` equal rank's (row-major, last axis fastest)."""
-    def coords(r):
-        out = []
-        for size in reversed(sizes):
-            r, c = divmod(r, size)
-            out.append(c)
-        return out[::-1]
+from course_utils.checks import submit
 
-    n = 1
-    for s in sizes:
-        n *= s
-    mine = coords(rank)
-    return [r for r in range(n)
-            if all(c == m for k, (c, m) in enumerate(zip(coords(r), mine)) if k != axis)]
-
-
-def _q3(sizes, world, axis):
-    with contextlib.redirect_stderr(io.StringIO()):
-        got = launch.run(axis_sum, world, sizes, axis, timeout_s=120, show_output=False)
-    for rank, value in enumerate(got):
-        want = sum(10.0 ** r for r in _q3_group(rank, sizes, axis))  # one process
-        checks.check_number(f"axis_sum on rank {rank} (sizes {sizes}, axis {axis})", value,
-                            want, rel=1e-9, mistakes=[
-                                (10.0 ** rank, "that is only this rank's own value: all-reduce "
-                                               "over the group"),
-                                (sum(10.0 ** r for r in range(world)),
-                                 "that is the sum over all ranks: pass your group to all_reduce")])
-
+import contextlib
+import io
 
 for _sizes, _world in [((2, 2), 4), ((1, 2, 2), 4), ((4,), 4)]:
     for _axis in range(len(_sizes)):
-        _q3(_sizes, _world, _axis)
+        with contextlib.redirect_stderr(io.StringIO()):
+            _got = launch.run(axis_sum, _world, _sizes, _axis, timeout_s=120, show_output=False)
+        submit(f"axis_sum on every rank (sizes {_sizes}, axis {_axis})", _got)
 ### END HIDDEN TESTS
 None
 
@@ -303,23 +219,11 @@ for _name in ("params_per_shard_b", "gb_zero3", "gb_zero1"):
     assert _name in globals(), f"define {_name} in the answer cell above"
     checks.check_number(_name, globals()[_name])
 ### BEGIN HIDDEN TESTS
-checks.check_number("params_per_shard_b", params_per_shard_b, 8.75, mistakes=[
-    (70 / 32, "you counted the DP ranks in the model shard: each DP index holds a whole copy of "
-              "the model, split over its TP x PP = 8 devices"),
-    (70 / 4, "PP splits the layers too: divide by TP x PP"),
-    (70e9 / 8, "give the answer in billions of parameters")])
-checks.check_number("gb_zero3", gb_zero3, 35.0, mistakes=[
-    (4.375, "you applied ZeRO-3 over all 32 devices; ZeRO shards over the DP = 4 ranks, the "
-            "TP/PP split already divided the model by 8"),
-    (8.75, "you counted the DP ranks in the model shard and then divided by DP again"),
-    (140.0, "ZeRO-3 shards the whole 16 bytes over the DP = 4 ranks: divide by 4"),
-    (35e9 / 2**30, "that is GiB; the question asks for GB (10**9 bytes)")])
-checks.check_number("gb_zero1", gb_zero1, 61.25, mistakes=[
-    (35.0, "that is ZeRO-3; ZeRO-1 shards only the 12 optimizer bytes (master copy and "
-           "moments), weights and gradients stay whole: (4 + 12/4) x 8.75"),
-    (8.75 * (2 + 14 / 4), "that is ZeRO-2 (gradients sharded too); ZeRO-1 shards only the "
-                          "optimizer bytes"),
-    (8.75 * (4 + 12 / 32), "ZeRO-1 shards over the DP = 4 ranks, not all 32 devices")])
+from course_utils.checks import submit
+
+submit("params_per_shard_b", params_per_shard_b)
+submit("gb_zero3", gb_zero3)
+submit("gb_zero1", gb_zero1)
 ### END HIDDEN TESTS
 None
 
@@ -346,17 +250,12 @@ checks.check_number("gb_a", gb_a)
 checks.check_number("gb_b", gb_b)
 assert type(fits_a) is bool and type(fits_b) is bool, "fits_a and fits_b should be True or False"
 ### BEGIN HIDDEN TESTS
-checks.check_number("gb_a", gb_a, 38.28125, mistakes=[
-    (175 / 32 * 16 / 4, "that is ZeRO-3; ZeRO-1 keeps weights and gradients whole"),
-    (175 / 128 * 7, "you counted the DP ranks in the model shard"),
-    (175 / 32 * (4 + 12 / 128), "ZeRO-1 shards over the DP = 4 ranks, not all 128 devices")])
-checks.check_number("gb_b", gb_b, 96.25, mistakes=[
-    (70 / 4 * 16 / 8, "that is ZeRO-3; ZeRO-1 shards only the 12 optimizer bytes"),
-    (70 / 32 * (4 + 12 / 8), "you counted the DP ranks in the model shard"),
-    (70 / 4 * (4 + 12 / 32), "ZeRO-1 shards over the DP = 8 ranks, not all 32 devices")])
-checks.check_choice("fits_a", fits_a, True, [True, False])
-checks.check_choice("fits_b", fits_b, False, [True, False], hint=(
-    "96.25 GB of persistent state does not fit 80 GB: ZeRO-2/3 or more TP/PP would be needed"))
+from course_utils.checks import submit
+
+submit("gb_a", gb_a)
+submit("gb_b", gb_b)
+submit("fits_a", fits_a)
+submit("fits_b", fits_b)
 ### END HIDDEN TESTS
 None
 

@@ -84,16 +84,9 @@ q1_diagnosis = "summed, not averaged"
 Q1_CHOICES = ["correct", "summed, not averaged", "averaged twice", "ranks saw the same data"]
 checks.check_choice("q1_diagnosis", q1_diagnosis, None, Q1_CHOICES)
 ### BEGIN HIDDEN TESTS
-checks.check_choice("q1_diagnosis", q1_diagnosis, "summed, not averaged", Q1_CHOICES, mistakes={
-    "correct": "a correct reduction gives the single-process gradient exactly (ratio 1.0). "
-               "Equal losses do not prove the gradients are right: the logged loss does not "
-               "depend on how gradients are reduced.",
-    "averaged twice": "dividing by D twice would make the norm 1/D = 0.25 times the "
-                      "reference, not 4 times.",
-    "ranks saw the same data": "duplicated data changes the gradient's direction (it is the "
-                               "mean over fewer distinct examples), not its length by exactly "
-                               "D = 4; here the cosine is 1.0 and the ratio equals D.",
-})
+from course_utils.checks import submit
+
+submit("q1_diagnosis", q1_diagnosis)
 ### END HIDDEN TESTS
 None
 
@@ -111,18 +104,9 @@ q2_tokens_per_s = BATCH_PER_RANK * D * SEQ_LEN / (RUN_A["step_ms"] / 1000)
 # %% [test q2_test points=2]
 checks.check_number("q2_tokens_per_s", q2_tokens_per_s)
 ### BEGIN HIDDEN TESTS
-_tokens = 16 * 4 * 1024
-checks.check_number("q2_tokens_per_s", q2_tokens_per_s, _tokens / 0.412, unit="tokens/s",
-                    mistakes=[
-    (_tokens / 4 / 0.412, "that is one rank's throughput: the global batch is BATCH_PER_RANK x "
-                          "D sequences per step."),
-    (_tokens / 412, "that divides by milliseconds: convert the step time to seconds."),
-    (16 * 4 / 0.412, "that counts sequences per second; multiply by SEQ_LEN tokens per sequence."),
-    (_tokens / (0.412 - 0.160), "the step time includes the wait: throughput is tokens per "
-                                "wall-clock step, waiting included."),
-    (_tokens / (0.412 * 4), "dividing by D again: the D ranks run at the same time, so their "
-                            "tokens add up within one step time."),
-])
+from course_utils.checks import submit
+
+submit("q2_tokens_per_s", q2_tokens_per_s)
 ### END HIDDEN TESTS
 None
 
@@ -145,20 +129,10 @@ q3b_cluster_fraction = sum(RUN_A["wait_ms"]) / (D * RUN_A["step_ms"])
 checks.check_number("q3a_rank0_fraction", q3a_rank0_fraction)
 checks.check_number("q3b_cluster_fraction", q3b_cluster_fraction)
 ### BEGIN HIDDEN TESTS
-checks.check_number("q3a_rank0_fraction", q3a_rank0_fraction, 160 / 412, mistakes=[
-    (100 * 160 / 412, "that is a percentage; give a fraction between 0 and 1."),
-    (160 / 250, "that divides by the compute time; the question asks for a fraction of the "
-                "whole step."),
-    (12 / 412, "that is rank 2's wait (the list is in rank order, rank 0 first)."),
-    (491 / 4 / 412, "that is the mean over ranks; part (a) asks about rank 0 only."),
-])
-checks.check_number("q3b_cluster_fraction", q3b_cluster_fraction, 491 / (4 * 412), mistakes=[
-    (100 * 491 / (4 * 412), "that is a percentage; give a fraction between 0 and 1."),
-    (491 / 412, "that adds the waits of 4 ranks but compares them with one rank's step: divide "
-                "by D x step time."),
-    (160 / 412, "that is rank 0 alone; average the wait over all ranks."),
-    (161 / 412, "that is the largest wait; average the wait over all ranks."),
-])
+from course_utils.checks import submit
+
+submit("q3a_rank0_fraction", q3a_rank0_fraction)
+submit("q3b_cluster_fraction", q3b_cluster_fraction)
 ### END HIDDEN TESTS
 None
 
@@ -180,26 +154,11 @@ Q4_CHOICES = ["straggler", "communication-bound", "memory-bound", "healthy"]
 for _name in ("q4_run_a", "q4_run_b", "q4_run_c"):
     checks.check_choice(_name, globals()[_name], None, Q4_CHOICES)
 ### BEGIN HIDDEN TESTS
-checks.check_choice("q4_run_a", q4_run_a, "straggler", Q4_CHOICES, mistakes={
-    "communication-bound": "if moving bytes were the problem, every rank would wait about as "
-                           "long; here rank 2 waits 12 ms and the others about 160 ms. Ranks "
-                           "that wait long are waiting for a slow peer.",
-    "memory-bound": "peak memory is about 51 of 80 GB and the allocator never retried.",
-    "healthy": "three ranks spend almost 40% of every step waiting for one rank.",
-})
-checks.check_choice("q4_run_b", q4_run_b, "communication-bound", Q4_CHOICES, mistakes={
-    "straggler": "a straggler shows as one rank that waits much less than the others; here "
-                 "all four wait about 270 ms, about as long as sending the gradients takes "
-                 "(see Q6).",
-    "memory-bound": "peak memory is about 38 of 80 GB.",
-    "healthy": "two thirds of every step is spent inside the all-reduce.",
-})
-checks.check_choice("q4_run_c", q4_run_c, "memory-bound", Q4_CHOICES, mistakes={
-    "healthy": "look at memory: the peak is within 1 GB of the 80 GB device and the allocator "
-               "retried dozens of times (it had to free cached blocks and try again).",
-    "straggler": "the ranks' compute and wait times are all about equal.",
-    "communication-bound": "the wait is only about 6% of the step.",
-})
+from course_utils.checks import submit
+
+submit("q4_run_a", q4_run_a)
+submit("q4_run_b", q4_run_b)
+submit("q4_run_c", q4_run_c)
 ### END HIDDEN TESTS
 None
 
@@ -216,12 +175,9 @@ q5_straggler_rank = 2
 # %% [test q5_test points=1]
 checks.check_number("q5_straggler_rank", q5_straggler_rank)
 ### BEGIN HIDDEN TESTS
-checks.check_number("q5_straggler_rank", q5_straggler_rank, 2, mistakes=[
-    (3, "rank 3 waits the longest: it is a victim, waiting for the slow rank. The straggler "
-        "is the rank that waits least, because everyone else is already there when it arrives."),
-    (0, "rank 0 waits about 160 ms: it is waiting for the slow rank, not causing the wait."),
-    (1, "rank 1 waits about 158 ms: it is waiting for the slow rank, not causing the wait."),
-])
+from course_utils.checks import submit
+
+submit("q5_straggler_rank", q5_straggler_rank)
 ### END HIDDEN TESTS
 None
 
@@ -241,17 +197,9 @@ q6_predicted_ms = 2 * (D - 1) / D * GRAD_BYTES / (BUS_GB_PER_S * 1e9) * 1000
 # %% [test q6_test points=2]
 checks.check_number("q6_predicted_ms", q6_predicted_ms)
 ### BEGIN HIDDEN TESTS
-checks.check_number("q6_predicted_ms", q6_predicted_ms, 262.5, unit="ms", mistakes=[
-    (175.0, "that sends GRAD_BYTES once; a ring all-reduce sends (D-1)/D x bytes in its "
-            "reduce-scatter half and as much again in its all-gather half: 2(D-1)/D x bytes."),
-    (131.25, "that is only one half of the ring (reduce-scatter or all-gather): the full "
-             "all-reduce sends 2(D-1)/D x bytes."),
-    (350.0, "that uses 2 x bytes; each rank sends 2(D-1)/D x bytes, which is 1.5 x for D = 4."),
-    (0.2625, "that is in seconds; the question asks for milliseconds."),
-    (525.0, "that uses 4 bytes per parameter; the gradients are all-reduced in BF16 "
-            "(GRAD_BYTES = 2 x N_PARAMS)."),
-    (2100.0, "GB/s are bytes, not bits: do not multiply by 8."),
-])
+from course_utils.checks import submit
+
+submit("q6_predicted_ms", q6_predicted_ms)
 ### END HIDDEN TESTS
 None
 
@@ -299,50 +247,22 @@ for _r, _out in enumerate(_runs):
     checks.check_number(f"rank {_r}: the returned seconds", _out["waited"])
     assert len(_out["x"]) == 2 and len(_out["x"][0]) == 3, "the tensor must keep its shape (2, 3)"
 ### BEGIN HIDDEN TESTS
-def _q7_check(world_size, late_rank, delay_s):
+from course_utils.checks import submit
+
+
+def _q7_submit(world_size, late_rank, delay_s):
+    """Run the student's function on real ranks; submit each rank's tensor, seconds and type."""
     runs = launch.run(_q7_worker, world_size, late_rank, delay_s, show_output=False, timeout_s=50)
-    inputs = [torch.arange(6, dtype=torch.float32).view(2, 3) * (r + 1) ** 2 + 10 * r
-              for r in range(world_size)]                              # each (2, 3)
-    total = torch.stack(inputs).sum(dim=0)                             # (2, 3), one process
-    expected = total / world_size
+    call = f"_q7_worker(world_size={world_size}, late_rank={late_rank}, delay_s={delay_s:g})"
     for rank, out in enumerate(runs):
-        got = torch.tensor(out["x"])
-        if torch.allclose(got, inputs[rank]):
-            raise AssertionError(f"rank {rank}: the tensor is unchanged. Update it in place "
-                                 "(dist.all_reduce(tensor) and tensor.div_(...)), do not "
-                                 "rebind the name to a new tensor.")
-        if torch.allclose(got, total):
-            raise AssertionError("the result is the SUM over ranks: divide by world_size to "
-                                 "get the mean.")
-        if torch.allclose(got, total / world_size ** 2):
-            raise AssertionError("the result is divided by world_size twice.")
-        if world_size != 2 and torch.allclose(got, total / 2):
-            raise AssertionError("the result is divided by 2 whatever the number of ranks: "
-                                 "use world_size.")
-        torch.testing.assert_close(got, expected, msg=lambda m, rank=rank: (
-            f"rank {rank}: the result differs from the mean computed in one process. {m}"))
-        checks.as_number(f"rank {rank}: the returned seconds", out["waited"])
-        if out["type"] != "float":
-            raise AssertionError(f"return a plain float (got {out['type']}); "
-                                 "use float(...) or .item()")
-    if late_rank >= 0:
-        on_time = [out["waited"] for r, out in enumerate(runs) if r != late_rank]
-        if min(on_time) < 0.5 * delay_s:
-            raise AssertionError(
-                f"rank {late_rank} arrived {delay_s} s late, yet an on-time rank reported only "
-                f"{min(on_time):.3f} s: start the timer just before dist.all_reduce and stop it "
-                "right after, so the time spent blocked inside the collective is counted.")
-        if max(on_time) > 20 * delay_s + 5:
-            raise AssertionError("the reported seconds are far too large: return seconds "
-                                 "(time.perf_counter() differences), not milliseconds.")
-        if not runs[late_rank]["waited"] < min(on_time):
-            raise AssertionError("the late rank should wait least: the others are already "
-                                 "inside the collective when it arrives.")
+        submit(f"{call} rank {rank}: tensor", torch.tensor(out["x"]))
+        submit(f"{call} rank {rank}: seconds", out["waited"])
+        submit(f"{call} rank {rank}: type", out["type"])
 
 
-_q7_check(2, -1, 0.0)
-_q7_check(3, 1, 0.4)
-_q7_check(2, 0, 0.4)
+_q7_submit(2, -1, 0.0)
+_q7_submit(3, 1, 0.4)
+_q7_submit(2, 0, 0.4)
 ### END HIDDEN TESTS
 None
 

@@ -1,0 +1,70 @@
+"""Judge of a1_training_state: one function per test cell, run by the grader outside the kernel.
+
+Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
+solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+with the message that names the mistake. See ``grading/judge.py``.
+"""
+
+from course_utils.checks import check_choice, check_number
+
+
+def q1_state_gb_test(got, ref):
+    check_number("q1_state_gb", got["q1_state_gb"], 208.0, unit="GB", mistakes=[
+        (208e9, "that is the count in bytes; divide by 10**9 to get GB."),
+        (13e9 * 16 / 2**30, "that is GiB (2**30 bytes); the question asks for GB (10**9 bytes)."),
+        (156.0, "that is 12 bytes/parameter: either the 4-byte FP32 master copy is missing "
+                "(2 + 2 + 8) or only the optimizer bucket (4 + 8) was counted. The layout "
+                "totals 16."),
+        (104.0, "that counts only Adam's two FP32 moments (8 bytes); add weights, gradients and "
+                "the master copy."),
+        (182.0, "that is 14 bytes/parameter: one of the 2-byte items (weights or gradients) is "
+                "missing."),
+    ])
+
+
+def q2_state_gib_test(got, ref):
+    check_number("q2_state_gib", got["q2_state_gib"], 13e9 * 16 / 2**30, unit="GiB", mistakes=[
+        (208.0, "that is still GB: divide the byte count by 2**30, not 10**9."),
+        (208e9 * 2**30 / 1e18, "the conversion went the wrong way: a GiB is larger than a GB, "
+                               "so the number of GiB is smaller."),
+        (208e9 / 1024**2, "that divides by 2**20 (MiB); a GiB is 2**30 bytes."),
+    ])
+
+
+def q3_test(got, ref):
+    check_number("q3_bytes_per_param", got["q3_bytes_per_param"], 18, mistakes=[
+        (16, "16 is the BF16-gradient layout; FP32 gradients take 4 bytes instead of 2."),
+        (20, "only the gradients change to FP32 (2 -> 4 bytes); the weights stay BF16."),
+        (14, "the FP32 master copy (4 bytes) is still there."),
+    ])
+    check_number("q3_state_gb", got["q3_state_gb"], 234.0, unit="GB", mistakes=[
+        (234e9, "that is bytes; divide by 10**9 for GB."),
+        (13e9 * 18 / 2**30, "that is GiB; the question asks for GB."),
+        (208.0, "that is the 16-byte layout; FP32 gradients make it 18 bytes/parameter."),
+    ])
+
+
+def q4_test(got, ref):
+    check_choice("q4a_fits", got["q4a_fits"], False, [True, False], mistakes={
+        True: "6e9 x 16 B = 96 GB, which is more than 80 GB."})
+    check_choice("q4b_fits", got["q4b_fits"], True, [True, False], mistakes={
+        False: "without the master copy it is 12 B/param: 6e9 x 12 B = 72 GB <= 80 GB."})
+
+
+def max_params_test(got, ref):
+    check_number("max_params(64, 16)", got["max_params(64, 16)"], 4_000_000_000, rel=1e-9,
+                 mistakes=[
+        (64 * 2**30 // 16, "that uses GiB (2**30) for the device; the device size is in GB "
+                           "(10**9)."),
+        (64 // 16, "that is in billions and lost the units: return the number of parameters."),
+    ])
+    check_number("max_params(80, 12)", got["max_params(80, 12)"], 6_666_666_666, rel=0,
+                 abs_tol=0.5, hint="Round down to a whole parameter.")
+    assert type(got["max_params(80, 12)"]) is int, (
+        "max_params should return an int (use int(...) or //).")
+    for bad in [(0, 16), (64, 0), (-1, 16)]:
+        outcome = got[f"max_params{bad} raises"]
+        assert outcome == "ValueError", (
+            f"max_params{bad} should raise ValueError for a non-positive argument"
+            + (" (it returned a value)." if outcome == "returned" else f" (it raised {outcome}).")
+        )

@@ -1,0 +1,128 @@
+"""Judge of a2_data_parallel: one function per test cell, run by the grader outside the kernel.
+
+Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
+solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+with the message that names the mistake. See ``grading/judge.py``.
+"""
+
+import torch
+
+from course_utils.checks import check_number
+
+
+def q1_test(got, ref):
+    check_number("w_new_0", got["w_new_0"], 0.5, mistakes=[
+        (-2.5, "you used the SUM of the gradients [9, 6]: an all-reduce with SUM must still be "
+               "divided by D = 3 to get the mean"),
+        (-0.25, "you divided the sum by 2 (the lesson had two ranks); here D = 3"),
+        (1.5, "you divided twice: the mean of [1, 3, 5] is already 3 (AVG, or SUM / D), not 1"),
+        (3.5, "the SGD step subtracts lr x gradient: w - 0.5 x 3, not w + 0.5 x 3"),
+    ])
+    check_number("w_new_1", got["w_new_1"], -1.0, mistakes=[
+        (-3.0, "you used the SUM of the gradients [9, 6]: divide by D = 3 to get the mean "
+               "[3, 2]"),
+        (-1.5, "you divided the sum by 2 (the lesson had two ranks); here D = 3"),
+        (-1 / 3, "you divided twice: the mean gradient's second component is 2, not 2/3"),
+        (1.0, "the SGD step subtracts lr x gradient: 0 - 0.5 x 2, not 0 + 0.5 x 2"),
+    ])
+
+
+def q2_test(got, ref):
+    check_number("factor_sum_only", got["factor_sum_only"], 8, mistakes=[
+        (1, "SUM adds the 8 ranks' mean gradients and divides by nothing: the result is 8 x the "
+            "mean"),
+        (1 / 8, "that is the factor of the other bug (dividing after AVG); SUM without a "
+                "division makes the gradient too large"),
+        (7, "all 8 ranks' gradients are added, including this rank's own: the factor is D, not "
+            "D - 1"),
+    ])
+    check_number("factor_avg_then_divide", got["factor_avg_then_divide"], 0.125, mistakes=[
+        (1, "AVG already divides by D; dividing again makes the gradient D times too small"),
+        (8, "dividing twice makes the gradient smaller, not larger: the factor is 1/D"),
+        (1 / 64, "the AVG op divides by D once and you divide once more: 1/D, not 1/D^2"),
+    ])
+
+
+def q3_test(got, ref):
+    check_number("global_mean_grad", got["global_mean_grad"], 3.5, mistakes=[
+        (5.0, "that is the mean of the two ranks' means, (8 + 2) / 2: it weighs rank 0's two "
+              "examples as much as rank 1's six. Weight each rank's mean by its example count"),
+        (28.0, "that is the sum of all 8 gradients: divide by the number of examples, 8"),
+        (10.0, "that is the sum of the two ranks' means: weight them by example count and "
+               "divide by the total count"),
+        (4.5, "rank 1 contributes 6 x 2 = 12 to the sum, not 2 x 6 as one example"),
+    ])
+
+
+def q4_test(got, ref):
+    check_number("ring_gb_per_rank", got["ring_gb_per_rank"], 5.625, unit="GB", mistakes=[
+        (2.8125, "that counts one phase only: the ring sends (D-1)/D x N in the reduce-scatter "
+                 "AND again in the all-gather, 2(D-1)/D x N x 2 bytes in total"),
+        (6.0, "2 x the buffer is the limit for large D; with D = 16 it is 2 x 15/16 x the "
+              "buffer"),
+        (3.0, "that is the gradient buffer sent once; the ring sends 2(D-1)/D times it"),
+        (11.25, "bf16 gradients are 2 bytes each, not 4"),
+        (5.625 * 1e9 / 2**30, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
+        (5.625e9, "that is bytes; the question asks for GB"),
+        (45.0, "that is every rank sending its whole buffer to each of the other 15: the ring "
+               "sends each rank's data only to its neighbour, shard by shard"),
+        (0.1875, "that is one rank's shard (N/D x 2 bytes); the ring sends 2(D-1) such shards"),
+    ])
+
+
+# The hidden test's runs: (world size, [(seed, examples per rank), ...]), in the order it ran them.
+_Q5_RUNS = [(2, [(0, (1, 3)), (1, (5, 2)), (2, (4, 4))]),
+            (3, [(3, (2, 1, 5)), (4, (1, 1, 1))])]
+
+
+def _q5_cases(seed, counts, p=4):
+    """The same inputs as the hidden test's, and the mean over all examples in one process."""
+    gen = torch.Generator().manual_seed(seed)
+    per_example = [torch.randn(n, p, generator=gen, dtype=torch.float64) for n in counts]
+    return [g.mean(0) for g in per_example], list(counts), torch.cat(per_example).mean(0)
+
+
+def _shape(shape):
+    """The shape as the old in-kernel test showed it (a tuple; JSON sends lists)."""
+    return tuple(shape) if isinstance(shape, list) else shape
+
+
+def q5_test(got, ref):
+    for world_size, specs in _Q5_RUNS:
+        for seed, counts in specs:
+            means, counts, expected = _q5_cases(seed, counts)
+            d, n_total = len(counts), sum(counts)
+            wrong = [
+                (torch.stack(means).mean(0), "that is the mean of the ranks' means: it gives "
+                 "each rank the same weight whatever its number of examples. Weight by n_local"),
+                (sum(m * n for m, n in zip(means, counts)), "that is the SUM of all examples' "
+                 "gradients: divide by the total number of examples (all-reduce the counts "
+                 "too)"),
+                (sum(m * n for m, n in zip(means, counts)) / d, "you divided by the number of "
+                 "ranks D; divide by the total number of examples instead"),
+                (torch.stack(means).sum(0), "that is the plain SUM of the ranks' means, neither "
+                 "weighted nor divided"),
+            ]
+            for rank in range(world_size):
+                r = got[f"weighted_average_grad(seed {seed}, counts {counts}), rank {rank}"]
+                where = f"rank {rank}, counts {counts}"
+                keys = {"type", "shape", "values", "input_kept"}
+                assert isinstance(r, dict) and keys <= set(r), (
+                    f"{where}: the ranks' results did not come back")
+                assert r["type"] == "Tensor", (
+                    f"{where}: returned a {r['type']}, not a torch.Tensor")
+                assert _shape(r["shape"]) == tuple(expected.shape), (
+                    f"{where}: returned shape {_shape(r['shape'])}; expected "
+                    f"{tuple(expected.shape)}")
+                value = torch.tensor(r["values"], dtype=torch.float64)
+                if not torch.allclose(value, expected, rtol=1e-5, atol=1e-6):
+                    for wrong_value, message in wrong:
+                        if torch.allclose(value, wrong_value, rtol=1e-5, atol=1e-6):
+                            raise AssertionError(f"{where}: {message}.")
+                    if torch.allclose(value, means[rank], rtol=1e-5, atol=1e-6):
+                        raise AssertionError(f"{where}: you returned this rank's own mean; the "
+                                             "ranks' gradients must be combined with a "
+                                             "collective")
+                    raise AssertionError(f"{where}: the result differs from the mean gradient "
+                                         f"over all {n_total} examples computed in one process.")
+                assert r["input_kept"], f"{where}: local_mean_grad was modified in place"

@@ -1,0 +1,143 @@
+"""Judge of a3_zero: one function per test cell, run by the grader outside the kernel.
+
+Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
+solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+with the message that names the mistake. See ``grading/judge.py``.
+"""
+
+import torch
+
+from course_utils.checks import check_choice, check_number
+
+
+def q1_test(got, ref):
+    check_number("zero2_gb", got["zero2_gb"], 26.25, unit="GB", mistakes=[
+        (14.0, "14 GB is 112/8, everything divided by D: that is ZeRO-3. ZeRO-2 shards gradients "
+               "and optimizer state but every rank keeps all the bf16 weights (2 x 7B bytes = "
+               "14 GB)"),
+        (24.45, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
+        (24.5, "you forgot the gradients: ZeRO-2 keeps 2 bytes of gradient per parameter, sharded "
+               "over the 8 ranks (1.75 GB)"),
+        (38.5, "38.5 GB is ZeRO-1: the gradients are still replicated there. ZeRO-2 shards them "
+               "too"),
+        (112.0, "112 GB is replicated data parallelism, nothing sharded"),
+        (12.25, "12.25 GB is only the sharded part (gradients + optimizer); add the replicated "
+                "bf16 weights (14 GB)"),
+        (26.25e9, "that is bytes; the question asks for GB"),
+    ])
+
+
+def _check_zero_gb(got, n, dp, stage, expected):
+    name = f"zero_gb({n:g}, {dp}, {stage})"
+    wrong_stages = {
+        0: 16 * n / 1e9, 1: (4 + 12 / dp) * n / 1e9, 2: (2 + 14 / dp) * n / 1e9,
+        3: 16 * n / dp / 1e9}
+    mistakes = [(value, f"that is the stage-{s} figure: stage {stage} shards "
+                        + ["nothing", "the optimizer state (master + moments, 12 B)",
+                           "the optimizer state and the gradients",
+                           "optimizer state, gradients and weights"][stage])
+                for s, value in wrong_stages.items() if s != stage]
+    mistakes += [(expected * 1e9 / 2**30, "that is GiB (2^30 bytes); the answer is in GB "
+                                          "(10^9 bytes)"),
+                 (expected * 1e9, "that is bytes; the answer is in GB")]
+    mistakes.append((expected - 4 * n / 1e9 / (dp if stage >= 1 else 1), "the optimizer "
+                     "bucket is 12 bytes per parameter: the fp32 master copy (4) as well as the "
+                     "two fp32 moments (8)"))
+    check_number(name, got[name], expected, unit="GB", mistakes=mistakes)
+
+
+def q2_test(got, ref):
+    for (n, dp) in [(13e9, 16), (7e9, 8), (70e9, 64), (1.5e9, 3)]:
+        for stage, want in enumerate([16 * n, (4 + 12 / dp) * n, (2 + 14 / dp) * n, 16 * n / dp]):
+            _check_zero_gb(got, n, dp, stage, want / 1e9)
+
+
+def q3_test(got, ref):
+    check_choice("smallest_stage", got["smallest_stage"], 3, [0, 1, 2, 3], mistakes={
+        2: "ZeRO-2 needs (2 + 14/16) x 13 = 37.375 GB, more than the 36 GB left once 4 GB are "
+           "kept for activations (did you forget that reserve, or mix GB and GiB?)",
+        1: "ZeRO-1 needs (4 + 12/16) x 13 = 61.75 GB: the replicated weights and gradients alone "
+           "are 52 GB",
+        0: "replicated data parallelism needs 16 x 13 = 208 GB per device",
+    })
+
+
+def _adam_reference(full_master, local_grads, lr, betas, eps, *, reduce="mean",
+                    bias_correction=True):
+    """Single process: Adam on the whole (P,) buffer with the mean of the ranks' gradients."""
+    p = full_master.clone()
+    m, v = torch.zeros_like(p), torch.zeros_like(p)
+    for step in range(1, local_grads.shape[0] + 1):
+        g = local_grads[step - 1].sum(0) if reduce == "sum" else (
+            local_grads[step - 1, 0] if reduce == "own" else local_grads[step - 1].mean(0))
+        m = betas[0] * m + (1 - betas[0]) * g
+        v = betas[1] * v + (1 - betas[1]) * g * g
+        c1 = 1 - betas[0] ** step if bias_correction else 1.0
+        c2 = 1 - betas[1] ** step if bias_correction else 1.0
+        p = p - lr * (m / c1) / ((v / c2).sqrt() + eps)
+    return p
+
+
+def _check_tensor(got, name, want, message, dtype=torch.float32):
+    value = got[name]
+    assert isinstance(value, torch.Tensor) and value.dtype == dtype, message
+    torch.testing.assert_close(value, want, rtol=1e-5, atol=1e-6,
+                               msg=lambda m: f"{message} {m}")
+
+
+def _check_shard_step(got, seed, dp, s, n_steps, lr, betas, eps):
+    """The inputs the hidden test used (same seeds), torch.optim.Adam on one process, and the
+    known mistakes, against what every rank submitted."""
+    gen = torch.Generator().manual_seed(seed)
+    full = torch.randn(dp * s, generator=gen)                      # (P,)
+    grads = torch.randn(n_steps, dp, dp * s, generator=gen)        # (steps, D, P)
+    case = f"seed {seed}, D = {dp}"
+    if not got[f"{case}: collectives called"]:
+        raise AssertionError("no collective was called: each rank's local_grad comes from its own "
+                             "micro-batch; the ranks' gradients must be combined (reduce-scatter)")
+    torch_adam = full.clone().requires_grad_(True)
+    opt = torch.optim.Adam([torch_adam], lr=lr, betas=betas, eps=eps)
+    for step in range(n_steps):
+        torch_adam.grad = grads[step].mean(0)
+        opt.step()
+    expected = torch_adam.detach()
+    wrong = {"sum": "you used the SUM of the ranks' gradients: divide by D for their mean",
+             "own": "each rank used only its own gradient: reduce-scatter the ranks' gradients "
+                    "first"}
+    for rank in range(dp):
+        mine = slice(rank * s, (rank + 1) * s)
+        master = got[f"{case}, rank {rank}: master"]
+        assert isinstance(master, torch.Tensor) and tuple(master.shape) == (s,), (
+            f"rank {rank}: master should stay an ({s},) tensor")
+        master = master.float()
+        if not torch.allclose(master, expected[mine], rtol=1e-5, atol=1e-6):
+            for kind, message in wrong.items():
+                alt = _adam_reference(full, grads if kind != "own" else grads[:, rank:rank + 1],
+                                      lr, betas, eps, reduce=kind)
+                if torch.allclose(master, alt[mine], rtol=1e-5, atol=1e-6):
+                    raise AssertionError(f"rank {rank}: {message}")
+            alt = _adam_reference(full, grads, lr, betas, eps, bias_correction=False)
+            if torch.allclose(master, alt[mine], rtol=1e-5, atol=1e-6):
+                raise AssertionError(f"rank {rank}: Adam's bias correction is missing: divide m "
+                                     "by (1 - beta1**step) and v by (1 - beta2**step)")
+            if torch.allclose(master, full[mine]):
+                raise AssertionError(f"rank {rank}: master was not updated in place "
+                                     "(use master.sub_/addcdiv_ or master[:] = ...)")
+            torch.testing.assert_close(master, expected[mine], rtol=1e-5, atol=1e-6,
+                                       msg=lambda m: (
+                f"rank {rank} (D = {dp}, seed {seed}): the master slice differs from "
+                f"torch.optim.Adam on the whole buffer. {m}"))
+        _check_tensor(got, f"{case}, rank {rank}: exp_avg",
+                      opt.state[torch_adam]["exp_avg"][mine],
+                      f"rank {rank}: exp_avg (Adam's first moment) was not updated in place "
+                      "correctly.")
+        _check_tensor(got, f"{case}, rank {rank}: returned", expected[mine].to(torch.bfloat16),
+                      f"rank {rank}: return the new weight slice as a bf16 tensor (the updated "
+                      "master rounded to bf16).", dtype=torch.bfloat16)
+
+
+def q4_test(got, ref):
+    # eps = 0.1 makes Adam sensitive to the gradient's scale, so a missing 1/D shows.
+    _check_shard_step(got, 1, 2, 5, 3, 1e-2, (0.9, 0.999), 0.1)
+    _check_shard_step(got, 2, 2, 4, 2, 1e-3, (0.9, 0.999), 1e-8)
+    _check_shard_step(got, 3, 3, 3, 3, 1e-2, (0.8, 0.99), 0.1)

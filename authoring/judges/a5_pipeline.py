@@ -1,0 +1,146 @@
+"""Judge of a5_pipeline: one function per test cell, run by the grader outside the kernel.
+
+Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
+solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+with the message that names the mistake. See ``grading/judge.py``.
+
+Q5's pipeline step is judged against the one-process loss and gradients
+(``course_utils.pipeline_parallel.microbatch_reference``), recomputed here from the same seeds,
+as are its known mistakes (equal weighting of the microbatches, summed microbatch losses).
+"""
+
+import torch
+
+from course_utils import checks
+from course_utils import pipeline_parallel as pp_harness
+
+SCHEDULES = ["gpipe", "1f1b", "interleaved"]
+
+# (pp_size, seed, sizes) of the hidden runs of Q5, in the order the test cell submits them
+Q5_CASES = [(3, 2, [3, 3, 3, 3])] + [case for seed in (0, 1)
+                                     for case in ((2, seed, [4, 3, 2, 1]), (3, seed, [1, 5, 2]))]
+
+
+def q1_test(got, ref):
+    checks.check_number("bubble_p8_m24", got["bubble_p8_m24"], 7 / 31, mistakes=[
+        (7 / 24, "that is the ratio (P-1)/m of bubble time to compute time; the fraction of "
+                 "total time is (P-1)/(m+P-1)"),
+        (8 / 32, "the fill and drain take P-1 steps, not P: (P-1)/(m+P-1)"),
+        (8 / 24, "the bubble has P-1 slots, and the total time is m+P-1 slots, not m")])
+    checks.check_number("bubble_p4_m4", got["bubble_p4_m4"], 3 / 7, mistakes=[
+        (3 / 4, "that is the ratio (P-1)/m; the fraction of total time is (P-1)/(m+P-1)"),
+        (4 / 8, "the bubble has P-1 slots, not P")])
+    checks.check_number("bubble_interleaved", got["bubble_interleaved"], 3 / 19, mistakes=[
+        (3 / 11, "that is plain 1F1B; v chunks per rank divide the fill and drain by v: "
+                 "(P-1)/(v*m+P-1)"),
+        (3 / 16, "that is the interleaved ratio (P-1)/(v*m); the fraction is (P-1)/(v*m+P-1)"),
+        (1.5 / 11, "halving plain 1F1B's fraction is not the same as (P-1)/(v*m+P-1)")])
+
+
+def q2_test(got, ref):
+    checks.check_number("m_p4_10pct", got["m_p4_10pct"], 27, mistakes=[
+        (30, "that makes the ratio (P-1)/m <= 10 %; the fraction (P-1)/(m+P-1) already reaches "
+             "10 % at a smaller m"),
+        (26, "with m = 26 the fraction is 3/29 > 10 %: round m up"),
+        (36, "the bubble has P-1 = 3 slots, not P = 4")])
+    checks.check_number("m_p8_5pct", got["m_p8_5pct"], 133, mistakes=[
+        (140, "that makes the ratio (P-1)/m <= 5 %; the fraction (P-1)/(m+P-1) reaches 5 % at a "
+              "smaller m"),
+        (132, "with m = 132 the fraction is 7/139 > 5 %: round m up"),
+        (152, "the bubble has P-1 = 7 slots, not P = 8")])
+
+
+def q3_test(got, ref):
+    checks.check_number("batch_a", got["batch_a"], 128, mistakes=[
+        (1024, "you multiplied by all 32 devices: TP and PP ranks work on the same examples, so "
+               "only the DP degree multiplies the batch"),
+        (512, "you counted the TP degree: tensor-parallel ranks split each example's layers, "
+              "they do not see different examples"),
+        (256, "you counted the PP degree: pipeline stages process the same microbatches one "
+              "after another"),
+        (8, "the 16 accumulated microbatches all feed one optimizer step: multiply by them"),
+        (32, "each of the DP = 4 replicas takes its own 32 examples: multiply by the DP degree")])
+    checks.check_number("batch_b", got["batch_b"], 64, mistakes=[
+        (2048, "you multiplied by all 64 devices: only the DP degree multiplies the batch"),
+        (8, "the pipeline's m = 8 microbatches are accumulation steps: their gradients are "
+            "summed before the one optimizer step"),
+        (512, "you counted the TP degree: TP ranks share the same examples"),
+        (256, "you counted the PP degree: PP stages share the same microbatches"),
+        (32, "each of the DP = 2 replicas takes its own 32 examples")])
+
+
+def q4_test(got, ref):
+    checks.check_choice("schedule_a", got["schedule_a"], "1f1b", SCHEDULES, mistakes={
+        "gpipe": "in A the backwards start before all forwards are done (B0 comes before F4 on "
+                 "rank 0): that is 1F1B's steady one-forward-one-backward phase",
+        "interleaved": "A has no chunk letters: each rank holds one stage"})
+    checks.check_choice("schedule_b", got["schedule_b"], "gpipe", SCHEDULES, mistakes={
+        "1f1b": "in B every rank finishes all forwards before any backward: "
+                "all-forward-all-backward is GPipe",
+        "interleaved": "B has no chunk letters: each rank holds one stage"})
+    checks.check_choice("schedule_c", got["schedule_c"], "interleaved", SCHEDULES, mistakes={
+        "1f1b": "the letters a/b show each rank holding two chunks of layers: interleaved 1F1B",
+        "gpipe": "the letters a/b show two chunks per rank, and backwards start before the last "
+                 "forward: interleaved 1F1B"})
+    checks.check_number("peak_a_rank0", got["peak_a_rank0"], 4, mistakes=[
+        (3, "rank 0 starts F3 (its 4th forward) before B0 finishes: 4 are held at once"),
+        (8, "that is GPipe; 1F1B starts a backward after P forwards on rank 0"),
+        (1, "count the microbatches whose forward has started and whose backward has not "
+            "finished")])
+    checks.check_number("peak_b_rank0", got["peak_b_rank0"], 8, mistakes=[
+        (4, "that is 1F1B; in B rank 0 runs all 8 forwards before its first backward"),
+        (7, "all 8 forwards run before B0: count F7 too")])
+
+
+def _q5_case(pp_size, seed, sizes):
+    return f"pipeline_step(pp_size={pp_size}, seed={seed}, sizes={sizes})"
+
+
+def _close(a, b):
+    b = torch.as_tensor(b)
+    return (isinstance(a, torch.Tensor) and tuple(a.shape) == tuple(b.shape)
+            and torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4))
+
+
+def _q5_feedback(got, pp_size, seed, sizes):
+    """Compare one run on real ranks with one process; name the mistake."""
+    case = _q5_case(pp_size, seed, sizes)
+    losses, all_grads = got[f"{case} losses"], got[f"{case} grads"]
+    assert isinstance(losses, list) and len(losses) == pp_size, (
+        f"{case}: expected one result per rank ({pp_size}), got {losses!r}")
+    assert isinstance(all_grads, list) and len(all_grads) == pp_size, (
+        f"{case}: expected the gradients of {pp_size} ranks")
+    loss, grads = pp_harness.microbatch_reference(seed, sizes, 8, 6, pp_size)
+    eq_loss, eq_grads = pp_harness.microbatch_reference(seed, sizes, 8, 6, pp_size,
+                                                        weighting="microbatches")
+    for rank in range(pp_size - 1):
+        assert losses[rank] is None, f"rank {rank} should return None"
+    got_loss = checks.as_number("loss on the last rank", losses[-1])
+
+    for rank in range(pp_size):
+        assert isinstance(all_grads[rank], list) and len(all_grads[rank]) == len(grads[rank]), (
+            f"rank {rank}: expected {len(grads[rank])} parameter gradients")
+        if all(_close(g, w) for g, w in zip(all_grads[rank], eq_grads[rank])) and not all(
+                _close(g, w) for g, w in zip(all_grads[rank], grads[rank])):
+            raise AssertionError(
+                "your gradients weight every microbatch equally (loss / m), but the microbatches "
+                "have different sizes: weight each microbatch's mean loss by n_i / N so the sum "
+                "is the mean over all examples")
+        for k, (g, w) in enumerate(zip(all_grads[rank], grads[rank])):
+            assert g is not None, f"rank {rank}: parameter {k} has no .grad"
+            if _close(g, len(sizes) * w) and not _close(g, w):
+                raise AssertionError(f"rank {rank}: gradients are {len(sizes)}x too large: "
+                                     "the microbatch losses must be scaled before they are summed")
+            torch.testing.assert_close(torch.as_tensor(g), torch.as_tensor(w), atol=1e-5,
+                                       rtol=1e-4, msg=lambda m, rank=rank: (
+                                           f"rank {rank}: gradients differ from one process "
+                                           f"(pp_size={pp_size}, sizes={sizes}). {m}"))
+    checks.check_number("loss on the last rank", got_loss, loss, rel=1e-4, mistakes=[
+        (eq_loss, "your loss weights every microbatch equally; weight by n_i / N"),
+        (loss * len(sizes), "that is the sum of the microbatch losses; the mean over all "
+                            "examples scales each by n_i / N")])
+
+
+def q5_test(got, ref):
+    for pp_size, seed, sizes in Q5_CASES:  # equal sizes first: a missing 1/m shows up there
+        _q5_feedback(got, pp_size, seed, sizes)

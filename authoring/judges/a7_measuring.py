@@ -1,0 +1,170 @@
+"""Judge of a7_measuring: one function per test cell, run by the grader outside the kernel.
+
+Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
+solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+with the message that names the mistake. See ``grading/judge.py``.
+
+Q7's seconds are timings: they are judged for consistency with the delay of the late rank, never
+compared with the reference's.
+"""
+
+import torch
+
+from course_utils.checks import as_number, check_choice, check_number
+
+Q1_CHOICES = ["correct", "summed, not averaged", "averaged twice", "ranks saw the same data"]
+Q4_CHOICES = ["straggler", "communication-bound", "memory-bound", "healthy"]
+# (world_size, late_rank, delay_s) of the hidden runs of timed_mean_allreduce, in order
+Q7_RUNS = [(2, -1, 0.0), (3, 1, 0.4), (2, 0, 0.4)]
+
+
+def q1_test(got, ref):
+    check_choice("q1_diagnosis", got["q1_diagnosis"], "summed, not averaged", Q1_CHOICES,
+                 mistakes={
+        "correct": "a correct reduction gives the single-process gradient exactly (ratio 1.0). "
+                   "Equal losses do not prove the gradients are right: the logged loss does not "
+                   "depend on how gradients are reduced.",
+        "averaged twice": "dividing by D twice would make the norm 1/D = 0.25 times the "
+                          "reference, not 4 times.",
+        "ranks saw the same data": "duplicated data changes the gradient's direction (it is the "
+                                   "mean over fewer distinct examples), not its length by "
+                                   "exactly D = 4; here the cosine is 1.0 and the ratio "
+                                   "equals D.",
+    })
+
+
+def q2_test(got, ref):
+    tokens = 16 * 4 * 1024
+    check_number("q2_tokens_per_s", got["q2_tokens_per_s"], tokens / 0.412, unit="tokens/s",
+                 mistakes=[
+        (tokens / 4 / 0.412, "that is one rank's throughput: the global batch is "
+                             "BATCH_PER_RANK x D sequences per step."),
+        (tokens / 412, "that divides by milliseconds: convert the step time to seconds."),
+        (16 * 4 / 0.412, "that counts sequences per second; multiply by SEQ_LEN tokens per "
+                         "sequence."),
+        (tokens / (0.412 - 0.160), "the step time includes the wait: throughput is tokens per "
+                                   "wall-clock step, waiting included."),
+        (tokens / (0.412 * 4), "dividing by D again: the D ranks run at the same time, so "
+                               "their tokens add up within one step time."),
+    ])
+
+
+def q3_test(got, ref):
+    check_number("q3a_rank0_fraction", got["q3a_rank0_fraction"], 160 / 412, mistakes=[
+        (100 * 160 / 412, "that is a percentage; give a fraction between 0 and 1."),
+        (160 / 250, "that divides by the compute time; the question asks for a fraction of the "
+                    "whole step."),
+        (12 / 412, "that is rank 2's wait (the list is in rank order, rank 0 first)."),
+        (491 / 4 / 412, "that is the mean over ranks; part (a) asks about rank 0 only."),
+    ])
+    check_number("q3b_cluster_fraction", got["q3b_cluster_fraction"], 491 / (4 * 412),
+                 mistakes=[
+        (100 * 491 / (4 * 412), "that is a percentage; give a fraction between 0 and 1."),
+        (491 / 412, "that adds the waits of 4 ranks but compares them with one rank's step: "
+                    "divide by D x step time."),
+        (160 / 412, "that is rank 0 alone; average the wait over all ranks."),
+        (161 / 412, "that is the largest wait; average the wait over all ranks."),
+    ])
+
+
+def q4_test(got, ref):
+    check_choice("q4_run_a", got["q4_run_a"], "straggler", Q4_CHOICES, mistakes={
+        "communication-bound": "if moving bytes were the problem, every rank would wait about "
+                               "as long; here rank 2 waits 12 ms and the others about 160 ms. "
+                               "Ranks that wait long are waiting for a slow peer.",
+        "memory-bound": "peak memory is about 51 of 80 GB and the allocator never retried.",
+        "healthy": "three ranks spend almost 40% of every step waiting for one rank.",
+    })
+    check_choice("q4_run_b", got["q4_run_b"], "communication-bound", Q4_CHOICES, mistakes={
+        "straggler": "a straggler shows as one rank that waits much less than the others; here "
+                     "all four wait about 270 ms, about as long as sending the gradients takes "
+                     "(see Q6).",
+        "memory-bound": "peak memory is about 38 of 80 GB.",
+        "healthy": "two thirds of every step is spent inside the all-reduce.",
+    })
+    check_choice("q4_run_c", got["q4_run_c"], "memory-bound", Q4_CHOICES, mistakes={
+        "healthy": "look at memory: the peak is within 1 GB of the 80 GB device and the "
+                   "allocator retried dozens of times (it had to free cached blocks and try "
+                   "again).",
+        "straggler": "the ranks' compute and wait times are all about equal.",
+        "communication-bound": "the wait is only about 6% of the step.",
+    })
+
+
+def q5_test(got, ref):
+    check_number("q5_straggler_rank", got["q5_straggler_rank"], 2, mistakes=[
+        (3, "rank 3 waits the longest: it is a victim, waiting for the slow rank. The straggler "
+            "is the rank that waits least, because everyone else is already there when it "
+            "arrives."),
+        (0, "rank 0 waits about 160 ms: it is waiting for the slow rank, not causing the wait."),
+        (1, "rank 1 waits about 158 ms: it is waiting for the slow rank, not causing the wait."),
+    ])
+
+
+def q6_test(got, ref):
+    check_number("q6_predicted_ms", got["q6_predicted_ms"], 262.5, unit="ms", mistakes=[
+        (175.0, "that sends GRAD_BYTES once; a ring all-reduce sends (D-1)/D x bytes in its "
+                "reduce-scatter half and as much again in its all-gather half: 2(D-1)/D x "
+                "bytes."),
+        (131.25, "that is only one half of the ring (reduce-scatter or all-gather): the full "
+                 "all-reduce sends 2(D-1)/D x bytes."),
+        (350.0, "that uses 2 x bytes; each rank sends 2(D-1)/D x bytes, which is 1.5 x for "
+                "D = 4."),
+        (0.2625, "that is in seconds; the question asks for milliseconds."),
+        (525.0, "that uses 4 bytes per parameter; the gradients are all-reduced in BF16 "
+                "(GRAD_BYTES = 2 x N_PARAMS)."),
+        (2100.0, "GB/s are bytes, not bits: do not multiply by 8."),
+    ])
+
+
+def _q7_check(got, world_size, late_rank, delay_s):
+    """One run of timed_mean_allreduce on ``world_size`` ranks, ``late_rank`` ``delay_s`` late."""
+    call = f"_q7_worker(world_size={world_size}, late_rank={late_rank}, delay_s={delay_s:g})"
+    inputs = [torch.arange(6, dtype=torch.float32).view(2, 3) * (r + 1) ** 2 + 10 * r
+              for r in range(world_size)]                              # each (2, 3)
+    total = torch.stack(inputs).sum(dim=0)                             # (2, 3), one process
+    expected = total / world_size
+    waited = []
+    for rank in range(world_size):
+        result = got[f"{call} rank {rank}: tensor"]
+        assert isinstance(result, torch.Tensor) and tuple(result.shape) == (2, 3), (
+            "the tensor must keep its shape (2, 3)")
+        result = result.float()
+        if torch.allclose(result, inputs[rank]):
+            raise AssertionError(f"rank {rank}: the tensor is unchanged. Update it in place "
+                                 "(dist.all_reduce(tensor) and tensor.div_(...)), do not "
+                                 "rebind the name to a new tensor.")
+        if torch.allclose(result, total):
+            raise AssertionError("the result is the SUM over ranks: divide by world_size to "
+                                 "get the mean.")
+        if torch.allclose(result, total / world_size ** 2):
+            raise AssertionError("the result is divided by world_size twice.")
+        if world_size != 2 and torch.allclose(result, total / 2):
+            raise AssertionError("the result is divided by 2 whatever the number of ranks: "
+                                 "use world_size.")
+        torch.testing.assert_close(result, expected, msg=lambda m, rank=rank: (
+            f"rank {rank}: the result differs from the mean computed in one process. {m}"))
+        waited.append(as_number(f"rank {rank}: the returned seconds",
+                                got[f"{call} rank {rank}: seconds"]))
+        kind = got[f"{call} rank {rank}: type"]
+        if kind != "float":
+            raise AssertionError(f"return a plain float (got {kind}); "
+                                 "use float(...) or .item()")
+    if late_rank >= 0:
+        on_time = [w for r, w in enumerate(waited) if r != late_rank]
+        if min(on_time) < 0.5 * delay_s:
+            raise AssertionError(
+                f"rank {late_rank} arrived {delay_s} s late, yet an on-time rank reported only "
+                f"{min(on_time):.3f} s: start the timer just before dist.all_reduce and stop it "
+                "right after, so the time spent blocked inside the collective is counted.")
+        if max(on_time) > 20 * delay_s + 5:
+            raise AssertionError("the reported seconds are far too large: return seconds "
+                                 "(time.perf_counter() differences), not milliseconds.")
+        if not waited[late_rank] < min(on_time):
+            raise AssertionError("the late rank should wait least: the others are already "
+                                 "inside the collective when it arrives.")
+
+
+def q7_test(got, ref):
+    for world_size, late_rank, delay_s in Q7_RUNS:
+        _q7_check(got, world_size, late_rank, delay_s)
