@@ -11,8 +11,11 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 setup:
 	@scripts/setup.sh
 
+# The student's own copies of lectures and assignments live in workspace/ (ignored by git, never
+# overwritten); JupyterLab opens there without nbgrader's instructor menus (jupyter/student/).
 lab: setup
-	$(PY) -m jupyter lab $(ROOT_FLAG) notebooks/
+	$(PY) scripts/workspace.py
+	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter/student $(PY) -m jupyter lab $(ROOT_FLAG) workspace/
 
 # Tests run on TEST_WORKERS processes (pytest-xdist); tests that share a kernel, an autograde
 # run or a browser stay on one worker (tests/conftest.py). The run ends with the 25 slowest tests.
@@ -36,7 +39,7 @@ bench-suite: setup  ## the whole suite's wall time and test time by area
 	$(PY) benchmarks/test_suite_time.py $(PARALLEL)
 
 clean:
-	rm -rf .venv .pytest_cache .course_data .cache
+	rm -rf .venv .pytest_cache .course_data .cache  # (workspace/ is the student's: kept)
 
 # Grading (docs/instructor.md): one target per step, ASSIGNMENT=a1_training_state or all.
 SUBMISSIONS ?= submissions

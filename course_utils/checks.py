@@ -102,12 +102,16 @@ def check_number(name: str, value: Any, expected: float | None = None, *,
 
     ``mistakes`` pairs a wrong value with the misconception it reveals, e.g.
     ``(24.45, "that is GiB; the question asks for GB (10**9 bytes)")``.
-    With ``expected=None`` only the type is checked (useful in visible tests).
+    With ``expected=None`` (visible tests) the type is checked and the listed mistakes are
+    rejected; nothing reveals the right value.
     """
     got = as_number(name, value)
-    if expected is None:
-        return None
     shown = f"{name} = {got:g}{(' ' + unit) if unit else ''}"
+    if expected is None:  # practice: reject the known wrong answers, say nothing of the right one
+        for wrong, message in mistakes:
+            if _close(got, _float(wrong), rel, abs_tol):
+                raise AssertionError(f"{shown}: {message}")
+        return None
     message = _number_verdict(got, expected, list(mistakes), rel, abs_tol, shown, hint)
     if message is not None:
         raise AssertionError(message)
@@ -127,8 +131,9 @@ def _choice_verdict(name: str, value: Any, expected: Any, allowed: Sequence[Any]
     allowed_keys = [_choice_key(a) for a in allowed]
     if not any(_type(key) is _type(a) and key == a for a in allowed_keys):
         return f"{name} should be one of {_list(allowed)}, got {value!r}."
-    if expected is None:
-        return None
+    if expected is None:  # practice: reject the known wrong choices only
+        message = (mistakes or {}).get(key) or (mistakes or {}).get(value)
+        return f"{name} = {value!r} is not right. {message}" if message else None
     want = _choice_key(expected)
     if not (_type(key) is _type(want) and key == want):
         message = (mistakes or {}).get(key) or (mistakes or {}).get(value) or hint
@@ -140,7 +145,8 @@ def check_choice(name: str, value: Any, expected: Any, allowed: Sequence[Any], *
                  mistakes: dict | None = None, hint: str = "") -> None:
     """Assert ``value`` is one of ``allowed`` and equals ``expected`` (compared as plain str/bool).
 
-    With ``expected=None`` only membership in ``allowed`` is checked (useful in visible tests).
+    With ``expected=None`` (visible tests) membership in ``allowed`` is checked and the choices
+    listed in ``mistakes`` are rejected.
     """
     message = _choice_verdict(name, value, expected, allowed, mistakes, hint)
     if message is not None:

@@ -13,7 +13,10 @@ Guarantees (each one has a test in ``tests/test_launch.py``):
   (Ctrl-C, a notebook cell timeout) kills every rank. Ranks also kill themselves if the process
   that launched them dies, so no process is ever left behind.
 * **Readable.** Each rank's printed output is captured and printed after the join, in rank
-  order, with a ``[rank r]`` prefix, so a notebook shows the same text on every run.
+  order, with a ``[rank r]`` prefix, so a notebook shows the same text on every run. A rank's
+  error shows the student's own frames with their source lines (notebook cells included: the
+  cells' text travels with ``fn``), library frames folded to one line each run; the launcher's
+  own frames are hidden from IPython's traceback. An interrupt says which ranks it stopped.
 * **Concurrent.** The rendezvous store listens on a port the OS picks, so launches in two
   notebooks or test processes at once never collide.
 * **Student code.** ``fn`` may be defined in a notebook cell: it is sent to the ranks by value
@@ -32,6 +35,7 @@ import datetime
 import faulthandler
 import importlib
 import io
+import linecache
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -110,14 +114,15 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
     threading.Thread(target=_watch_parent, args=(lifeline, hard_deadline), daemon=True).start()
 
-    status, value = "error", None
+    status, value, origins = "error", None, {}
     try:
         import cloudpickle
         import torch
         import torch.distributed as dist
 
         torch.set_num_threads(threads)
-        fn, args, fault = cloudpickle.loads(payload)
+        fn, args, fault, (origins, sources) = cloudpickle.loads(payload)
+        linecache.cache.update(sources)  # notebook cells' text, for the traceback
         if fault and fault.get("rank") == rank and fault.get("stage") == "before_init":
             time.sleep(10**6)  # test hook: a rank that never joins the group
         timeout = datetime.timedelta(seconds=pg_timeout_s)
@@ -134,8 +139,8 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
         # tensor storage as a file descriptor, which dies with this process once it exits.
         value = pickle.dumps(fn(rank, world_size, *args))
         status = "ok"
-    except BaseException:  # report everything, SystemExit and KeyboardInterrupt included
-        value = traceback.format_exc()
+    except BaseException as exc:  # report everything, SystemExit and KeyboardInterrupt included
+        value = (_student_traceback(exc, origins), traceback.format_exc())
     try:
         sys.stdout.flush()
         result_conn.send((status, value))
@@ -152,6 +157,102 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
 
 
 # ---------------------------------------------------------------------------------- launcher side
+
+
+_LIBRARY_ROOTS = tuple({os.path.dirname(os.__file__), sys.prefix, sys.base_prefix,
+                        os.path.dirname(os.path.abspath(__file__))})
+
+
+def _library_name(filename: str) -> str | None:
+    """``torch.distributed`` for a file of an installed or standard library (or the course's
+    own helpers), None for the student's code (notebook cells, their own files)."""
+    path = os.path.abspath(filename)
+    if not path.startswith(_LIBRARY_ROOTS) or not os.path.exists(path):
+        return None
+    parts = path.split(os.sep)
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts:
+            rest = parts[parts.index(anchor) + 1:]
+            return ".".join(p.removesuffix(".py") for p in rest[:2])
+    if path.startswith(os.path.dirname(os.path.abspath(__file__))):
+        return "course_utils." + os.path.basename(path).removesuffix(".py")
+    return os.path.basename(path).removesuffix(".py")
+
+
+def _student_traceback(exc: BaseException, origins: dict) -> str:
+    """The traceback of ``exc`` as a student needs it: their frames with source lines, each run
+    of library frames folded to one line, the launcher's own frame left out.
+
+    ``origins`` maps (qualname, first line) of code sent by value to the file (notebook cell) it
+    came from: cloudpickle renames such code ``<dynamic-code>``.
+    """
+    lines = ["Traceback (most recent call last):"]
+    folded: list[str] = []
+
+    def fold() -> None:
+        if folded:
+            names = ", ".join(dict.fromkeys(folded))
+            lines.append(f"  ... {len(folded)} frame(s) in {names}")
+            folded.clear()
+
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        code = frame.f_code
+        if code is _rank_main.__code__:
+            continue
+        filename = origins.get((code.co_qualname, code.co_firstlineno), code.co_filename)
+        library = _library_name(filename)
+        if library is not None:
+            folded.append(library)
+            continue
+        fold()
+        lines.append(f'  File "{filename}", line {lineno}, in {code.co_name}')
+        source = linecache.getline(filename, lineno).strip()
+        if source:
+            lines.append(f"    {source}")
+    fold()
+    only = traceback.TracebackException.from_exception(exc).format_exception_only()
+    return "\n".join(lines + [line.rstrip("\n") for line in only])
+
+
+def _code_origins(*objects: Any) -> tuple[dict, dict]:
+    """For functions sent by value (defined in a notebook): ``{(qualname, first line): file}``
+    of their code and of the notebook functions they call, and those files' text from
+    ``linecache`` (a cell is not a file the ranks could read)."""
+    import types
+
+    origins: dict = {}
+    seen: set[int] = set()
+
+    def visit_code(code: types.CodeType) -> None:
+        if id(code) in seen:
+            return
+        seen.add(id(code))
+        origins[(code.co_qualname, code.co_firstlineno)] = code.co_filename
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                visit_code(const)
+
+    def visit(obj: Any, depth: int) -> None:
+        if depth > 3:
+            return
+        if isinstance(obj, (list, tuple)):
+            for item in obj[:50]:
+                visit(item, depth + 1)
+        elif isinstance(obj, types.FunctionType) and id(obj.__code__) not in seen:
+            visit_code(obj.__code__)
+            for name in obj.__code__.co_names:  # the notebook functions it calls
+                other = obj.__globals__.get(name)
+                if isinstance(other, types.FunctionType) and other.__module__ == obj.__module__:
+                    visit(other, depth + 1)
+
+    visit(objects, 0)
+    sources = {}
+    for filename in set(origins.values()):
+        entry = linecache.cache.get(filename)
+        if entry is not None and len(entry) == 4 and not os.path.exists(filename):
+            sources[filename] = (entry[0], None, entry[2], entry[3])  # mtime None: kept
+    origins = {k: f for k, f in origins.items() if f in sources}
+    return origins, sources
 
 
 def _get_context(method: str | None) -> mp.context.BaseContext:
@@ -276,6 +377,7 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
     Raises :class:`RankError` (a rank failed) or :class:`LaunchTimeout` (time ran out); in both
     cases, and on KeyboardInterrupt, every rank has been killed before ``run`` returns.
     """
+    __tracebackhide__ = True  # IPython: the error is the rank's, not this function's
     _check_args(fn, world_size, timeout_s, threads_per_rank)
     if live_rank is not None and (isinstance(live_rank, bool) or not isinstance(live_rank, int)
                                   or not 0 <= live_rank < world_size):
@@ -284,7 +386,7 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
     import cloudpickle
 
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
-    payload = cloudpickle.dumps((fn, args, _fault))
+    payload = cloudpickle.dumps((fn, args, _fault, _code_origins(fn, args)))
     ctx = _get_context(start_method)
     deadline = time.monotonic() + timeout_s
     for attempt in range(1, _RENDEZVOUS_ATTEMPTS + 1):
@@ -316,6 +418,7 @@ def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, t
                  deadline: float, threads: int,
                  live_rank: int | None) -> tuple[list[Any], list[str]]:
     """Start the ranks, wait for every result; return (results, logs not yet printed) or raise."""
+    __tracebackhide__ = True
     import torch.distributed as dist
 
     # Collectives time out a little after the launcher does, so a hang is reported by the
@@ -379,13 +482,17 @@ def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, t
                 logs = _read_logs(log_paths)
                 if status == "died":
                     proc.join(1)
-                    value = f"rank {rank} {_describe_exit(proc.exitcode)}."
-                    head = value
+                    short = full = f"rank {rank} {_describe_exit(proc.exitcode)}."
+                    head = short
                 else:
-                    head = f"rank {rank} failed first: {value.strip().splitlines()[-1]}"
+                    short, full = value
+                    head = f"rank {rank} failed first: {short.strip().splitlines()[-1]}"
+                outputs = _format_outputs(logs)
                 error = RankError(
-                    f"{head}\n--- rank {rank} traceback ---\n{value}\n"
-                    f"--- output of all ranks ---\n{_format_outputs(logs)}", rank, value, logs)
+                    f"{head}\n--- rank {rank} traceback (library frames folded; the whole one "
+                    f"is in .rank_traceback) ---\n{short}"
+                    + (f"\n--- output of all ranks ---\n{outputs}" if outputs else ""),
+                    rank, full, logs)
                 raise _RendezvousFailed(error) if status == "init_error" else error
 
         for p in procs:  # ranks exit right after reporting; give them a moment to tear down
@@ -395,6 +502,12 @@ def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, t
             live.print_new_lines(final=True)
             logs[live_rank] = ""
         return [results[r] for r in range(world_size)], logs
+    except KeyboardInterrupt:
+        running = [r for r, proc in enumerate(procs) if proc.is_alive()]
+        _kill(procs)
+        raise KeyboardInterrupt(
+            f"run() was interrupted: rank(s) {running} were still running and have been "
+            f"stopped; no process of this job is left") from None
     finally:
         _kill(procs)
         for c in list(conns.values()) + lifelines:

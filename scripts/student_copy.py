@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # What goes into the copy (files or folders, relative to the repository).
-INCLUDE = ["notebooks", "assignments", "course_utils", "scripts/setup.sh", "requirements.txt",
+INCLUDE = ["notebooks", "assignments", "course_utils", "scripts/setup.sh", "scripts/workspace.py",
+           "jupyter", "requirements.txt",
            "environment.yml", "pyproject.toml", ".gitignore", "tests"]
 # Tests that need solutions/, authoring/ or the grading machinery stay with the instructor.
 INSTRUCTOR_TESTS = ["test_assignments.py", "test_grading_integrity.py", "test_sources.py",
@@ -45,7 +46,8 @@ setup:
 \t@scripts/setup.sh
 
 lab: setup
-\t$(PY) -m jupyter lab $(ROOT_FLAG) notebooks/
+\t$(PY) scripts/workspace.py
+\tJUPYTER_CONFIG_PATH=$(CURDIR)/jupyter/student $(PY) -m jupyter lab $(ROOT_FLAG) workspace/
 
 test: setup
 \t$(PY) -m pytest $(PARALLEL) --durations=10

@@ -171,3 +171,38 @@ def test_formgrader_opens_with_the_course_config(lab_page):  # noqa: F811
         assert not server.survivors, server.survivors
     finally:
         shutil.rmtree(data, ignore_errors=True)
+
+
+class WorkspaceLab(CourseLab):
+    """JupyterLab as ``make lab`` opens it: on the student's workspace (``scripts/workspace.py``)
+    with the student's Jupyter configuration (``jupyter/student``)."""
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        sys.path.insert(0, str(ROOT / "scripts"))
+        try:
+            import workspace
+        finally:
+            sys.path.pop(0)
+        workspace.sync(self.base / "root")
+        env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter" / "student")
+        return env
+
+
+def test_make_lab_opens_lectures_and_assignments_without_instructor_menus(lab_page):  # noqa: F811
+    require_chromium()
+    page = lab_page
+    server = WorkspaceLab()
+    with server:
+        page.goto(server.url("lab"), wait_until="domcontentloaded", timeout=120_000)
+        listing = page.locator(".jp-DirListing-content")
+        for name in ("lectures", "assignments", "START_HERE.md"):
+            listing.get_by_text(name, exact=True).wait_for(timeout=120_000)
+        listing.get_by_text("lectures", exact=True).dblclick()
+        listing.get_by_text("01_training_state.ipynb", exact=True).wait_for(timeout=60_000)
+        screenshot(page, "course-workspace-lectures")
+        assert page.get_by_role("menuitem", name="Nbgrader").count() == 0  # instructor-only
+        open_notebook(page, server, f"assignments/{A1}/{A1}.ipynb")
+        assert page.get_by_role("button", name="Validate").count() == 1  # the student's tool
+        screenshot(page, "course-workspace-assignment")
+    assert not server.survivors, server.survivors

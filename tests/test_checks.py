@@ -66,3 +66,18 @@ def test_checks_bind_isclose_before_answers_can_patch_it(monkeypatch):
     monkeypatch.setattr(math, "isclose", lambda *a, **k: True)
     with pytest.raises(AssertionError):
         check_number("x", 1.0, 26.25)
+
+
+def test_visible_checks_reject_known_mistakes_without_an_expected_value():
+    """Practice (visible tests, no expected value): a listed wrong answer fails naming the
+    misconception; any other value passes, so nothing reveals the right one."""
+    mistakes = [(14.0, "that is ZeRO-3: everything divided by D")]
+    check_number("zero2_gb", 26.0, mistakes=mistakes)
+    check_number("zero2_gb", 1.0, mistakes=mistakes)
+    with pytest.raises(AssertionError, match="zero2_gb = 14: that is ZeRO-3"):
+        check_number("zero2_gb", 14.0, mistakes=mistakes)
+    with pytest.raises(AssertionError, match="plain number"):
+        check_number("zero2_gb", "14", mistakes=mistakes)
+    check_choice("stage", 3, None, [0, 1, 2, 3], mistakes={2: "ZeRO-2 needs 37.4 GB"})
+    with pytest.raises(AssertionError, match="37.4"):
+        check_choice("stage", 2, None, [0, 1, 2, 3], mistakes={2: "ZeRO-2 needs 37.4 GB"})

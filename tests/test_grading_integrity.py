@@ -151,8 +151,8 @@ def _constants(tree) -> tuple[set[float], set[str]]:
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_no_answer_reaches_the_kernel(name):
     """What a graded kernel runs of the tests (every test cell of ``solutions/``, hidden parts
-    included) holds no expected value, known mistake or judge message, and judges nothing:
-    no assert, no check with an expected value. Every test cell has its judge function."""
+    included) holds no judge message; hidden parts judge nothing (no assert, no check with an
+    expected value) and submit values. Every test cell has its judge function."""
     import ast
 
     solution = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
@@ -169,16 +169,20 @@ def test_no_answer_reaches_the_kernel(name):
         assert "submit(" in source, f"{gid} submits nothing: the judge would have nothing to judge"
         assert not [t for t in messages if t in source], f"{gid} contains the judge's messages"
         hidden = source.split("### BEGIN HIDDEN TESTS", 1)[-1] if "BEGIN HIDDEN" in source else ""
-        for node in ast.walk(ast.parse(integrity._python_source(hidden)) if hidden else tree):
-            assert not isinstance(node, ast.Assert) or not hidden, f"{gid}: assert in hidden code"
-        for node in ast.walk(tree):
+        assert hidden, f"{gid} has no hidden part"
+        hidden_tree = ast.parse(integrity._python_source(hidden))
+        # (visible parts may check practice cases with expected values: they are not graded,
+        # and test_no_expected_value_is_in_the_kernels_code keeps the graded ones out)
+        for node in ast.walk(hidden_tree):
+            assert not isinstance(node, ast.Assert), f"{gid}: assert in hidden code"
+        for node in ast.walk(hidden_tree):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(
                     node.func, "id", "")) in ("check_number", "check_choice", "check_sequence"):
                 expected = node.args[2] if len(node.args) > 2 else next(
                     (k.value for k in node.keywords if k.arg == "expected"), None)
                 assert expected is None or (isinstance(expected, ast.Constant)
                                             and expected.value is None), (
-                    f"{gid}: a check with an expected value runs in the kernel")
+                    f"{gid}: a hidden check with an expected value runs in the kernel")
     judged = {n for n in dir(rules) if n.endswith("_test") and callable(getattr(rules, n))}
     assert judged <= {c.metadata["nbgrader"]["grade_id"] for c in tests}, "judge of no cell"
 

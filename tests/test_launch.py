@@ -375,3 +375,50 @@ def test_live_rank_prints_progress_while_running_and_once(capsys):
 def test_live_rank_must_be_a_rank():
     with pytest.raises(ValueError, match="live_rank"):
         launch.run(launch.ping, 2, live_rank=2)
+
+
+def test_a_rank_error_shows_the_students_code_first():
+    """A function defined in a notebook cell (code that exists only in memory) fails on a rank:
+    the error shows its source lines, folds the library frames (torch) to one line, and leaves
+    out the launcher's own frames; the whole traceback stays in ``rank_traceback``."""
+    import linecache
+
+    cell = "/tmp/ipykernel_0/cell_for_test_42.py"  # not a file: like a notebook cell
+    source = textwrap.dedent("""\
+        import torch.distributed as dist
+
+        def student_step(rank, world_size):
+            x = [1.0, 2.0]  # not a tensor
+            dist.all_reduce(x)
+            return x
+    """)
+    lines = source.splitlines(keepends=True)
+    linecache.cache[cell] = (len(source), None, lines, cell)  # what IPython does for a cell
+    scope: dict = {}
+    exec(compile(source, cell, "exec"), scope)
+    try:
+        with pytest.raises(launch.RankError) as info:
+            launch.run(scope["student_step"], 2, timeout_s=60, show_output=False)
+    finally:
+        del linecache.cache[cell]
+    text = str(info.value)
+    assert f'File "{cell}", line 5, in student_step' in text
+    assert "dist.all_reduce(x)" in text  # the student's source line, from the cell's text
+    assert "frame(s) in torch." in text
+    assert "_rank_main" not in text and "multiprocessing" not in text
+    assert "_rank_main" in info.value.rank_traceback  # the whole story is still there
+
+
+def test_an_interrupt_says_which_ranks_it_stopped(tmp_path):
+    import _thread
+    import threading
+
+    timer = threading.Timer(3.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt, match=r"rank\(s\) \[0, 1\] were still running "
+                                                    "and have been stopped"):
+            launch.run(_hang_in_python, 2, str(tmp_path), timeout_s=60, show_output=False)
+    finally:
+        timer.cancel()
+    assert _survivors(tmp_path) == []
