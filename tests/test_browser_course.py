@@ -4,8 +4,9 @@
    finishes, no error output, each cell's printed text matches the committed (nbval-checked)
    output line by line, and the budget plot renders as a decoded PNG.
 2. ``assignments/a1_training_state`` validated with the notebook toolbar's Validate button:
-   the blank release and a notebook with the reference answers; the dialog must report the
-   failing tests (naming ``NotImplementedError``) for the first and success for the second.
+   the blank release, a notebook with the reference answers, and one with a known wrong answer;
+   the dialog must report the failing tests (naming ``NotImplementedError``) for the first,
+   success for the second, and name the misconception (never "Success") for the third.
 3. The formgrader, opened from the Nbgrader menu in a JupyterLab whose folder is a copy of the
    course (its ``nbgrader_config.py``, ``solutions/``, ``assignments/``), with student data in a
    temporary ``$COURSE_DATA``: it lists the course's assignment and shows neither the
@@ -145,6 +146,21 @@ def test_validate_button_reports_failures_and_success(course_lab, lab_page):  # 
     text = _validate(page)
     screenshot(page, "course-validate-solved")
     assert "Success" in text and "passes all the tests" in text, text
+    page.locator(".jp-Dialog").get_by_role("button").last.click()
+
+    # a known wrong answer (the 12-byte row of the table for Q1) never validates silently:
+    # the visible test names the misconception without giving the right value
+    wrong = _solved_release()
+    for cell in wrong.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "q1_state_gb":
+            cell.source += "\nq1_state_gb = 13e9 * 12 / 1e9"
+    wrong_path = lab_server.root_dir / "wrong" / f"{A1}.ipynb"
+    wrong_path.parent.mkdir(parents=True)
+    nbformat.write(wrong, wrong_path)
+    open_notebook(page, lab_server, f"wrong/{A1}.ipynb")
+    text = _validate(page)
+    screenshot(page, "course-validate-wrong")
+    assert "Success" not in text and "q1_state_gb = 156" in text, text
 
 
 def test_formgrader_opens_with_the_course_config(lab_page):  # noqa: F811

@@ -3,8 +3,19 @@
 #
 # Answer each question by assigning the named variable in the cell marked `# YOUR CODE HERE`
 # (delete the `raise NotImplementedError()` line). Use **GB = 10⁹ bytes** and
-# **GiB = 2³⁰ bytes**. Run each test cell after your answer: a failed check tells you what
-# went wrong. More checks run when the assignment is graded.
+# **GiB = 2³⁰ bytes**.
+#
+# **How to practise.** Before each graded question that asks for a number or a yes/no, a
+# *practice* question (not graded) asks the same reasoning with other numbers. Run the cell
+# after your practice answer: it checks the value fully, and when it is wrong it names the
+# misconception your number reveals. Then answer the graded question.
+#
+# **What the test cells check.** The test cell after a graded answer checks its type and
+# rejects the known wrong answers that follow from the question alone (another row of the
+# table, for instance), without ever saying what the right value is; for the function of Q5 it
+# runs your code on visible cases and checks the values. Passing a test cell while practising
+# does not mean the graded answer is right: when the assignment is graded, the values
+# themselves are checked, and your function runs on other, hidden cases.
 #
 # The byte layouts from the lecture, per parameter:
 #
@@ -16,6 +27,33 @@
 
 # %%
 import math
+
+# %% [markdown]
+# *Practice (not graded)*: a 3B-parameter model ($N = 3 \times 10^9$) is trained with the
+# lesson's mixed-precision Adam layout. How many **GB** of persistent training state does it
+# keep? Assign the number to `practice_state_gb`, then run the check below it.
+
+# %% [answer q1_practice]
+### BEGIN SOLUTION
+practice_state_gb = 3e9 * (2 + 2 + 4 + 8) / 1e9
+### END SOLUTION
+
+# %%
+from course_utils.checks import check_choice, check_number
+
+check_number("practice_state_gb", practice_state_gb, 48.0, unit="GB", mistakes=[
+    (48e9, "this is a number of bytes; one GB is 10**9 bytes, so divide by 10**9."),
+    (3e9 * 16 / 2**30, "you divided by 2**30, which gives GiB; GB means 10**9 bytes."),
+    (36.0, "you counted 12 bytes per parameter (the row without a master copy, or only the "
+           "master copy and the moments); the lesson's layout adds up all four columns."),
+    (42.0, "you counted 14 bytes per parameter: one of the two 2-byte columns (BF16 weights "
+           "or BF16 gradients) is missing."),
+    (24.0, "you counted only Adam's moments (8 bytes per parameter); the state also holds the "
+           "weights, the gradients and the FP32 master copy."),
+    (6.0, "you counted only the BF16 weights (2 bytes per parameter); training also keeps "
+          "gradients, a master copy and Adam's moments."),
+])
+print("practice_state_gb is right.")
 
 # %% [markdown]
 # **Q1 (2 points).** A 13B-parameter model ($N = 13 \times 10^9$) is trained with the lesson's
@@ -30,12 +68,41 @@ q1_state_gb = 13e9 * (2 + 2 + 4 + 8) / 1e9
 # %% [test q1_state_gb_test points=2]
 from course_utils.checks import check_number
 
-check_number("q1_state_gb", q1_state_gb)  # a plain number
+# A plain number, and not one of these wrong answers (the right value is checked when graded).
+check_number("q1_state_gb", q1_state_gb, unit="GB", mistakes=[
+    (13e9 * 12 / 1e9, "you used the third row of the table (BF16 Adam without a master "
+                      "copy); Q1 asks for the lesson's mixed-precision layout, the first row."),
+    (13e9 * 8 / 1e9, "you counted only Adam's moments; the persistent state also holds the "
+                     "weights, the gradients and the FP32 master copy."),
+    (13e9 * 2 / 1e9, "you counted only the BF16 weights; training also keeps gradients, a "
+                     "master copy and Adam's moments."),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
 submit("q1_state_gb", q1_state_gb)
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# *Practice (not graded)*: your practice model above keeps 48 GB of state. How many **GiB** is
+# that? Assign it to `practice_state_gib`.
+
+# %% [answer q2_practice]
+### BEGIN SOLUTION
+practice_state_gib = 48e9 / 2**30
+### END SOLUTION
+
+# %%
+check_number("practice_state_gib", practice_state_gib, 48e9 / 2**30, unit="GiB", mistakes=[
+    (48.0, "this is still the number of GB: convert the 48 * 10**9 bytes with 2**30 bytes "
+           "per GiB."),
+    (48e9 * 2**30 / 1e18, "you converted the wrong way: a GiB holds more bytes than a GB, so "
+                          "48 GB is fewer than 48 GiB."),
+    (48 / 1.024, "a GiB is not 1.024 GB: 2**30 bytes is 1.024**3 = 1.0737 GB (you converted "
+                 "only one factor of 1024/1000)."),
+    (48e9 / 2**20, "you divided by 2**20, which gives MiB; a GiB is 2**30 bytes."),
+])
+print("practice_state_gib is right.")
 
 # %% [markdown]
 # **Q2 (1 point).** Convert your Q1 answer to **GiB**. Assign it to `q2_state_gib`.
@@ -46,12 +113,40 @@ q2_state_gib = 13e9 * 16 / 2**30
 ### END SOLUTION
 
 # %% [test q2_state_gib_test points=1]
-check_number("q2_state_gib", q2_state_gib)
+check_number("q2_state_gib", q2_state_gib)  # a plain number (the value is checked when graded)
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
 submit("q2_state_gib", q2_state_gib)
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# *Practice (not graded)*: a 5B model is trained with the lesson's layout, except that the
+# optimizer keeps each of Adam's two moments in 8 bits (1 byte each, as 8-bit Adam does; ignore
+# its small quantization constants). How many **bytes per parameter**
+# (`practice_bytes_per_param`) and how many **GB** in total (`practice_8bit_gb`)?
+
+# %% [answer q3_practice]
+### BEGIN SOLUTION
+practice_bytes_per_param = 2 + 2 + 4 + 1 + 1
+practice_8bit_gb = 5e9 * practice_bytes_per_param / 1e9
+### END SOLUTION
+
+# %%
+check_number("practice_bytes_per_param", practice_bytes_per_param, 10, mistakes=[
+    (16, "that is the lesson's layout unchanged; the moments now take 1 byte each, 2 bytes "
+         "together instead of 8."),
+    (9, "Adam keeps two moments (first and second), and each takes 1 byte here."),
+    (8, "the moments are still stored, only smaller: add their 2 bytes."),
+    (6, "the FP32 master copy (4 bytes) is still kept: 8-bit Adam only shrinks the moments."),
+])
+check_number("practice_8bit_gb", practice_8bit_gb, 50.0, unit="GB", mistakes=[
+    (50e9, "this is a number of bytes; one GB is 10**9 bytes."),
+    (5e9 * 10 / 2**30, "you divided by 2**30, which gives GiB; GB means 10**9 bytes."),
+    (80.0, "that is 16 bytes per parameter, the layout with FP32 moments."),
+    (45.0, "that is 9 bytes per parameter: one of the two moments is missing."),
+])
+print("practice_bytes_per_param and practice_8bit_gb are right.")
 
 # %% [markdown]
 # **Q3 (2 points).** The same 13B model, but the training stack accumulates gradients in FP32
@@ -65,14 +160,41 @@ q3_state_gb = 13e9 * q3_bytes_per_param / 1e9
 ### END SOLUTION
 
 # %% [test q3_test points=2]
-check_number("q3_bytes_per_param", q3_bytes_per_param)
-check_number("q3_state_gb", q3_state_gb)
+# Plain numbers, and not one of these wrong answers (the right values are checked when graded).
+check_number("q3_bytes_per_param", q3_bytes_per_param, mistakes=[
+    (16, "you used the first row of the table (BF16 gradients); Q3 is about the second row, "
+         "where the gradients are FP32."),
+    (12, "you used the third row of the table (no master copy); Q3 is about the second row."),
+])
+check_number("q3_state_gb", q3_state_gb, unit="GB", mistakes=[
+    (13e9 * 12 / 1e9, "you used the third row of the table (no master copy); Q3 is about the "
+                      "second row, FP32 gradients."),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
 submit("q3_bytes_per_param", q3_bytes_per_param)
 submit("q3_state_gb", q3_state_gb)
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# *Practice (not graded)*: a 4B model, persistent state only. Does the state fit (a) on an
+# 80 GB device in the lesson's 16-byte layout (`practice_fits_a`) and (b) on a 40 GB device
+# with BF16 Adam and no master copy (`practice_fits_b`)? Answer `True` or `False`.
+
+# %% [answer q4_practice]
+### BEGIN SOLUTION
+practice_fits_a = 4e9 * 16 <= 80e9
+practice_fits_b = 4e9 * 12 <= 40e9
+### END SOLUTION
+
+# %%
+check_choice("practice_fits_a", practice_fits_a, True, [True, False], mistakes={
+    False: "4e9 parameters x 16 bytes = 64 GB, less than the device's 80 GB: it fits."})
+check_choice("practice_fits_b", practice_fits_b, False, [True, False], mistakes={
+    True: "without the master copy it is 12 bytes per parameter: 4e9 x 12 bytes = 48 GB, "
+          "more than the 40 GB device."})
+print("practice_fits_a and practice_fits_b are right.")
 
 # %% [markdown]
 # **Q4 (2 points).** A 6B model, an 80 GB device, persistent state only. Does the state fit
@@ -88,6 +210,7 @@ q4b_fits = 6e9 * 12 <= 80e9
 # %% [test q4_test points=2]
 from course_utils.checks import check_choice
 
+# True or False (the answers are checked when graded).
 check_choice("q4a_fits", q4a_fits, None, [True, False])
 check_choice("q4b_fits", q4b_fits, None, [True, False])
 ### BEGIN HIDDEN TESTS
@@ -101,7 +224,8 @@ submit("q4b_fits", q4b_fits)
 # **Q5 (3 points).** Write `max_params(device_gb, bytes_per_param)`: the largest parameter count
 # whose persistent state fits in a device of `device_gb` GB. Return a plain `int`
 # (round down: a fraction of a parameter does not exist). Raise `ValueError` if either argument
-# is not positive.
+# is not positive. The test cell checks your function on two visible cases; grading runs it on
+# other cases.
 
 # %% [answer max_params]
 def max_params(device_gb, bytes_per_param):
@@ -112,7 +236,38 @@ def max_params(device_gb, bytes_per_param):
     ### END SOLUTION
 
 # %% [test max_params_test points=3]
-check_number("max_params(64, 16)", max_params(64, 16))
+from course_utils.checks import as_number
+
+# Visible cases, checked fully (grading uses other cases).
+_got = max_params(40, 16)
+_n = as_number("max_params(40, 16)", _got)
+assert _n != 40 * 2**30 // 16, (
+    "max_params(40, 16) = 2684354560: you read the device size in GiB (2**30 bytes); "
+    "device_gb is in GB, 10**9 bytes.")
+assert _n not in (2, 2.5), (
+    f"max_params(40, 16) = {_got}: that is in billions of parameters; return the parameter "
+    "count itself.")
+assert type(_got) is int, (
+    f"max_params(40, 16) returned a {type(_got).__name__}: return a plain int (int(...) or //).")
+assert _n == 2_500_000_000, f"max_params(40, 16) = {_got} is not right: 40 GB at 16 bytes each."
+_got = max_params(10, 3)
+_n = as_number("max_params(10, 3)", _got)
+assert _n != 3_333_333_334, (
+    "max_params(10, 3) = 3333333334: you rounded up; 3333333334 parameters need more than "
+    "10 GB. Round down.")
+assert type(_got) is int, (
+    f"max_params(10, 3) = {_got!r}: round down to a whole parameter and return a plain int.")
+assert _n == 3_333_333_333, f"max_params(10, 3) = {_got} is not right: 10 GB at 3 bytes each."
+for _bad in [(0, 12), (40, -2)]:
+    try:
+        max_params(*_bad)
+        _outcome = "returned a value"
+    except ValueError:
+        _outcome = None
+    except Exception as _e:  # noqa: BLE001 - the message names the wrong error
+        _outcome = f"raised {type(_e).__name__}"
+    assert _outcome is None, (
+        f"max_params{_bad} should raise ValueError (an argument is not positive); it {_outcome}.")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

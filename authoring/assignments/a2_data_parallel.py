@@ -10,8 +10,22 @@
 # **Units**: 1 GB = 10^9 bytes, 1 GiB = 2^30 bytes. **D** is the number of data-parallel ranks.
 #
 # Answer in the cells marked `YOUR CODE HERE` (delete the `raise NotImplementedError()` line),
-# then run the test cell below each one. Visible tests check types and shapes; hidden tests
-# check the values when the assignment is graded, and their messages name the likely mistake.
+# then run the cell below each one.
+#
+# **What the checks in this notebook tell you while you practise:**
+#
+# * Before each of Q1 to Q4 comes a *practice* question (not graded): the same reasoning with
+#   other numbers. The cell after your practice answer checks it fully: it says whether it is
+#   right, and if not, which mistake it looks like. Do it first.
+# * The visible test of a graded question checks your answer's type and rejects the known wrong
+#   answers that follow from the question's numbers (naming the misconception). It never tells
+#   you the right value: passing it does not mean your answer is right.
+# * Q5's visible test runs your function on 2 real ranks with two small cases of its own and
+#   checks the results fully (values, the mistake they reveal, the input left unchanged).
+#
+# **When the assignment is graded**, hidden tests also run your Q5 function on other inputs, on 2
+# and 3 ranks, and the grader checks the values of every graded answer; its messages name the
+# likely mistake. The practice questions earn no points.
 
 # %%
 import torch
@@ -21,12 +35,45 @@ from course_utils import checks, launch
 
 # %% [markdown]
 # ## Q1. One update across three replicas (2 points)
-#
-# Three data-parallel replicas start from weights $w = [2, 0]$. Their local batches have the
-# same number of examples, and give local **mean** gradients $[1, 5]$, $[3, -1]$ and $[5, 2]$.
-# The gradients are synchronized with an all-reduce, then every replica takes one SGD step with
-# learning rate 0.5. Set `w_new_0` and `w_new_1` to the two components of the new weights (the
-# same on every replica).
+
+# %% [markdown]
+# *Practice (not graded)*: four data-parallel replicas start from weights $w = [3, -2]$. Their
+# local batches have the same number of examples, and give local **mean** gradients $[2, 1]$,
+# $[6, -3]$, $[0, 4]$ and $[2, 2]$. The gradients are synchronized with an all-reduce, then every
+# replica takes one SGD step with learning rate 0.3. Set `practice_w_new_0` and
+# `practice_w_new_1` to the two components of the new weights.
+
+# %% [answer q1_practice]
+### BEGIN SOLUTION
+_practice_mean = [(2 + 6 + 0 + 2) / 4, (1 - 3 + 4 + 2) / 4]
+practice_w_new_0 = 3 - 0.3 * _practice_mean[0]
+practice_w_new_1 = -2 - 0.3 * _practice_mean[1]
+### END SOLUTION
+
+# %%
+checks.check_number("practice_w_new_0", practice_w_new_0, 2.25, abs_tol=1e-9, mistakes=[
+    (0.0, "you stepped with the SUM of the four gradients (10); the replicas step with their "
+          "mean, the sum divided by D = 4"),
+    (1.5, "you divided the sum by 2 (the lecture's two ranks); here there are D = 4 replicas"),
+    (2.8125, "you divided by D twice: the mean of 2, 6, 0 and 2 is 2.5, and that is what the "
+             "step uses"),
+    (3.75, "SGD subtracts learning rate x gradient; you added it"),
+])
+checks.check_number("practice_w_new_1", practice_w_new_1, -2.3, abs_tol=1e-9, mistakes=[
+    (-3.2, "you stepped with the SUM of the four gradients (4); divide it by D = 4 for the "
+           "mean"),
+    (-2.6, "you divided the sum by 2 (the lecture's two ranks); here there are D = 4 replicas"),
+    (-2.075, "you divided by D twice: the mean of 1, -3, 4 and 2 is 1"),
+    (-1.7, "SGD subtracts learning rate x gradient; you added it"),
+])
+print("practice answers right")
+
+# %% [markdown]
+# **Graded question.** Three data-parallel replicas start from weights $w = [2, 0]$. Their local
+# batches have the same number of examples, and give local **mean** gradients $[1, 5]$, $[3, -1]$
+# and $[5, 2]$. The gradients are synchronized with an all-reduce, then every replica takes one SGD
+# step with learning rate 0.5. Set `w_new_0` and `w_new_1` to the two components of the new weights
+# (the same on every replica).
 
 # %% [answer q1]
 ### BEGIN SOLUTION
@@ -36,8 +83,19 @@ w_new_1 = 0 - 0.5 * _mean[1]
 ### END SOLUTION
 
 # %% [test q1_test points=2]
-checks.check_number("w_new_0", w_new_0)
-checks.check_number("w_new_1", w_new_1)
+# Visible: the type, and known wrong answers (the right value is checked when graded).
+checks.check_number("w_new_0", w_new_0, mistakes=[
+    (-2.5, "you used the SUM of the gradients: an all-reduce with op=SUM adds the three "
+           "replicas' gradients, and the SGD step needs their mean"),
+    (-0.25, "you divided the summed gradient by 2, the number of ranks in the lecture; this "
+            "job has three replicas"),
+])
+checks.check_number("w_new_1", w_new_1, mistakes=[
+    (-3.0, "you used the SUM of the gradients: an all-reduce with op=SUM adds the three "
+           "replicas' gradients, and the SGD step needs their mean"),
+    (-1.5, "you divided the summed gradient by 2, the number of ranks in the lecture; this "
+           "job has three replicas"),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -48,10 +106,42 @@ None
 
 # %% [markdown]
 # ## Q2. Where the division goes (2 points)
+
+# %% [markdown]
+# *Practice (not graded)*: a job on D = 4 ranks synchronizes gradients with `dist.all_reduce`.
+# By what factor is the gradient each rank then uses off from the true mean gradient (1 means
+# correct, 2 means twice too large, 0.5 half as large):
 #
-# A job on D = 8 ranks synchronizes gradients with `dist.all_reduce`. By what factor is the
-# gradient each rank then uses off from the true mean gradient (1 means correct, 2 means twice
-# too large, 0.5 half as large):
+# * `practice_factor_sum_halved`: with `op=ReduceOp.SUM`, then divided by 2 (a division
+#   copied from a two-rank example);
+# * `practice_factor_avg_then_divide`: with `op=ReduceOp.AVG`, then divided by D again.
+
+# %% [answer q2_practice]
+### BEGIN SOLUTION
+practice_factor_sum_halved = 4 / 2
+practice_factor_avg_then_divide = 1 / 4
+### END SOLUTION
+
+# %%
+checks.check_number("practice_factor_sum_halved", practice_factor_sum_halved, 2, mistakes=[
+    (1, "dividing by 2 is only right with 2 ranks: the SUM over 4 ranks is 4 x the mean"),
+    (4, "that is SUM with no division at all; here the sum is divided by 2 afterwards"),
+    (0.5, "the SUM makes the gradient too large, not too small: the factor is above 1"),
+    (1.5, "the SUM adds all 4 ranks' gradients, this rank's own included: 4 / 2, not 3 / 2"),
+])
+checks.check_number("practice_factor_avg_then_divide", practice_factor_avg_then_divide, 0.25,
+                    mistakes=[
+    (1, "AVG already divides by D = 4; the second division makes the gradient 4 x too small"),
+    (4, "dividing twice makes the gradient smaller, not larger: the factor is below 1"),
+    (1 / 16, "AVG divides by 4 once and your code once more: the gradient is 1/4 of the mean, "
+             "not 1/16"),
+])
+print("practice answers right")
+
+# %% [markdown]
+# **Graded question.** A job on D = 8 ranks synchronizes gradients with `dist.all_reduce`. By what
+# factor is the gradient each rank then uses off from the true mean gradient (1 means correct, 2
+# means twice too large, 0.5 half as large):
 #
 # * `factor_sum_only`: with `op=ReduceOp.SUM` and no division afterwards;
 # * `factor_avg_then_divide`: with `op=ReduceOp.AVG`, then divided by D again.
@@ -63,8 +153,14 @@ factor_avg_then_divide = 1 / 8
 ### END SOLUTION
 
 # %% [test q2_test points=2]
-checks.check_number("factor_sum_only", factor_sum_only)
-checks.check_number("factor_avg_then_divide", factor_avg_then_divide)
+# Visible: the type, and known wrong answers (the right value is checked when graded).
+checks.check_number("factor_sum_only", factor_sum_only, mistakes=[
+    (1, "op=SUM adds the ranks' gradients and nothing divides the sum afterwards, so the "
+        "gradient used is not the mean"),
+])
+checks.check_number("factor_avg_then_divide", factor_avg_then_divide, mistakes=[
+    (1, "op=AVG already divides by D; the extra division changes the gradient's scale"),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -75,11 +171,35 @@ None
 
 # %% [markdown]
 # ## Q3. Unequal local batches (2 points)
-#
-# The model has one parameter. Rank 0 has 2 examples, whose gradients are 6 and 10. Rank 1 has
-# 6 examples whose mean gradient is 2. The loss is the mean over **all** examples. Set
-# `global_mean_grad` to the gradient a single process would compute on all 8 examples; this is
-# what the synchronized gradient must equal.
+
+# %% [markdown]
+# *Practice (not graded)*: the model has one parameter and three ranks. Rank 0 has 2 examples,
+# whose gradients are 3 and 5. Rank 1 has 1 example, whose gradient is -2. Rank 2 has 5
+# examples whose mean gradient is 3. The loss is the mean over **all** examples. Set
+# `practice_global_mean_grad` to the gradient a single process would compute on all 8 examples.
+
+# %% [answer q3_practice]
+### BEGIN SOLUTION
+practice_global_mean_grad = (3 + 5 - 2 + 5 * 3) / (2 + 1 + 5)
+### END SOLUTION
+
+# %%
+checks.check_number("practice_global_mean_grad", practice_global_mean_grad, 2.625, mistakes=[
+    (5 / 3, "that is the mean of the three ranks' means (4, -2, 3): it gives rank 1's single "
+            "example as much weight as rank 2's five. Weight each mean by its count"),
+    (21, "that is the sum of all 8 gradients; the loss is their mean"),
+    (7, "you divided the sum by the number of ranks, 3; divide by the number of examples"),
+    (5, "that is the sum of the ranks' means, neither weighted by the counts nor divided"),
+    (2.25, "you counted rank 2's mean gradient as one example; it stands for 5 examples "
+           "(they add 5 x 3 to the sum)"),
+])
+print("practice answer right")
+
+# %% [markdown]
+# **Graded question.** The model has one parameter. Rank 0 has 2 examples, whose gradients are 6
+# and 10. Rank 1 has 6 examples whose mean gradient is 2. The loss is the mean over **all**
+# examples. Set `global_mean_grad` to the gradient a single process would compute on all 8
+# examples; this is what the synchronized gradient must equal.
 
 # %% [answer q3]
 ### BEGIN SOLUTION
@@ -87,7 +207,15 @@ global_mean_grad = (6 + 10 + 6 * 2) / (2 + 6)
 ### END SOLUTION
 
 # %% [test q3_test points=2]
-checks.check_number("global_mean_grad", global_mean_grad)
+# Visible: the type, and known wrong answers (the right value is checked when graded).
+checks.check_number("global_mean_grad", global_mean_grad, mistakes=[
+    (5.0, "that is the plain mean of the two ranks' means: rank 0's two examples weigh as much "
+          "as rank 1's six. Weight each rank's mean by its number of examples"),
+    (10.0, "that is the sum of the two ranks' means, neither weighted by the counts nor "
+           "divided"),
+    (6.0, "you counted rank 1's mean gradient as a single example; it stands for six "
+          "examples"),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -97,9 +225,37 @@ None
 
 # %% [markdown]
 # ## Q4. Bytes on the wire (2 points)
-#
-# A model has $1.5 \times 10^9$ parameters and its gradients are bf16 (2 bytes each). It trains
-# on D = 16 ranks, which all-reduce the gradients with a ring every step. Set
+
+# %% [markdown]
+# *Practice (not graded)*: a model has $1.2 \times 10^9$ parameters and its gradients are bf16
+# (2 bytes each). It trains on D = 8 ranks, which all-reduce the gradients with a ring every
+# step. Set `practice_ring_gb_per_rank` to the number of **GB** each rank sends per step.
+
+# %% [answer q4_practice]
+### BEGIN SOLUTION
+practice_ring_gb_per_rank = 2 * (8 - 1) / 8 * 1.2e9 * 2 / 1e9
+### END SOLUTION
+
+# %%
+checks.check_number("practice_ring_gb_per_rank", practice_ring_gb_per_rank, 4.2, unit="GB",
+                    mistakes=[
+    (2.1, "that is one phase only: the ring sends 7/8 of the 2.4 GB buffer in the "
+          "reduce-scatter and 7/8 again in the all-gather"),
+    (4.8, "2 x the buffer is the limit for many ranks; with D = 8 each phase sends 7/8 of it"),
+    (2.4, "that is the 2.4 GB gradient buffer sent once; the ring sends 2 x 7/8 of it"),
+    (8.4, "bf16 gradients take 2 bytes each, not 4"),
+    (4.2e9 / 2**30, "that is in GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
+    (4.2e9, "that is in bytes; the question asks for GB"),
+    (16.8, "that is each rank sending its whole buffer to each of the 7 others; in a ring each "
+           "rank sends to its neighbour only, one shard at a time"),
+    (0.3, "that is a single shard (the buffer split D = 8 ways); each rank sends 2 x 7 shards "
+           "per step"),
+])
+print("practice answer right")
+
+# %% [markdown]
+# **Graded question.** A model has $1.5 \times 10^9$ parameters and its gradients are bf16 (2 bytes
+# each). It trains on D = 16 ranks, which all-reduce the gradients with a ring every step. Set
 # `ring_gb_per_rank` to the number of **GB** each rank sends per step.
 
 # %% [answer q4]
@@ -108,7 +264,17 @@ ring_gb_per_rank = 2 * (16 - 1) / 16 * 1.5e9 * 2 / 1e9
 ### END SOLUTION
 
 # %% [test q4_test points=2]
-checks.check_number("ring_gb_per_rank", ring_gb_per_rank)
+# Visible: the type, and known wrong answers (the right value is checked when graded).
+checks.check_number("ring_gb_per_rank", ring_gb_per_rank, unit="GB", mistakes=[
+    (3.0, "that is the gradient buffer sent once; a ring all-reduce has two phases, a "
+          "reduce-scatter and an all-gather, and each sends part of the buffer"),
+    (6.0, "that is 2 x the buffer, the limit for very many ranks; use the ring's exact factor "
+          "for D = 16"),
+    (45.0, "that is every rank sending its whole buffer to each of the 15 others; in a ring "
+           "each rank sends only to its neighbour, one shard at a time"),
+    (0.1875, "that is a single shard (1/D of the buffer); count the shards each rank sends in "
+             "both phases"),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -166,10 +332,50 @@ def _q5_run(cases, world_size):
         raise AssertionError(f"weighted_average_grad failed on {world_size} real ranks: {last}") from None
 
 
-_visible = [([torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.0, 1.0, -1.0])], [1, 3])]
-for _rank, _res in enumerate(_q5_run(_visible, 2)):
-    assert _res[0]["type"] == "Tensor", f"rank {_rank} returned a {_res[0]['type']}, not a torch.Tensor"
-    assert _res[0]["shape"] == (3,), f"rank {_rank} returned shape {_res[0]['shape']}; expected (P,) = (3,)"
+# Visible: two small cases on 2 real ranks, checked fully (the hidden cases are others).
+_Q5_MISTAKES = {
+    "mean_of_means": "that is the plain mean of the two ranks' means: a rank with few examples "
+                     "weighs as much as one with many. Weight each rank's mean by its n_local",
+    "sum": "that is the sum of every example's gradient; it still has to be divided by the "
+           "total number of examples, which the ranks must all-reduce as well",
+    "sum_over_d": "that divides the weighted sum by the number of ranks; the mean divides it by "
+                  "the total number of examples",
+    "sum_of_means": "that is the sum of the ranks' means, neither weighted by the counts nor "
+                    "divided",
+}
+# (each rank's local mean gradient, each rank's count, what one process computes on all the
+#  examples, and what the known mistakes return instead)
+_visible = [
+    ([torch.tensor([4.0, -2.0, 1.0]), torch.tensor([0.0, 2.0, 5.0])], [2, 6], [1.0, 1.0, 4.0],
+     {"mean_of_means": [2.0, 0.0, 3.0], "sum": [8.0, 8.0, 32.0], "sum_over_d": [4.0, 4.0, 16.0],
+      "sum_of_means": [4.0, 0.0, 6.0]}),
+    ([torch.tensor([1.0, 1.0, -3.0]), torch.tensor([-3.0, 5.0, 5.0])], [5, 3], [-0.5, 2.5, 0.0],
+     {"mean_of_means": [-1.0, 3.0, 1.0], "sum": [-4.0, 20.0, 0.0], "sum_over_d": [-2.0, 10.0, 0.0],
+      "sum_of_means": [-2.0, 6.0, 2.0]}),
+]
+
+
+def _q5_close(values, target):
+    return torch.allclose(torch.tensor(values, dtype=torch.float64),
+                          torch.as_tensor(target, dtype=torch.float64), rtol=1e-5, atol=1e-6)
+
+
+for _rank, _res in enumerate(_q5_run([(_m, _n) for _m, _n, _, _ in _visible], 2)):
+    for (_means, _counts, _want, _wrong), _r in zip(_visible, _res):
+        _where = f"visible case counts {_counts}, rank {_rank}"
+        assert _r["type"] == "Tensor", f"{_where}: returned a {_r['type']}, not a torch.Tensor"
+        assert _r["shape"] == (3,), f"{_where}: returned shape {_r['shape']}; expected (P,) = (3,)"
+        if not _q5_close(_r["values"], _want):
+            for _kind, _value in _wrong.items():
+                if _q5_close(_r["values"], _value):
+                    raise AssertionError(f"{_where}: {_Q5_MISTAKES[_kind]}.")
+            if _q5_close(_r["values"], _means[_rank]):
+                raise AssertionError(f"{_where}: you returned this rank's own mean; combine the "
+                                     "ranks' gradients with a collective")
+            raise AssertionError(f"{_where}: returned {_r['values']}; one process on all "
+                                 f"{sum(_counts)} examples computes {_want}")
+        assert _r["input_kept"], f"{_where}: local_mean_grad was modified in place"
+print("visible cases right on 2 ranks")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

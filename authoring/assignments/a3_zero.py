@@ -11,14 +11,48 @@
 # data-parallel ranks. **Units**: 1 GB = 10^9 bytes, 1 GiB = 2^30 bytes. "Persistent" means the
 # state kept between steps, without activations or temporary buffers.
 #
-# Answer in the cells marked `YOUR CODE HERE`, then run the test cell below each one. Visible
-# tests check types and shapes; hidden tests check the values when the assignment is graded.
+# Answer in the cells marked `YOUR CODE HERE`, then run the test cell below each one.
+#
+# **What the tests tell you while you practise.** Before each numeric or choice question there
+# is a *Practice (not graded)* twin: the same reasoning with other numbers, and the cell after it
+# checks your practice answer fully (the right value, or what a known wrong value means). For
+# the functions (Q2, Q4) the visible test runs your code on visible cases and checks the values,
+# naming the usual mistakes. For the graded numbers and choices (Q1, Q3) the visible test checks
+# the type and rejects known wrong answers (another ZeRO stage's figure, for example), without
+# saying what the right one is: passing it does not mean the answer is right. **Grading adds**
+# the hidden tests: your functions on other cases (other N, D, seeds, 3 ranks) and the graded
+# values themselves.
 
 # %%
 import torch
 import torch.distributed as dist
 
 from course_utils import checks, zero
+
+# %% [markdown]
+# *Practice (not graded)*: a four-rank job trains a 3B-parameter model with ZeRO-2. A colleague
+# says its persistent state is 48/4 = 12 GB per GPU. Set `practice_zero2_gb` to the correct
+# persistent state per GPU, in GB.
+
+# %% [answer q1_practice]
+### BEGIN SOLUTION
+practice_zero2_gb = (2 + 2 / 4 + 12 / 4) * 3e9 / 1e9
+### END SOLUTION
+
+# %%
+checks.check_number("practice_zero2_gb", practice_zero2_gb, 16.5, unit="GB", mistakes=[
+    (12.0, "48/4 shares everything among the 4 ranks, which is ZeRO-3; under ZeRO-2 every "
+           "rank still holds the whole bf16 weight buffer (2 bytes x 3B = 6 GB)"),
+    (21.0, "21 GB is ZeRO-1, where each rank still keeps the full bf16 gradients; ZeRO-2 "
+           "splits those among the ranks as well"),
+    (48.0, "48 GB is plain data parallelism, every rank holding all 16 bytes per parameter"),
+    (15.0, "the gradients are missing: ZeRO-2 keeps a quarter of the bf16 gradients on each "
+           "rank (1.5 GB)"),
+    (10.5, "10.5 GB is just the split part (gradients and optimizer state); add the bf16 "
+           "weights every rank keeps whole (6 GB)"),
+    (16.5e9 / 2**30, "a GiB figure (bytes / 2^30); GB here means bytes / 10^9"),
+    (16.5e9, "a count of bytes; give it in GB (divide by 10^9)"),
+])
 
 # %% [markdown]
 # ## Q1. The lesson's check-yourself question (2 points)
@@ -32,7 +66,15 @@ zero2_gb = (2 + 14 / 8) * 7e9 / 1e9
 ### END SOLUTION
 
 # %% [test q1_test points=2]
-checks.check_number("zero2_gb", zero2_gb)
+# Checks the type and rejects known wrong answers; the value itself is checked when graded.
+checks.check_number("zero2_gb", zero2_gb, unit="GB", mistakes=[
+    (112 / 8, "that is ZeRO-3: 112/8 shares every byte among the 8 ranks, but ZeRO-2 does not "
+              "shard the bf16 weights, so each rank keeps all of them"),
+    (38.5, "that is the ZeRO-1 figure, where the bf16 gradients are still replicated on every "
+           "rank; ZeRO-2 shards them too"),
+    (112.0, "that is replicated data parallelism (16 bytes per parameter on every rank, nothing "
+            "sharded)"),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -59,8 +101,24 @@ def zero_gb(n_params, dp, stage):
     ### END SOLUTION
 
 # %% [test q2_test points=3]
-for _stage in range(4):
-    checks.check_number(f"zero_gb(13e9, 16, {_stage})", zero_gb(13e9, 16, _stage))
+# Two visible cases (grading uses other N and D), each stage's value checked.
+_visible = {(10e9, 4): [160.0, 70.0, 55.0, 40.0], (2e9, 5): [32.0, 12.8, 9.6, 6.4]}
+for (_n, _dp), _per_stage in _visible.items():
+    for _stage in range(4):
+        _name = f"zero_gb({_n:g}, {_dp}, {_stage})"
+        _got = zero_gb(_n, _dp, _stage)
+        _want = _per_stage[_stage]
+        _no_master = _want - 4 * _n / 1e9 / (_dp if _stage >= 1 else 1)
+        checks.check_number(_name, _got, unit="GB", mistakes=[
+            *[(_per_stage[_s], f"that is what ZeRO stage {_s} keeps per rank, not stage {_stage}")
+              for _s in range(4) if _s != _stage],
+            (_want * 1e9 / 2**30, "a GiB figure (bytes / 2^30); return GB, bytes / 10^9"),
+            (_want * 1e9, "a count of bytes; return GB (divide by 10^9)"),
+            (_no_master, "the fp32 master weights (4 bytes per parameter) are missing: the "
+                         "optimizer part is 12 bytes, master copy plus the two Adam moments"),
+        ])
+        assert abs(checks.as_number(_name, _got) - _want) <= 1e-6 * _want, (
+            f"{_name} = {_got:g} GB is not right; for this visible case it should be {_want:g} GB")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -69,6 +127,26 @@ for (_n, _dp) in [(13e9, 16), (7e9, 8), (70e9, 64), (1.5e9, 3)]:
         submit(f"zero_gb({_n:g}, {_dp}, {_stage})", zero_gb(_n, _dp, _stage))
 ### END HIDDEN TESTS
 None
+
+# %% [markdown]
+# *Practice (not graded)*: an 8B-parameter model trains on 8 devices of 48 GB each, and 6 GB
+# per device must stay free for activations and temporary buffers. Set
+# `practice_smallest_stage` to the smallest ZeRO stage (an int: 0, 1, 2 or 3) whose persistent
+# state fits in what is left.
+
+# %% [answer q3_practice]
+### BEGIN SOLUTION
+practice_smallest_stage = min(s for s in range(4) if zero_gb(8e9, 8, s) <= 48 - 6)
+### END SOLUTION
+
+# %%
+checks.check_choice("practice_smallest_stage", practice_smallest_stage, 2, [0, 1, 2, 3], mistakes={
+    1: "ZeRO-1 needs (4 + 12/8) x 8 = 44 GB: that fits in 48 GB but not in the 42 GB left "
+       "once the 6 GB reserve is kept (forgot the reserve, or compared GiB with GB?)",
+    3: "ZeRO-3 fits (16 GB), but a lower stage fits as well and communicates less: the "
+       "question asks for the smallest stage that fits",
+    0: "replicated data parallelism needs 16 x 8 = 128 GB on every device",
+})
 
 # %% [markdown]
 # ## Q3. The smallest stage that fits (2 points)
@@ -85,6 +163,13 @@ smallest_stage = min(s for s in range(4) if zero_gb(13e9, 16, s) <= 40 - 4)
 
 # %% [test q3_test points=2]
 assert type(smallest_stage) is int, f"smallest_stage should be an int (0-3), got {type(smallest_stage).__name__}"
+# Rejects the stages that cannot fit; the value itself is checked when graded.
+checks.check_choice("smallest_stage", smallest_stage, None, [0, 1, 2, 3], mistakes={
+    0: "Replicated data parallelism keeps all 16 bytes per parameter on every device: "
+       "16 x 13B = 208 GB, far more than a 40 GB device.",
+    1: "ZeRO-1 still replicates the bf16 weights and gradients (4 bytes per parameter): "
+       "4 x 13B = 52 GB before any optimizer state, more than the whole 40 GB device.",
+})
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -116,9 +201,10 @@ None
 # master -= lr * (m / (1 - beta1**step)) / (sqrt(v / (1 - beta2**step)) + eps)
 # ```
 #
-# Return the new weight slice in bf16 (shape `(S,)`), ready to be all-gathered. The tests run
-# your function on 2 and 3 real gloo ranks for several steps and compare every slice with
-# `torch.optim.Adam` updating the whole buffer in one process.
+# Return the new weight slice in bf16 (shape `(S,)`), ready to be all-gathered. The visible
+# test runs your function on one small case on 2 real gloo ranks for two steps and compares
+# every slice with `torch.optim.Adam` updating the whole buffer in one process, naming the usual
+# mistakes; grading runs other cases on 2 and 3 ranks.
 
 # %% [answer q4]
 def sharded_adam_step(local_grad, master, exp_avg, exp_avg_sq, step, lr, betas, eps,
@@ -138,15 +224,60 @@ def sharded_adam_step(local_grad, master, exp_avg, exp_avg_sq, step, lr, betas, 
     ### END SOLUTION
 
 # %% [test q4_test points=4]
+# A visible case (grading runs others): D = 2 ranks, S = 3, two steps, lr = 1e-2, eps = 0.1
+# (with a large eps Adam depends on the gradient's scale, so a missing 1/D shows).
 _gen = torch.Generator().manual_seed(0)
-_results = zero.run_shard_step(sharded_adam_step, torch.randn(8, generator=_gen),
-                               torch.randn(1, 2, 8, generator=_gen), timeout_s=50)
+_full = torch.randn(6, generator=_gen)                  # (P,) = (D * S,)
+_grads = torch.randn(2, 2, 6, generator=_gen)           # (steps, D, P)
+_results = zero.run_shard_step(sharded_adam_step, _full, _grads, 1e-2, (0.9, 0.999), 0.1,
+                               timeout_s=50)
+
+_w = _full.clone().requires_grad_(True)                 # torch.optim.Adam on the whole buffer
+_adam = torch.optim.Adam([_w], lr=1e-2, betas=(0.9, 0.999), eps=0.1)
+for _g in _grads.mean(1):                               # the mean over the 2 ranks, per step
+    _w.grad = _g.clone()
+    _adam.step()
+_want, _want_m = _w.detach(), _adam.state[_w]["exp_avg"]
+
+
+def _whole_buffer(grad_per_step, bias_correction=True):
+    """The (P,) weights one process gets from these gradients (to recognise mistakes)."""
+    _p, _m, _v = _full.clone(), torch.zeros(6), torch.zeros(6)
+    for _t, _g in enumerate(grad_per_step, start=1):
+        _m = 0.9 * _m + 0.1 * _g
+        _v = 0.999 * _v + 0.001 * _g * _g
+        _c1, _c2 = (1 - 0.9**_t, 1 - 0.999**_t) if bias_correction else (1.0, 1.0)
+        _p = _p - 1e-2 * (_m / _c1) / ((_v / _c2).sqrt() + 0.1)
+    return _p
+
+
 for _rank, _r in enumerate(_results):
-    _out = _r["returned"][0]
+    _mine = slice(3 * _rank, 3 * _rank + 3)
+    _out, _master = _r["returned"][-1], _r["master"]
     assert isinstance(_out, torch.Tensor), f"rank {_rank} returned {type(_out).__name__}, not a tensor"
-    assert tuple(_out.shape) == (4,), f"rank {_rank} returned shape {tuple(_out.shape)}; expected its slice, (S,) = (4,)"
+    assert tuple(_out.shape) == (3,), f"rank {_rank} returned shape {tuple(_out.shape)}; expected its slice, (S,) = (3,)"
     assert _out.dtype == torch.bfloat16, f"rank {_rank} returned {_out.dtype}; the weight slice is bf16"
-    assert tuple(_r["master"].shape) == (4,), f"rank {_rank}: master changed shape to {tuple(_r['master'].shape)}"
+    assert tuple(_master.shape) == (3,), f"rank {_rank}: master changed shape to {tuple(_master.shape)}"
+    assert _r["calls"], ("no collective was called: every rank has only its own micro-batch's "
+                         "gradient, so the ranks must combine theirs (a reduce-scatter)")
+    if not torch.allclose(_master, _want[_mine], rtol=1e-5, atol=1e-6):
+        for _wrong, _why in [
+                (_whole_buffer(_grads.sum(1)), "the ranks' gradients were summed, not "
+                 "averaged: divide the reduce-scattered sum by D"),
+                (_whole_buffer(_grads[:, _rank]), "this rank stepped with its own local_grad "
+                 "only: combine all ranks' gradients with a reduce-scatter first"),
+                (_whole_buffer(_grads.mean(1), bias_correction=False), "no bias correction: "
+                 "Adam divides m by (1 - beta1**step) and v by (1 - beta2**step)"),
+                (_full, "master is unchanged: update the slice in place (master.addcdiv_, "
+                 "master.sub_ or master[:] = ...)")]:
+            assert not torch.allclose(_master, _wrong[_mine], rtol=1e-5, atol=1e-6), (
+                f"rank {_rank}: {_why}")
+        torch.testing.assert_close(_master, _want[_mine], rtol=1e-5, atol=1e-6, msg=lambda m: (
+            f"rank {_rank}: master differs from torch.optim.Adam on the whole buffer. {m}"))
+    torch.testing.assert_close(_r["exp_avg"], _want_m[_mine], rtol=1e-5, atol=1e-6, msg=lambda m: (
+        f"rank {_rank}: exp_avg (the first moment) should be updated in place to Adam's. {m}"))
+    torch.testing.assert_close(_out, _want[_mine].to(torch.bfloat16), rtol=1e-5, atol=1e-6,
+                               msg=lambda m: f"rank {_rank}: return the new master slice in bf16. {m}")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

@@ -10,8 +10,23 @@
 # tensor-parallel degree. "Column-parallel" splits `W` by columns (output features),
 # "row-parallel" by rows (input features). Shards are equal and contiguous, in rank order.
 #
-# Answer in the cells marked `YOUR CODE HERE`, then run the test cell below each one. Visible tests
-# check types and shapes; hidden tests check the values when the assignment is graded.
+# Answer in the cells marked `YOUR CODE HERE` (delete the `raise NotImplementedError()` line),
+# then run the cell below each one.
+#
+# **How to practise.** Before each graded question that asks for shapes, collectives or numbers
+# (Q1 to Q3), a *practice* question (not graded) asks the same reasoning about another layer or
+# model. Run the cell after your practice answer: it checks every value fully, and when one is
+# wrong it names the misconception your answer reveals. Then answer the graded question.
+#
+# **What the test cells check.** The test cell after a graded answer of Q1 to Q3 checks the
+# types and rejects the known wrong answers that follow from the question alone (an unsplit
+# matrix, the weights instead of the activations, ...), naming the misconception without ever
+# saying what the right value is. For Q4 the test cell runs your `row_parallel_linear` on real
+# ranks on small visible cases and checks everything: every rank's result against one device,
+# the collectives you called and the group they ran on. Passing a test cell while practising
+# does not mean a graded answer is right: when the assignment is graded, the values of your
+# answers are checked, and your function runs on other, hidden cases (other shapes, seeds and
+# group sizes).
 
 # %%
 import math
@@ -20,6 +35,67 @@ import torch
 import torch.distributed as dist
 
 from course_utils import checks, launch
+
+# %% [markdown]
+# *Practice (not graded)*: a smaller MLP with `h = 768` and `ffn = 3072` (`W1` of shape
+# `(h, ffn)`, `W2` of shape `(ffn, h)`) is split Megatron-style over `t = 2` ranks: `W1`
+# column-parallel, `W2` row-parallel. Give each answer as a tuple of ints:
+# `practice_w1_local` and `practice_w2_local` (one rank's shards, in the `Y = X @ W` layout),
+# `practice_partial_local` (what one rank computes with its shard of `W2` for `b = 3`,
+# `s = 64`, before any communication) and `practice_dtensor_up_local` (the shape of
+# `up.weight.to_local()` for `up = nn.Linear(768, 3072)` parallelized with `ColwiseParallel()`
+# on a mesh of 2 ranks). Then run the check below it.
+
+# %% [answer q1_practice]
+### BEGIN SOLUTION
+practice_w1_local = (768, 3072 // 2)
+practice_w2_local = (3072 // 2, 768)
+practice_partial_local = (3, 64, 768)
+practice_dtensor_up_local = (3072 // 2, 768)
+### END SOLUTION
+
+# %%
+def _check_practice_shape(name, value, expected, known, hint):
+    """Practice check: value is the tuple expected; a known wrong shape names its mistake."""
+    assert type(value) in (tuple, list), (
+        f"{name} should be a tuple of ints, got {type(value).__name__}")
+    shape = tuple(int(dim) for dim in value)
+    if shape in known:
+        raise AssertionError(f"{name} = {shape}: {known[shape]}")
+    assert shape == expected, f"{name} = {shape} is not right. {hint}"
+
+
+_check_practice_shape("practice_w1_local", practice_w1_local, (768, 1536), {
+    (384, 3072): "that divides W1's 768 rows (its input features) by t: a row split. W1 is "
+                 "column-parallel, so the split runs across its 3072 columns.",
+    (768, 3072): "that is the whole of W1; each of the 2 ranks keeps only its own shard.",
+    (1536, 768): "that is the nn.Linear layout (out, in); the question asks for the Y = X @ W "
+                 "layout, where W1 is (h, ffn)."},
+    "W1 is (768, 3072); a column split divides its output features among the 2 ranks.")
+_check_practice_shape("practice_w2_local", practice_w2_local, (1536, 768), {
+    (3072, 384): "that divides W2's 768 columns (its output features) by t: a column split. "
+                 "W2 is row-parallel, so the split runs across its 3072 rows.",
+    (3072, 768): "that is the whole of W2; each of the 2 ranks keeps only its own shard.",
+    (768, 1536): "that is the nn.Linear layout (out, in); in the Y = X @ W layout W2 is "
+                 "(ffn, h)."},
+    "W2 is (3072, 768); a row split divides its input features among the 2 ranks.")
+_check_practice_shape("practice_partial_local", practice_partial_local, (3, 64, 768), {
+    (3, 64, 384): "a row-parallel rank does not own a slice of the output features: "
+                  "(b, s, 1536) @ (1536, 768) gives a partial sum over the full width 768.",
+    (3, 64, 1536): "1536 is the width of the rank's input slice (ffn / t); multiplying by its "
+                   "(1536, 768) shard of W2 gives 768 output features.",
+    (3, 64, 3072): "the rank only holds ffn / t = 1536 of the hidden features, and what it "
+                   "computes has W2's output width, 768."},
+    "multiply the shapes: (b, s, ffn / t) @ (ffn / t, h).")
+_check_practice_shape("practice_dtensor_up_local", practice_dtensor_up_local, (1536, 768), {
+    (768, 1536): "that is W1's shard in the Y = X @ W layout; nn.Linear.weight is stored as "
+                 "(out_features, in_features) = (3072, 768), and to_local() returns a shard "
+                 "of that tensor.",
+    (3072, 384): "that splits weight's dim 1 (the 768 input features), as RowwiseParallel "
+                 "does; ColwiseParallel splits the output features, weight's dim 0.",
+    (3072, 768): "that is the whole weight; to_local() returns only this rank's shard."},
+    "start from weight's shape (3072, 768) and split the output features among the 2 ranks.")
+print("practice Q1: all four shapes are right.")
 
 # %% [markdown]
 # ## Q1. Shard shapes (3 points)
@@ -44,6 +120,25 @@ dtensor_up_local = (512, 1024)
 ### END SOLUTION
 
 # %% [test q1_test points=3]
+# Tuples of ints, and none of these wrong shapes (the right ones are checked when graded).
+KNOWN_WRONG_SHAPES = {
+    "w1_local": {
+        (128, 4096): "that divides W1's rows (its input features) by t, which is a row split; "
+                     "W1 is column-parallel.",
+        (1024, 4096): "that is the whole of W1; each of the 8 ranks keeps only a shard."},
+    "w2_local": {
+        (4096, 128): "that divides W2's columns (its output features) by t, which is a column "
+                     "split; W2 is row-parallel.",
+        (4096, 1024): "that is the whole of W2; each of the 8 ranks keeps only a shard."},
+    "partial_local": {
+        (2, 128, 128): "you divided the output width by t, as if the rank owned a slice of the "
+                       "output features; W2 is row-parallel: multiply out the shapes of the "
+                       "rank's input slice and its shard of W2."},
+    "dtensor_up_local": {
+        (4096, 128): "that splits nn.Linear.weight's dim 1 (its in_features), which is what "
+                     "RowwiseParallel does, not ColwiseParallel.",
+        (4096, 1024): "that is the whole weight; to_local() returns only this rank's shard."},
+}
 for name, value, length in (("w1_local", w1_local, 2), ("w2_local", w2_local, 2),
                             ("partial_local", partial_local, 3),
                             ("dtensor_up_local", dtensor_up_local, 2)):
@@ -51,6 +146,9 @@ for name, value, length in (("w1_local", w1_local, 2), ("w2_local", w2_local, 2)
     assert len(value) == length, f"{name} should have {length} entries, got {len(value)}"
     for i, dim in enumerate(value):
         checks.check_number(f"{name}[{i}]", dim)
+    shape = tuple(int(dim) for dim in value)
+    if shape in KNOWN_WRONG_SHAPES[name]:
+        raise AssertionError(f"{name} = {shape}: {KNOWN_WRONG_SHAPES[name][shape]}")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -65,6 +163,75 @@ submit("dtensor_up_local[0]", dtensor_up_local[0])
 submit("dtensor_up_local[1]", dtensor_up_local[1])
 ### END HIDDEN TESTS
 None
+
+# %% [markdown]
+# *Practice (not graded)*: other layouts, same reasoning. Answer each with one of
+# `"all-reduce"`, `"all-gather"`, `"reduce-scatter"`, `"none"`, then count:
+#
+# * `practice_row_then_gelu`: a row-parallel linear followed by an elementwise GELU whose
+#   result every rank needs in full.
+# * `practice_col_then_residual`: a column-parallel linear followed by a residual add `X + Y`
+#   that needs the true `Y` on every rank.
+# * `practice_row_input_grad`: in the backward pass of a row-parallel linear whose input came
+#   from a column-parallel linear (rank `r` held only its slice `X_r` of the input features),
+#   passing each rank's `dL/dX_r` back to that column-parallel layer, which needs only the
+#   gradient of its own slice.
+# * `practice_seq_to_col`: each rank holds `s/t` of the sequence positions (all features) of an
+#   activation, and the next layer is column-parallel, needing the whole sequence on every rank.
+# * `practice_naive_fwd_collectives`: an int. A colleague makes both linears of an MLP
+#   (linear, GELU, linear) column-parallel, and all-gathers wherever the next operation needs
+#   every feature, including the MLP's output. How many collectives does its forward pass issue?
+
+# %% [answer q2_practice]
+### BEGIN SOLUTION
+practice_row_then_gelu = "all-reduce"
+practice_col_then_residual = "all-gather"
+practice_row_input_grad = "none"
+practice_seq_to_col = "all-gather"
+practice_naive_fwd_collectives = 2
+### END SOLUTION
+
+# %%
+COLLECTIVE_CHOICES = ["all-reduce", "all-gather", "reduce-scatter", "none"]
+checks.check_choice("practice_row_then_gelu", practice_row_then_gelu, "all-reduce",
+                    COLLECTIVE_CHOICES, mistakes={
+    "none": "GELU is not linear: GELU(a) + GELU(b) is not GELU(a + b), so it cannot run on the "
+            "ranks' partial sums; they must be added first.",
+    "all-gather": "Every row-parallel rank holds a partial sum with Y's full shape; "
+                  "concatenating partial sums does not give Y.",
+    "reduce-scatter": "After a reduce-scatter each rank holds only a slice of Y, but here every "
+                      "rank needs the GELU of all of it."})
+checks.check_choice("practice_col_then_residual", practice_col_then_residual, "all-gather",
+                    COLLECTIVE_CHOICES, mistakes={
+    "all-reduce": "Column-parallel ranks hold different output features, not partial sums: "
+                  "adding them would mix unrelated features.",
+    "none": "Each rank has only h_out/t of Y's features; the residual add needs all of them.",
+    "reduce-scatter": "There is nothing to add: the ranks hold different features, and a "
+                      "reduce-scatter would leave each of them with even less."})
+checks.check_choice("practice_row_input_grad", practice_row_input_grad, "none",
+                    COLLECTIVE_CHOICES, mistakes={
+    "all-reduce": "X_r met only this rank's rows W_r, so dL/dX_r = dL/dY @ W_r^T is already "
+                  "the complete gradient of those input features: nothing is missing from it.",
+    "all-gather": "The column-parallel layer before needs only the gradient of its own slice; "
+                  "gathering the other ranks' slices only adds traffic.",
+    "reduce-scatter": "Each rank's dL/dX_r is already complete for its own features; there is "
+                      "no partial sum to add."})
+checks.check_choice("practice_seq_to_col", practice_seq_to_col, "all-gather",
+                    COLLECTIVE_CHOICES, mistakes={
+    "all-reduce": "The ranks hold different sequence positions, not partial sums: adding "
+                  "them would mix tokens.",
+    "none": "Each rank holds only s/t of the positions, but the column-parallel matmul needs "
+            "the whole sequence on every rank.",
+    "reduce-scatter": "There is nothing to add, and a reduce-scatter leaves each rank with "
+                      "less than it had, not the whole sequence."})
+checks.check_number("practice_naive_fwd_collectives", practice_naive_fwd_collectives, 2,
+                    mistakes=[
+    (0, "column-parallel outputs are split by features: the second linear needs all of the "
+        "GELU's features, and the MLP's output is needed whole."),
+    (1, "there are two places that need every feature: the input of the second "
+        "column-parallel linear, and the MLP's output (split again by that linear)."),
+    (3, "GELU is elementwise: it runs on each rank's own features and needs no collective.")])
+print("practice Q2: all five answers are right.")
 
 # %% [markdown]
 # ## Q2. Which collective combines the results? (3 points)
@@ -97,13 +264,31 @@ mlp_bwd_all_reduces = 1
 ### END SOLUTION
 
 # %% [test q2_test points=3]
+# Allowed choices, and none of these wrong ones (the right ones are checked when graded).
 CHOICES = ["all-reduce", "all-gather", "reduce-scatter", "none"]
-for name in ("a_col_then_gelu", "b_row_then_residual", "c_col_then_layernorm", "d_col_input_grad",
-             "e_row_then_seq_split"):
+KNOWN_WRONG_CHOICES = {
+    "a_col_then_gelu": {"all-reduce": "Column-parallel ranks hold different output features, "
+                                      "not partial sums of the same ones: adding them mixes "
+                                      "features."},
+    "b_row_then_residual": {"all-gather": "Every row-parallel rank holds a tensor of Y's full "
+                                          "shape: there is nothing to concatenate."},
+    "c_col_then_layernorm": {"all-reduce": "A column-parallel output is split by features; "
+                                           "adding the ranks' slices mixes unrelated features."},
+    "d_col_input_grad": {"all-gather": "Every rank's dL/dX already has the full shape of X: "
+                                       "concatenating them gives the wrong shape."},
+    "e_row_then_seq_split": {"all-gather": "Row-parallel ranks hold partial sums, not slices "
+                                           "of Y: concatenating them does not give Y."},
+}
+for name, known in KNOWN_WRONG_CHOICES.items():
     value = globals()[name]
     assert type(value) is str and value.lower() in CHOICES, f"{name} should be one of {CHOICES}, got {value!r}"
-checks.check_number("mlp_fwd_all_reduces", mlp_fwd_all_reduces)
-checks.check_number("mlp_bwd_all_reduces", mlp_bwd_all_reduces)
+    checks.check_choice(name, value, None, CHOICES, mistakes=known)
+checks.check_number("mlp_fwd_all_reduces", mlp_fwd_all_reduces, mistakes=[
+    (2, "you counted a collective after each of the two linears: does the column-parallel "
+        "output need combining before an elementwise GELU and a row-parallel linear?")])
+checks.check_number("mlp_bwd_all_reduces", mlp_bwd_all_reduces, mistakes=[
+    (0, "the backward pass communicates too: look for a gradient that each rank computes "
+        "from its own hidden features only.")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -116,6 +301,70 @@ submit("mlp_fwd_all_reduces", mlp_fwd_all_reduces)
 submit("mlp_bwd_all_reduces", mlp_bwd_all_reduces)
 ### END HIDDEN TESTS
 None
+
+# %% [markdown]
+# *Practice (not graded)*: a smaller model, `L = 24` blocks with `h = 2048` and an MLP with
+# `ffn = 3h = 6144`, runs in fp16 (2 bytes per element) with TP degree `t = 4` on micro-batches
+# of `b = 8` sequences of `s = 1024` tokens. Attention and MLP are split Megatron-style; count
+# only the tensor-parallel all-reduces; 1 GB = 10^9 bytes. Give `practice_mlp_forward_bytes`
+# (bytes of the tensor all-reduced in one MLP's forward pass), `practice_step_payload_gb` (GB
+# all-reduced by all blocks for one micro-batch, forward and backward),
+# `practice_ring_gb_per_rank` (GB each rank **sends** for it with a ring all-reduce) and
+# `practice_naive_over_megatron` (how many times larger the all-gathered GELU output of `W1`
+# is than the tensor of Megatron's forward all-reduce).
+
+# %% [answer q3_practice]
+### BEGIN SOLUTION
+p_b, p_s, p_h, p_ffn, p_t, p_L = 8, 1024, 2048, 6144, 4, 24
+practice_mlp_forward_bytes = p_b * p_s * p_h * 2
+practice_step_payload_gb = p_L * 4 * practice_mlp_forward_bytes / 1e9
+practice_ring_gb_per_rank = 2 * (p_t - 1) / p_t * practice_step_payload_gb
+practice_naive_over_megatron = p_ffn / p_h
+### END SOLUTION
+
+# %%
+checks.check_number("practice_mlp_forward_bytes", practice_mlp_forward_bytes, 8 * 1024 * 2048 * 2,
+                    unit="bytes", mistakes=[
+    (2 * 2048 * 6144 * 2, "that is the size of the MLP's two weight matrices: TP all-reduces "
+                          "activations (b, s, h), never the weights."),
+    (2 * 2048 * 6144 * 2 / 4, "that is one rank's shard of the MLP's weights: TP all-reduces "
+                              "activations, not parameters."),
+    (8 * 1024 * 2048 * 4, "fp16 has 2 bytes per element, not 4."),
+    (8 * 1024 * 2048 * 2 / 4, "every rank holds a partial sum of the FULL (b, s, h) output; "
+                              "the all-reduced tensor is not divided by t."),
+    (8 * 1024 * 6144 * 2, "the all-reduce follows the row-parallel W2, whose output is h = 2048 "
+                          "wide; the ffn-wide tensor never leaves its rank."),
+])
+checks.check_number("practice_step_payload_gb", practice_step_payload_gb,
+                    24 * 4 * 8 * 1024 * 2048 * 2 / 1e9, unit="GB", mistakes=[
+    (24 * 2 * 8 * 1024 * 2048 * 2 / 1e9, "you counted 2 all-reduces per block; each block has "
+                                         "4: attention and MLP, each with one in the forward "
+                                         "pass (g) and one in the backward pass (f)."),
+    (24 * 8 * 1024 * 2048 * 2 / 1e9, "you counted 1 all-reduce per block; each has 4 (attention "
+                                     "and MLP, forward and backward)."),
+    (24 * 4 * 8 * 1024 * 2048 * 2 / 2**30, "that is GiB (2**30 bytes); the question asks for "
+                                           "GB (10**9 bytes)."),
+    (24 * 4 * 8 * 1024 * 2048 * 4 / 1e9, "fp16 has 2 bytes per element, not 4."),
+    (4 * 8 * 1024 * 2048 * 2 / 1e9, "that is one block; the model has 24."),
+])
+checks.check_number("practice_ring_gb_per_rank", practice_ring_gb_per_rank,
+                    1.5 * 24 * 4 * 8 * 1024 * 2048 * 2 / 1e9, unit="GB", mistakes=[
+    (24 * 4 * 8 * 1024 * 2048 * 2 / 1e9, "that is the payload itself; in a ring all-reduce each "
+                                         "rank sends 2 (t-1)/t times the payload."),
+    (0.75 * 24 * 4 * 8 * 1024 * 2048 * 2 / 1e9, "(t-1)/t of the payload is only the "
+                                                "reduce-scatter phase; the all-gather phase "
+                                                "sends as much again."),
+    (2 * 24 * 4 * 8 * 1024 * 2048 * 2 / 1e9, "2x the payload forgets that a rank never sends its "
+                                             "own chunk to itself: the factor is 2 (t-1)/t."),
+    (1.5 * 24 * 4 * 8 * 1024 * 2048 * 2 / 2**30, "that is GiB (2**30 bytes); the question asks "
+                                                 "for GB (10**9 bytes)."),
+])
+checks.check_number("practice_naive_over_megatron", practice_naive_over_megatron, 3.0, mistakes=[
+    (1.0, "the gathered GELU output is ffn = 6144 features wide; Megatron's all-reduce moves "
+          "an h = 2048 wide tensor."),
+    (1 / 3, "upside down: the all-gathered (b, s, ffn) tensor is the larger one."),
+])
+print("practice Q3: all four numbers are right.")
 
 # %% [markdown]
 # ## Q3. Bytes on the wire (3 points)
@@ -144,8 +393,30 @@ naive_over_megatron = (b * s * 4 * h * 2) / mlp_forward_bytes
 ### END SOLUTION
 
 # %% [test q3_test points=3]
-for name in ("mlp_forward_bytes", "step_payload_gb", "ring_gb_per_rank", "naive_over_megatron"):
-    checks.check_number(name, globals()[name])
+# Plain numbers, and none of these wrong answers (the right values are checked when graded).
+checks.check_number("mlp_forward_bytes", mlp_forward_bytes, unit="bytes", mistakes=[
+    (8 * 5120 * 5120 * 2, "that is the size of the MLP's weights (W1 and W2 in bf16): TP "
+                          "all-reduces activations, never parameters."),
+    (8 * 5120 * 5120 * 2 / 8, "that is one rank's shard of the MLP's weights: TP all-reduces "
+                              "activations, never parameters."),
+])
+checks.check_number("step_payload_gb", step_payload_gb, unit="GB", mistakes=[
+    (40 * 12 * 5120 * 5120 * 2 / 1e9, "that is the size of all blocks' parameters (12 h^2 per "
+                                      "block): TP all-reduces activations, not weights."),
+    (40 * 8 * 5120 * 5120 * 2 / 1e9, "that is the size of all MLPs' weights: TP all-reduces "
+                                     "activations, not weights."),
+])
+checks.check_number("ring_gb_per_rank", ring_gb_per_rank, unit="GB", mistakes=[
+    (checks.as_number("step_payload_gb", step_payload_gb),
+     "that equals your step_payload_gb: in a ring all-reduce a rank does not send each "
+     "payload byte exactly once; count what it sends in each phase."),
+])
+checks.check_number("naive_over_megatron", naive_over_megatron, mistakes=[
+    (1.0, "the two tensors are not the same size: compare the width of the GELU output with "
+          "the width of the tensor Megatron all-reduces."),
+    (8.0, "the ratio does not depend on t: both are whole activations that every rank ends up "
+          "holding; compare their widths."),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -170,8 +441,10 @@ None
 #   with its own input), so pass it to every collective you call.
 #
 # Return the full `Y = X @ W + bias`, shape `(b, s, h_out)`, on every rank of the group. Use
-# `torch.distributed` (imported as `dist`). The tests compare your result with `X @ W + bias`
-# computed on one device, and report which collectives you called.
+# `torch.distributed` (imported as `dist`). The test cell runs your function on two small
+# visible cases (one TP group of 2 ranks, then two TP groups of 2 side by side), compares every
+# rank's result with `X @ W + bias` computed on one device, and checks which collectives you
+# called and on which group; grading runs it on other, hidden cases.
 
 # %% [answer q4]
 def row_parallel_linear(x_local, w_local, bias, tp_group=None):
@@ -185,14 +458,49 @@ def row_parallel_linear(x_local, w_local, bias, tp_group=None):
 # %% [test q4_test points=4]
 from course_utils import tensor_parallel as tp_harness
 
+
+def _visible_case(label, tp_size, xs, w, bias):
+    """Run row_parallel_linear on real ranks; check every rank against one device."""
+    runs = tp_harness.run_row_parallel(row_parallel_linear, tp_size, xs, w, bias, timeout_s=50)
+    called = [call for run in runs for call, _ in run["calls"]]
+    group_sizes = sorted({size for run in runs for _, size in run["calls"]})
+    assert called, (f"{label}: no collective was called. Rank r only sees its h_in/t input "
+                    "features, so X_r @ W_r is one term of a sum over the group's ranks.")
+    gathers = sorted({call for call in called if call.startswith("all_gather")})
+    assert not gathers, (f"{label}: you called {gathers}. Row-parallel ranks each hold a "
+                         "tensor of the full output shape (b, s, h_out) that must be summed "
+                         "with the others, not concatenated.")
+    assert group_sizes == [tp_size], (
+        f"{label}: your collectives ran on groups of {group_sizes} ranks, but this layer's "
+        f"tp_group has {tp_size}: pass group=tp_group to every collective.")
+    for rank, run in enumerate(runs):
+        y, x = run["y"], xs[rank // tp_size]
+        expected = x @ w + bias                                  # one device: (b, s, h_out)
+        assert isinstance(y, torch.Tensor), (
+            f"{label}, rank {rank}: returned {type(y).__name__}, not a tensor")
+        assert tuple(y.shape) == tuple(expected.shape), (
+            f"{label}, rank {rank}: returned shape {tuple(y.shape)}; expected (b, s, h_out) = "
+            f"{tuple(expected.shape)}")
+        rows = slice(*tp_harness.shard_range(x.shape[-1], tp_size, rank % tp_size))
+        if torch.allclose(y, x @ w + tp_size * bias, atol=1e-5):
+            raise AssertionError(f"{label}, rank {rank}: every rank added the bias before the "
+                                 f"sum, so Y holds it {tp_size} times. Add it once, after.")
+        if torch.allclose(y, x[..., rows] @ w[rows] + bias, atol=1e-5):
+            raise AssertionError(f"{label}, rank {rank}: Y is still this rank's own partial "
+                                 "sum: the all-reduced result was not used (dist.all_reduce "
+                                 "works in place on the tensor you pass it).")
+        torch.testing.assert_close(y, expected, msg=lambda m, r=rank: (
+            f"{label}, rank {r}: the result does not match X @ W + bias computed on one "
+            f"device. {m}"))
+
+
 gen = torch.Generator().manual_seed(1)
-x = torch.randn(2, 3, 8, generator=gen)    # (b, s, h_in)
-w = torch.randn(8, 4, generator=gen)       # (h_in, h_out)
-bias = torch.randn(4, generator=gen)       # (h_out,)
-runs = tp_harness.run_row_parallel(row_parallel_linear, 2, [x], w, bias, timeout_s=50)
-for rank, run in enumerate(runs):
-    assert isinstance(run["y"], torch.Tensor), f"rank {rank} returned {type(run['y']).__name__}, not a tensor"
-    assert tuple(run["y"].shape) == (2, 3, 4), f"rank {rank} returned shape {tuple(run['y'].shape)}; expected (b, s, h_out) = (2, 3, 4)"
+_visible_case("one tp group of 2", 2, [torch.randn(2, 3, 8, generator=gen)],
+              torch.randn(8, 4, generator=gen), torch.randn(4, generator=gen))
+gen = torch.Generator().manual_seed(2)
+_visible_case("two tp groups of 2", 2, [torch.randn(1, 4, 6, generator=gen),
+                                        torch.randn(1, 4, 6, generator=gen)],
+              torch.randn(6, 3, generator=gen), torch.randn(3, generator=gen))
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

@@ -10,8 +10,19 @@
 # idle time divided by useful compute time. Assume balanced stages and free communication
 # unless a question says otherwise.
 #
-# Answer in the cells marked `YOUR CODE HERE`, then run the test cell below each one. Visible
-# tests check types; hidden tests check the values when the assignment is graded.
+# Answer in the cells marked `YOUR CODE HERE`, then run the cell below each one.
+#
+# **What the cells check while you practise.** Q1 to Q4 each start with a *practice* question
+# (not graded) that asks the same reasoning with other numbers or another timeline; the cell
+# after it checks your practice answer fully: it tells you whether it is right and, for a known
+# wrong answer, names the misconception. The visible test of each graded answer checks its type
+# and rejects some known wrong values (naming the misconception), but it never tells you the
+# right value: passing it does not mean your answer is right. Q5's visible test runs your
+# `pipeline_step` on two small practice cases on real ranks and compares the loss and every
+# gradient with one process.
+#
+# **What grading adds.** Hidden tests check the values of your graded answers, and run Q5 on
+# further cases (other seeds, microbatch sizes and pipeline depths).
 
 # %%
 import math
@@ -25,6 +36,44 @@ from course_utils import checks, launch
 # ## Q1. Bubble fractions (2 points)
 #
 # Give each answer as a float between 0 and 1 (not a percentage).
+#
+# *Practice (not graded)*: the same questions with other numbers.
+#
+# * `practice_bubble_gpipe`: the bubble fraction of GPipe with P = 6 stages and m = 10
+#   microbatches.
+# * `practice_bubble_1f1b`: the bubble fraction of 1F1B with P = 5 and m = 10.
+# * `practice_bubble_interleaved`: interleaved 1F1B with P = 6, m = 12 and v = 3 chunks per rank.
+
+# %% [answer q1_practice]
+### BEGIN SOLUTION
+practice_bubble_gpipe = (6 - 1) / (10 + 6 - 1)
+practice_bubble_1f1b = (5 - 1) / (10 + 5 - 1)
+practice_bubble_interleaved = (6 - 1) / (3 * 12 + 6 - 1)
+### END SOLUTION
+
+# %%
+checks.check_number("practice_bubble_gpipe", practice_bubble_gpipe, 5 / 15, mistakes=[
+    (5 / 10, "that is the ratio (P-1)/m = 5/10, idle time over compute time; the fraction "
+             "divides the 5 idle slots by all m + P - 1 = 15 slots of the step"),
+    (6 / 16, "a rank is idle for P - 1 = 5 slots (fill plus drain), not P = 6"),
+    (6 / 10, "P/m counts one idle slot too many and leaves the idle slots out of the total")])
+checks.check_number("practice_bubble_1f1b", practice_bubble_1f1b, 4 / 14, mistakes=[
+    (0, "1F1B still fills and drains the pipeline: it reorders the ops, the P - 1 idle slots "
+        "stay"),
+    (4 / 10, "that is the ratio (P-1)/m = 4/10; the fraction divides by all m + P - 1 = 14 "
+             "slots"),
+    (5 / 15, "a rank is idle for P - 1 = 4 slots, not P = 5")])
+checks.check_number("practice_bubble_interleaved", practice_bubble_interleaved, 5 / 41, mistakes=[
+    (5 / 17, "that is plain 1F1B (5/17): with v = 3 chunks per rank each fill/drain slot is "
+             "a third as long, so count the step in chunk slots: v*m + P - 1 = 41"),
+    (5 / 36, "that is the interleaved ratio (P-1)/(v*m) = 5/36; the fraction also counts the "
+             "idle slots in the total: 5/41"),
+    (5 / 51, "dividing plain 1F1B's fraction 5/17 by v shrinks the total too: only the fill "
+             "and drain get shorter, 5/(v*m + P - 1)")])
+print("practice Q1: all right")
+
+# %% [markdown]
+# Now the graded question.
 #
 # * `bubble_p8_m24`: the bubble fraction of GPipe with P = 8 stages and m = 24 microbatches.
 # * `bubble_p4_m4`: the bubble fraction of 1F1B with P = 4 and m = 4.
@@ -41,6 +90,20 @@ bubble_interleaved = (4 - 1) / (2 * 8 + 4 - 1)
 for name in ("bubble_p8_m24", "bubble_p4_m4", "bubble_interleaved"):
     checks.check_number(name, globals()[name])
     assert 0 <= globals()[name] < 1, f"{name} should be a fraction between 0 and 1"
+# known wrong values (the right one is checked when the assignment is graded)
+checks.check_number("bubble_p8_m24", bubble_p8_m24, mistakes=[
+    (7 / 24, "that is the ratio (P-1)/m, idle time over compute time; the question asks for "
+             "the share of the whole step's time that a rank is idle")])
+checks.check_number("bubble_p4_m4", bubble_p4_m4, mistakes=[
+    (0, "1F1B reorders the forwards and backwards, but a rank still waits while the pipeline "
+        "fills and drains"),
+    (3 / 4, "that is the ratio (P-1)/m; the question asks for a fraction of the total time")])
+checks.check_number("bubble_interleaved", bubble_interleaved, mistakes=[
+    (3 / 11, "that is plain 1F1B with one chunk per rank; here each rank holds v = 2 chunks"),
+    (3 / 16, "that is a ratio over the compute time; the question asks for a fraction of the "
+             "total time"),
+    (1.5 / 11, "halving plain 1F1B's fraction also halves the compute time in the total; "
+               "only the fill and drain get shorter")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -54,6 +117,38 @@ None
 # ## Q2. How many microbatches? (2 points)
 #
 # Give ints.
+#
+# *Practice (not graded)*:
+#
+# * `practice_m_p6_20pct`: the smallest m for which a balanced P = 6 pipeline has a bubble
+#   fraction of at most 20 %.
+# * `practice_m_p8_3pct`: the smallest m for which P = 8 has a bubble fraction of at most 3 %.
+
+# %% [answer q2_practice]
+### BEGIN SOLUTION
+practice_m_p6_20pct = 1
+while (6 - 1) / (practice_m_p6_20pct + 6 - 1) > 0.20:
+    practice_m_p6_20pct += 1
+practice_m_p8_3pct = 1
+while (8 - 1) / (practice_m_p8_3pct + 8 - 1) > 0.03:
+    practice_m_p8_3pct += 1
+### END SOLUTION
+
+# %%
+for name, value in (("practice_m_p6_20pct", practice_m_p6_20pct), ("practice_m_p8_3pct", practice_m_p8_3pct)):
+    assert type(value) is int, f"{name} should be an int, got {type(value).__name__}"
+checks.check_number("practice_m_p6_20pct", practice_m_p6_20pct, 20, mistakes=[
+    (25, "m = 25 makes the ratio 5/m equal 20 %; the fraction 5/(m + 5) gets there sooner"),
+    (24, "the bubble is P - 1 = 5 slots, not P = 6"),
+    (21, "'at most 20 %' includes exactly 20 %: 5/(20 + 5) is already enough")])
+checks.check_number("practice_m_p8_3pct", practice_m_p8_3pct, 227, mistakes=[
+    (226, "with m = 226 the fraction is 7/233, just above 3 %: round m up, not down"),
+    (234, "m = 234 brings the ratio 7/m under 3 %; the fraction 7/(m + 7) gets there sooner"),
+    (259, "the bubble is P - 1 = 7 slots, not P = 8")])
+print("practice Q2: all right")
+
+# %% [markdown]
+# Now the graded question.
 #
 # * `m_p4_10pct`: the smallest m for which a balanced P = 4 pipeline has a bubble fraction of at
 #   most 10 %.
@@ -76,6 +171,17 @@ m_p8_5pct = smallest_m(8, 0.05)
 for name in ("m_p4_10pct", "m_p8_5pct"):
     assert type(globals()[name]) is int, f"{name} should be an int, got {type(globals()[name]).__name__}"
     checks.check_number(name, globals()[name])
+# known wrong values (the right one is checked when the assignment is graded)
+checks.check_number("m_p4_10pct", m_p4_10pct, mistakes=[
+    (30, "that m brings the ratio (P-1)/m down to 10 %; the question bounds the fraction of "
+         "the total time"),
+    (36, "that m counts P idle slots per rank; the fill and drain leave a rank idle one slot "
+         "less")])
+checks.check_number("m_p8_5pct", m_p8_5pct, mistakes=[
+    (140, "that m brings the ratio (P-1)/m down to 5 %; the question bounds the fraction of "
+          "the total time"),
+    (152, "that m counts P idle slots per rank; the fill and drain leave a rank idle one slot "
+          "less")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -88,6 +194,43 @@ None
 # ## Q3. Effective batch sizes (2 points)
 #
 # The effective batch is the number of examples one optimizer step learns from. Give ints.
+#
+# *Practice (not graded)*:
+#
+# * `practice_batch_a`: a 48-device mesh with TP = 2, PP = 3, DP = 8. Each microbatch has 4
+#   examples and each replica accumulates gradients over 6 microbatches before its optimizer
+#   step.
+# * `practice_batch_b`: a 96-device mesh with TP = 4, PP = 6, DP = 4. Each pipeline step pushes
+#   m = 12 microbatches of 3 examples through the pipeline, and the optimizer steps once per
+#   pipeline step (no further accumulation).
+
+# %% [answer q3_practice]
+### BEGIN SOLUTION
+practice_batch_a = 4 * 6 * 8
+practice_batch_b = 3 * 12 * 4
+### END SOLUTION
+
+# %%
+for name, value in (("practice_batch_a", practice_batch_a), ("practice_batch_b", practice_batch_b)):
+    assert type(value) is int, f"{name} should be an int, got {type(value).__name__}"
+checks.check_number("practice_batch_a", practice_batch_a, 192, mistakes=[
+    (1152, "you multiplied by all 48 devices; only data-parallel replicas see different examples"),
+    (384, "you multiplied by TP = 2: the two TP ranks of a stage split the layers of the same "
+          "examples"),
+    (576, "you multiplied by PP = 3: the three stages pass the same microbatches along"),
+    (32, "the 6 accumulated microbatches all go into one optimizer step: count them"),
+    (24, "the 8 DP replicas each take their own 24 examples: count all of them")])
+checks.check_number("practice_batch_b", practice_batch_b, 144, mistakes=[
+    (3456, "you multiplied by all 96 devices; only data-parallel replicas see different "
+           "examples"),
+    (576, "you multiplied by TP = 4: TP ranks work on the same examples"),
+    (864, "you multiplied by PP = 6: the stages pass the same microbatches along"),
+    (12, "the pipeline's m = 12 microbatches accumulate into one optimizer step: count them"),
+    (36, "the 4 DP replicas each push their own 36 examples: count all of them")])
+print("practice Q3: all right")
+
+# %% [markdown]
+# Now the graded question.
 #
 # * `batch_a`: a 32-device mesh with TP = 4, PP = 2, DP = 4. Each microbatch has 2 examples and
 #   each replica accumulates gradients over 16 microbatches before its optimizer step.
@@ -105,6 +248,11 @@ batch_b = 4 * 8 * 2
 for name in ("batch_a", "batch_b"):
     assert type(globals()[name]) is int, f"{name} should be an int, got {type(globals()[name]).__name__}"
     checks.check_number(name, globals()[name])
+# known wrong values (the right one is checked when the assignment is graded)
+for name, devices, everything in (("batch_a", 32, 2 * 16 * 32), ("batch_b", 64, 4 * 8 * 64)):
+    checks.check_number(name, globals()[name], mistakes=[
+        (everything, f"you multiplied by all {devices} devices of the mesh; ask which ranks see "
+                     "examples that the others do not")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -116,9 +264,76 @@ None
 # %% [markdown]
 # ## Q4. Read the timeline (2 points)
 #
-# Each chart shows one optimizer step of a P = 4 pipeline with m = 8 microbatches, one row per
-# rank and one column per time unit. `F3` is the forward of microbatch 3 and `B3` its backward.
-# A trailing letter names a chunk of layers (`F3a` = chunk 0, `F3b` = chunk 1), and `.` is idle.
+# Each chart shows one optimizer step of a pipeline, one row per rank and one column per time
+# unit. `F3` is the forward of microbatch 3 and `B3` its backward. A trailing letter names a
+# chunk of layers (`F3a` = chunk 0, `F3b` = chunk 1), and `.` is idle. A rank *holds* a
+# microbatch's activations from the start of its forward until its backward finishes.
+#
+# *Practice (not graded)*: P = 3, m = 6.
+#
+# ```
+# Timeline X (each chunk takes half a time unit; one column = half a unit)
+# rank 0 | F0a F1a F2a F0b F1b F2b F3a F4a B0b F5a B1b .   F3b B2b F4b B0a F5b B1a B2a .   B3b .   B4b .   B5b B3a B4a B5a
+# rank 1 | .   F0a F1a F2a F0b F1b F2b B0b F3a B1b F4a B2b F5a B0a F3b B1a F4b B2a F5b B3b .   B4b .   B5b B3a B4a B5a .
+# rank 2 | .   .   F0a F1a F2a F0b B0b F1b B1b F2b B2b F3a B0a F4a B1a F5a B2a F3b B3b F4b B4b F5b B5b B3a B4a B5a .   .
+#
+# Timeline Y
+# rank 0 | F0 F1 F2 F3 F4 F5 .  .  .  .  B0 B1 B2 B3 B4 B5
+# rank 1 | .  F0 F1 F2 F3 F4 F5 .  .  B0 B1 B2 B3 B4 B5 .
+# rank 2 | .  .  F0 F1 F2 F3 F4 F5 B0 B1 B2 B3 B4 B5 .  .
+#
+# Timeline Z
+# rank 0 | F0 F1 F2 .  .  B0 F3 B1 F4 B2 F5 B3 .  B4 .  B5
+# rank 1 | .  F0 F1 .  B0 F2 B1 F3 B2 F4 B3 F5 B4 .  B5 .
+# rank 2 | .  .  F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 .  .
+# ```
+#
+# * `practice_schedule_x`, `practice_schedule_y`, `practice_schedule_z`: each one of
+#   `"gpipe"`, `"1f1b"`, `"interleaved"`.
+# * `practice_peak_y_rank0`: the largest number of microbatches whose activations rank 0 holds at
+#   once in timeline Y; `practice_peak_z_rank1`: the same for **rank 1** in timeline Z (ints).
+
+# %% [answer q4_practice]
+### BEGIN SOLUTION
+practice_schedule_x = "interleaved"
+practice_schedule_y = "gpipe"
+practice_schedule_z = "1f1b"
+practice_peak_y_rank0 = 6
+practice_peak_z_rank1 = 2
+### END SOLUTION
+
+# %%
+PRACTICE_SCHEDULES = ["gpipe", "1f1b", "interleaved"]
+checks.check_choice("practice_schedule_x", practice_schedule_x, "interleaved", PRACTICE_SCHEDULES,
+                    mistakes={"1f1b": "the letters a and b say each rank runs two chunks of "
+                                      "layers: that is what interleaving means",
+                              "gpipe": "X has chunk letters, and B0b starts while forwards are "
+                                       "still to come: interleaved 1F1B"})
+checks.check_choice("practice_schedule_y", practice_schedule_y, "gpipe", PRACTICE_SCHEDULES,
+                    mistakes={"1f1b": "in Y no rank starts a backward before its last forward "
+                                      "(F5): all forwards, then all backwards",
+                              "interleaved": "Y has no chunk letters: one stage per rank"})
+checks.check_choice("practice_schedule_z", practice_schedule_z, "1f1b", PRACTICE_SCHEDULES,
+                    mistakes={"gpipe": "in Z rank 0 runs B0 before F3: after the warm-up it "
+                                       "alternates one forward and one backward",
+                              "interleaved": "Z has no chunk letters: one stage per rank"})
+for name, value in (("practice_peak_y_rank0", practice_peak_y_rank0), ("practice_peak_z_rank1", practice_peak_z_rank1)):
+    assert type(value) is int, f"{name} should be an int, got {type(value).__name__}"
+checks.check_number("practice_peak_y_rank0", practice_peak_y_rank0, 6, mistakes=[
+    (3, "in Y rank 0 runs every forward before its first backward (B0): count all of them"),
+    (5, "when B0 starts, F0 to F5 have all run and none has finished its backward: count F5 "
+        "too"),
+    (1, "activations stay from the forward until the backward finishes, not only while the "
+        "rank computes")])
+checks.check_number("practice_peak_z_rank1", practice_peak_z_rank1, 2, mistakes=[
+    (3, "that is rank 0's count; rank 1 runs only two forwards before its first backward"),
+    (6, "in Z rank 1 finishes B0, and frees microbatch 0, before it starts F2"),
+    (1, "activations stay from the forward until the backward finishes, not only while the "
+        "rank computes")])
+print("practice Q4: all right")
+
+# %% [markdown]
+# Now the graded question: P = 4, m = 8.
 #
 # ```
 # Timeline A
@@ -158,8 +373,12 @@ SCHEDULES = ["gpipe", "1f1b", "interleaved"]
 for name in ("schedule_a", "schedule_b", "schedule_c"):
     value = globals()[name]
     assert type(value) is str and value.lower() in SCHEDULES, f"{name} should be one of {SCHEDULES}, got {value!r}"
+# known wrong values (the right ones are checked when the assignment is graded)
 for name in ("peak_a_rank0", "peak_b_rank0"):
-    checks.check_number(name, globals()[name])
+    checks.check_number(name, globals()[name], mistakes=[
+        (0, "rank 0 holds at least the microbatch whose forward it has just run"),
+        (1, "a rank keeps a microbatch's activations from its forward until its backward "
+            "finishes, not only while it computes")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -194,8 +413,10 @@ None
 # * Return the loss as a Python float on the last rank, and `None` on the others.
 #
 # Use `dist.send`/`dist.recv` or `dist.isend`/`dist.irecv` (if you use `isend`, keep the
-# returned work objects and call `.wait()` on them before returning). The tests run your
-# function on 2 and 3 real ranks and compare with one process.
+# returned work objects and call `.wait()` on them before returning). The visible test runs
+# your function on two small practice cases (2 and 3 real ranks, microbatches of different
+# sizes) and compares the loss and every gradient with one process; grading runs it on further
+# cases (other seeds, sizes and pipeline depths).
 
 # %% [answer q5]
 def pipeline_step(stage, pp_rank, pp_size, x_mbs, y_mbs):
@@ -240,13 +461,64 @@ import io
 
 from course_utils import pipeline_parallel as pp_harness
 
-with contextlib.redirect_stderr(io.StringIO()):
-    runs = pp_harness.run_student_pipeline(pipeline_step, 2, 0, [3, 3], width=8, depth=4)
-checks.check_number("loss on the last rank", runs[-1]["loss"])
-assert runs[0]["loss"] is None, f"rank 0 should return None, got {runs[0]['loss']!r}"
-for rank, run in enumerate(runs):
-    assert all(g is not None for g in run["grads"]), (
-        f"rank {rank}: some parameters of its stage have no .grad after your backward pass")
+
+def _q5_practice(pp_size, seed, sizes):
+    """Run pipeline_step on a small practice case and compare it with one process."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        runs = pp_harness.run_student_pipeline(pipeline_step, pp_size, seed, sizes,
+                                               width=8, depth=6)
+    case = f"practice case pp_size={pp_size}, sizes={sizes}"
+    want_loss, want_grads = pp_harness.microbatch_reference(seed, sizes, 8, 6, pp_size)
+    flat_loss, flat_grads = pp_harness.microbatch_reference(seed, sizes, 8, 6, pp_size,
+                                                            weighting="microbatches")
+    m = len(sizes)
+
+    def near(a, b):
+        return abs(a - b) <= 1e-4 * abs(b) + 1e-6
+
+    def all_near(got, want, scale=1.0):
+        return all(torch.allclose(torch.as_tensor(g).double(), scale * torch.as_tensor(w).double(),
+                                  rtol=1e-4, atol=1e-6) for g, w in zip(got, want))
+
+    for rank in range(pp_size - 1):
+        assert runs[rank]["loss"] is None, (
+            f"{case}: rank {rank} is not the last rank and should return None, "
+            f"got {runs[rank]['loss']!r}")
+    for rank, run in enumerate(runs):
+        assert len(run["grads"]) == len(want_grads[rank]), (
+            f"{case}: rank {rank} should have {len(want_grads[rank])} parameter gradients")
+        for k, g in enumerate(run["grads"]):
+            assert g is not None, (
+                f"{case}: rank {rank}: parameter {k} of its stage has no .grad after your "
+                "backward pass")
+    loss = checks.as_number(f"{case}: the loss on the last rank", runs[-1]["loss"])
+    if near(loss, m * flat_loss):
+        raise AssertionError(f"{case}: your loss adds up the {m} microbatch losses; the "
+                             "question asks for the mean over all examples of the batch")
+    if near(loss, flat_loss) and not near(loss, want_loss):
+        raise AssertionError(f"{case}: your loss averages the {m} microbatch means as equals, "
+                             "but these microbatches differ in size: a microbatch of n_i "
+                             "examples must count n_i / N of the loss")
+    assert near(loss, want_loss), (
+        f"{case}: the last rank returned {loss:.6g}; one process computes {want_loss:.6g}")
+    for rank, run in enumerate(runs):
+        if all_near(run["grads"], flat_grads[rank], m):
+            raise AssertionError(f"{case}: rank {rank}'s gradients come from the sum of the "
+                                 f"{m} microbatch losses: weight each before backpropagating")
+        if all_near(run["grads"], flat_grads[rank]) and not all_near(run["grads"],
+                                                                     want_grads[rank]):
+            raise AssertionError(f"{case}: rank {rank}'s gradients weight every microbatch "
+                                 "the same, but their sizes differ: use n_i / N as the weight")
+        for k, (g, w) in enumerate(zip(run["grads"], want_grads[rank])):
+            torch.testing.assert_close(
+                torch.as_tensor(g).double(), torch.as_tensor(w).double(), rtol=1e-4, atol=1e-5,
+                msg=lambda detail, rank=rank, k=k: (
+                    f"{case}: rank {rank}, parameter {k}: the gradient differs from one "
+                    f"process. {detail}"))
+
+
+_q5_practice(2, 3, [3, 1])     # two ranks, unequal microbatches
+_q5_practice(3, 4, [2, 4, 1])  # a middle rank receives and sends
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

@@ -13,8 +13,19 @@
 # + 12 (fp32 master copy and two Adam moments) bytes per parameter; 1 GB = 10⁹ bytes. ZeRO
 # shards over the **DP** ranks only, with ideal balance.
 #
-# Answer in the cells marked `YOUR CODE HERE`, then run the test cell below each one. Visible
-# tests check types; hidden tests check the values when the assignment is graded.
+# Answer in the cells marked `YOUR CODE HERE`, then run the test cell below each one.
+#
+# **What the tests tell you while you practise.** Before each question that asks for values
+# (Q1, Q4, Q5) there is a *Practice (not graded)* twin: the same reasoning on another mesh or
+# plan, and the cell after it checks your practice answers fully (the right values, or what a
+# known wrong value means). For the functions (Q2, Q3) the visible test runs your code on
+# visible cases (other meshes than the graded ones; Q3 on 4 real gloo ranks) and checks the
+# values, naming the usual mistakes. For the graded values of Q1, Q4 and Q5 the visible test
+# checks the types and rejects known wrong answers (another ZeRO stage's figure, a group of the
+# wrong size, an answer that contradicts your other answers), without saying what the right one
+# is: passing it does not mean the answer is right. **Grading adds** the hidden tests: your
+# functions on other meshes (and against a real `init_device_mesh`) and the graded values
+# themselves.
 
 # %%
 import torch
@@ -25,7 +36,78 @@ from course_utils import checks, launch
 # %% [markdown]
 # ## Q1. Coordinates and groups by hand (3 points)
 #
-# The lesson's 32-device mesh has axes `(dp, pp, tp)` with sizes `(4, 2, 4)`.
+# *Practice (not graded)*: a 24-device mesh has axes `(dp, pp, tp)` with sizes `(3, 2, 4)`.
+#
+# * `practice_coords_14`: the coordinates of rank 14 as a tuple `(dp, pp, tp)` of ints.
+# * `practice_tp_group_14`, `practice_pp_group_14`, `practice_dp_group_14`: the ranks of rank
+#   14's TP, PP and DP groups, each a sorted list of ints.
+# * `practice_tp_group_14_tp_outer`: rank 14's TP group (sorted list) when the same degrees are
+#   laid out in the order `(tp, pp, dp)`, sizes `(4, 2, 3)`.
+# * `practice_tp_groups_crossing`: a mesh `(dp, tp, pp)` with sizes `(4, 4, 2)` runs on nodes of
+#   4 GPUs (ranks 0-3 on node 0, 4-7 on node 1, ...). How many of its TP groups contain ranks
+#   from more than one node? (an int)
+#
+# Run the check below it.
+
+# %% [answer q1_practice]
+### BEGIN SOLUTION
+practice_coords_14 = (1, 1, 2)
+practice_tp_group_14 = [12, 13, 14, 15]
+practice_pp_group_14 = [10, 14]
+practice_dp_group_14 = [6, 14, 22]
+practice_tp_group_14_tp_outer = [2, 8, 14, 20]
+practice_tp_groups_crossing = 8
+### END SOLUTION
+
+# %%
+def _practice_same(name, value, want, mistakes=()):
+    """value equals want (lists compared sorted); else say which known mistake it is."""
+    if type(want) is list:
+        assert type(value) is list and all(type(r) is int for r in value), (
+            f"{name} should be a list of ints")
+        value = sorted(value)
+    else:
+        assert type(value) is tuple and all(type(c) is int for c in value), (
+            f"{name} should be a tuple of ints")
+    if value == want:
+        return
+    for wrong, why in mistakes:
+        if value == wrong:
+            raise AssertionError(f"{name} = {value}: {why}")
+    raise AssertionError(f"{name} = {value} is not right; it is {want}")
+
+
+_practice_same("practice_coords_14", practice_coords_14, (1, 1, 2), [
+    ((2, 1, 1), "you reversed the axes: the tuple is (dp, pp, tp), outermost first"),
+    ((2, 0, 2), "you made the first axis (dp) vary fastest; the last axis, tp, does: "
+                "tp = 14 % 4, then 14 // 4 = 3 gives pp = 3 % 2 and dp = 3 // 2"),
+    ((1, 3, 2), "pp = 14 // 4 = 3 is more than the PP size allows: take the remainder, "
+                "(14 // 4) % 2")])
+_practice_same("practice_tp_group_14", practice_tp_group_14, [12, 13, 14, 15], [
+    ([6, 14, 22], "those ranks are 8 apart: that is the DP group. TP is the last axis, so the "
+                  "TP group is 4 neighbours"),
+    ([10, 14], "that is the PP group (ranks TP = 4 apart)")])
+_practice_same("practice_pp_group_14", practice_pp_group_14, [10, 14], [
+    ([14, 18], "rank 14 has pp = 1, so its partner is the stage-0 rank 14 - 4 = 10"),
+    ([12, 13, 14, 15], "that is the TP group; PP is the middle axis, ranks TP = 4 apart")])
+_practice_same("practice_dp_group_14", practice_dp_group_14, [6, 14, 22], [
+    ([2, 6, 10, 14, 18, 22], "that varies both dp and pp; a DP group keeps pp and tp fixed"),
+    ([12, 13, 14, 15], "that is the TP group; DP is the outermost axis, ranks PP x TP = 8 "
+                       "apart")])
+_practice_same("practice_tp_group_14_tp_outer", practice_tp_group_14_tp_outer, [2, 8, 14, 20], [
+    ([12, 13, 14, 15], "that is the TP group of the (dp, pp, tp) layout; with TP outermost its "
+                       "ranks are PP x DP = 6 apart"),
+    ([6, 14, 22], "that is the DP group of the (dp, pp, tp) layout; recompute rank 14's "
+                  "coordinates in the (tp, pp, dp) layout first")])
+checks.check_number("practice_tp_groups_crossing", practice_tp_groups_crossing, 8, mistakes=[
+    (0, "in (dp, tp, pp) the last axis is PP, so a TP group's ranks are PP = 2 apart and span 7 "
+        "consecutive ranks: more than a 4-GPU node"),
+    (4, "there is one TP group per (dp, pp) pair: DP x PP = 8 of them, not 4"),
+    (16, "the mesh has only DP x PP = 8 TP groups")])
+print("Q1 practice: all right.")
+
+# %% [markdown]
+# **Graded.** The lesson's 32-device mesh has axes `(dp, pp, tp)` with sizes `(4, 2, 4)`.
 #
 # * `coords_21`: the coordinates of rank 21 as a tuple `(dp, pp, tp)` of ints.
 # * `tp_group_21`, `pp_group_21`, `dp_group_21`: the ranks of rank 21's TP, PP and DP groups,
@@ -47,13 +129,35 @@ tp_groups_crossing = 4
 ### END SOLUTION
 
 # %% [test q1_test points=3]
+# Checks the types and rejects answers that cannot be right; the values are checked when graded.
 assert type(coords_21) is tuple and len(coords_21) == 3, "coords_21 should be a tuple (dp, pp, tp)"
-for _name in ("tp_group_21", "pp_group_21", "dp_group_21", "tp_group_21_tp_outer"):
+for _c, _size, _axis in zip(coords_21, (4, 2, 4), ("dp", "pp", "tp")):
+    assert type(_c) is int and 0 <= _c < _size, (
+        f"coords_21: the {_axis} coordinate should be an int from 0 to {_size - 1}, got {_c!r}")
+for _name, _size in (("tp_group_21", 4), ("pp_group_21", 2), ("dp_group_21", 4),
+                     ("tp_group_21_tp_outer", 4)):
     assert _name in globals(), f"define {_name} in the answer cell above"
     _value = globals()[_name]
     assert type(_value) is list and all(type(r) is int for r in _value), (
         f"{_name} should be a list of ints")
     assert 21 in _value, f"{_name} should contain rank 21 itself"
+    assert len(set(_value)) == len(_value) and all(0 <= r < 32 for r in _value), (
+        f"{_name} should hold distinct ranks from 0 to 31")
+    assert len(_value) == _size, (
+        f"{_name} has {len(_value)} ranks; a group along an axis holds one rank per index of "
+        f"that axis: {_size}")
+for _a, _b in (("tp_group_21", "pp_group_21"), ("tp_group_21", "dp_group_21"),
+               ("pp_group_21", "dp_group_21")):
+    assert set(globals()[_a]) & set(globals()[_b]) == {21}, (
+        f"{_a} and {_b} share ranks other than 21: groups along two different axes meet only "
+        "at rank 21 itself")
+assert sorted(tp_group_21_tp_outer) != sorted(tp_group_21), (
+    "tp_group_21_tp_outer is the TP group of the (dp, pp, tp) layout: with TP outermost, rank "
+    "21 has other coordinates, and other TP partners")
+checks.check_number("tp_groups_crossing", tp_groups_crossing, mistakes=[
+    (0, "TP is not innermost here: in (dp, tp, pp) the last axis, PP, varies fastest, so the "
+        "ranks of a TP group are not consecutive; work out which ranks one TP group holds"),
+    (8, "8 is the TP degree (ranks in one TP group); the question counts TP groups")])
 assert type(tp_groups_crossing) is int, "tp_groups_crossing should be an int"
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
@@ -98,12 +202,39 @@ def group_of(rank, sizes, axis):
 ### END SOLUTION
 
 # %% [test q2_test points=3]
-_c = coords_of(5, (2, 3))
-assert type(_c) is tuple and len(_c) == 2 and all(type(v) is int for v in _c), (
-    "coords_of(5, (2, 3)) should be a tuple of 2 ints")
-_g = group_of(5, (2, 3), 1)
-assert type(_g) is list and len(_g) == 3 and all(type(v) is int for v in _g), (
-    "group_of(5, (2, 3), 1) should be a list of 3 ints")
+# Visible cases (the hidden tests use other meshes): the values are checked here.
+def _expect(call, got, want, mistakes=()):
+    if type(want) is list:
+        assert type(got) is list and all(type(v) is int for v in got), (
+            f"{call} should return a list of ints, got {got!r}")
+        assert sorted(got) != want or got == want, f"{call} = {got}: sort the ranks"
+    else:
+        assert type(got) is tuple and len(got) == len(want) and all(
+            type(v) is int for v in got), f"{call} should return a tuple of {len(want)} ints"
+    if got == want:
+        return
+    for wrong, why in mistakes:
+        if got == wrong:
+            raise AssertionError(f"{call} = {got}: {why}")
+    raise AssertionError(f"{call} = {got} is not right; it is {want}")
+
+
+_first_fastest = "your first axis varies fastest; in row-major order the last axis does"
+_inner_first = "those are the coordinates innermost first; return them outermost first"
+_expect("coords_of(7, (3, 4))", coords_of(7, (3, 4)), (1, 3),
+        [((1, 2), _first_fastest), ((3, 1), _inner_first)])
+_expect("coords_of(10, (2, 3, 2))", coords_of(10, (2, 3, 2)), (1, 2, 0),
+        [((0, 2, 1), _inner_first + ", or your first axis varies fastest")])
+_expect("group_of(7, (3, 4), 0)", group_of(7, (3, 4), 0), [3, 7, 11], [
+    ([4, 5, 6, 7], "that is the group along axis 1; axis 0 is the outermost axis (ranks 4 "
+                   "apart)")])
+_expect("group_of(7, (3, 4), 1)", group_of(7, (3, 4), 1), [4, 5, 6, 7], [
+    ([3, 7, 11], "that is the group along axis 0; axis 1, the last axis, holds neighbours")])
+_expect("group_of(10, (2, 3, 2), 1)", group_of(10, (2, 3, 2), 1), [6, 8, 10], [
+    ([8, 9, 10], "the middle axis has stride 2 (the product of the sizes after it), not 1"),
+    ([4, 10], "that is the group along axis 0")])
+_expect("group_of(10, (2, 3, 2), 0)", group_of(10, (2, 3, 2), 0), [4, 10], [
+    ([10, 11], "that is the group along the last axis; axis 0 is the outermost (stride 3 x 2)")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -152,6 +283,7 @@ None
 # `group_of` from Q2 (it travels to the ranks with `axis_sum`).
 #
 # Try it: `launch.run(axis_sum, 4, (2, 2), 0)` should give `[101.0, 1010.0, 101.0, 1010.0]`.
+# The test cell checks the other axis of that mesh; the hidden tests run other meshes.
 
 # %% [answer q3]
 import datetime
@@ -178,18 +310,38 @@ def axis_sum(rank, world_size, sizes, axis):
 import contextlib
 import io
 
+# A visible case on 4 real ranks (the hidden tests use other meshes): the values are checked.
 with contextlib.redirect_stderr(io.StringIO()):
     _sums = launch.run(axis_sum, 4, (2, 2), 1, timeout_s=120, show_output=False)
 assert type(_sums) is list and len(_sums) == 4
 for _s in _sums:
     checks.check_number("axis_sum(...)", _s)
+_sums = [float(_s) for _s in _sums]
+
+
+def _same_sums(a, b):
+    return all(abs(x - y) <= 1e-9 * abs(y) for x, y in zip(a, b))
+
+
+for _wrong, _why in [
+        ([1.0, 10.0, 100.0, 1000.0], "each rank kept its own value: all-reduce it over the "
+                                     "rank's group"),
+        ([1111.0] * 4, "every rank got the sum of all 4 ranks: the all-reduce ran on the default "
+                       "group; pass the rank's own group"),
+        ([101.0, 1010.0, 101.0, 1010.0], "those are the sums along axis 0 (ranks 2 apart); "
+                                         "along axis 1, the last axis, a group holds "
+                                         "neighbours")]:
+    assert not _same_sums(_sums, _wrong), f"launch.run(axis_sum, 4, (2, 2), 1) = {_sums}: {_why}"
+assert _same_sums(_sums, [11.0, 11.0, 1100.0, 1100.0]), (
+    f"launch.run(axis_sum, 4, (2, 2), 1) = {_sums} is not right; it is "
+    "[11.0, 11.0, 1100.0, 1100.0] (groups [0, 1] and [2, 3])")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
 import contextlib
 import io
 
-for _sizes, _world in [((2, 2), 4), ((1, 2, 2), 4), ((4,), 4)]:
+for _sizes, _world in [((2, 3), 6), ((1, 3, 2), 6), ((4,), 4)]:
     for _axis in range(len(_sizes)):
         with contextlib.redirect_stderr(io.StringIO()):
             _got = launch.run(axis_sum, _world, _sizes, _axis, timeout_s=120, show_output=False)
@@ -200,7 +352,41 @@ None
 # %% [markdown]
 # ## Q4. The lesson's 70B plan (2 points)
 #
-# 32 devices: TP = 4, PP = 2, DP = 4; a 70 × 10⁹-parameter model; 16 bytes per parameter.
+# *Practice (not graded)*: 48 devices: TP = 4, PP = 2, DP = 6; a 30 × 10⁹-parameter model;
+# 16 bytes per parameter. Give floats: `practice_params_per_shard_b` (billions of parameters in
+# each device's TP/PP shard), `practice_gb_zero3` and `practice_gb_zero1` (GB of persistent
+# state per device with ZeRO-3, ZeRO-1 over the DP ranks).
+
+# %% [answer q4_practice]
+### BEGIN SOLUTION
+practice_params_per_shard_b = 30 / (4 * 2)
+practice_gb_zero3 = practice_params_per_shard_b * 16 / 6
+practice_gb_zero1 = practice_params_per_shard_b * (2 + 2 + 12 / 6)
+### END SOLUTION
+
+# %%
+checks.check_number("practice_params_per_shard_b", practice_params_per_shard_b, 3.75, mistakes=[
+    (30 / 48, "that splits the model over all 48 devices, but the 6 DP ranks each hold a copy: "
+              "only TP x PP = 8 devices split it"),
+    (30 / 4, "that divides by TP only: the 2 pipeline stages split the layers too"),
+    (30e9 / 8, "give billions of parameters (3.75 means 3.75 x 10**9)")])
+checks.check_number("practice_gb_zero3", practice_gb_zero3, 10.0, unit="GB", mistakes=[
+    (3.75 * 16 / 48, "that shards the shard again over all 48 devices; ZeRO shards over the "
+                     "DP = 6 ranks only"),
+    (3.75 * 16, "that is the shard without ZeRO; ZeRO-3 shards all 16 bytes over DP = 6"),
+    (10e9 / 2**30, "that is in GiB (2**30 bytes); GB here means 10**9 bytes")])
+checks.check_number("practice_gb_zero1", practice_gb_zero1, 22.5, unit="GB", mistakes=[
+    (10.0, "that is ZeRO-3; ZeRO-1 keeps the bf16 weights and gradients (4 bytes) whole and "
+           "shards the 12 optimizer bytes"),
+    (3.75 * (2 + 14 / 6), "that is the ZeRO-2 figure: there the bf16 gradients are sharded "
+                          "as well"),
+    (3.75 * (4 + 12 / 48), "the optimizer state is sharded over the 6 DP ranks, not over all "
+                           "48 devices"),
+    (3.75 * 16, "that is the shard without ZeRO")])
+print("Q4 practice: all right.")
+
+# %% [markdown]
+# **Graded.** 32 devices: TP = 4, PP = 2, DP = 4; a 70 × 10⁹-parameter model; 16 bytes per parameter.
 # Give floats, in billions of parameters and in GB.
 #
 # * `params_per_shard_b`: parameters each device's TP/PP shard holds, in billions.
@@ -215,9 +401,29 @@ gb_zero1 = params_per_shard_b * (2 + 2 + 12 / 4)
 ### END SOLUTION
 
 # %% [test q4_test points=2]
+# Checks the types and rejects known wrong answers; the values are checked when graded.
 for _name in ("params_per_shard_b", "gb_zero3", "gb_zero1"):
     assert _name in globals(), f"define {_name} in the answer cell above"
     checks.check_number(_name, globals()[_name])
+_p = float(params_per_shard_b)
+assert _p < 1000, "params_per_shard_b is in billions of parameters (70 means 70 x 10**9)"
+checks.check_number("params_per_shard_b", params_per_shard_b, mistakes=[
+    (70 / 32, "that splits the model over all 32 devices, but DP ranks hold copies of the "
+              "model, they do not split it"),
+    (70 / 4, "that divides 70 by one degree of 4 only: which degrees split the model, and "
+             "which replicate it?")])
+checks.check_number("gb_zero3", gb_zero3, unit="GB", mistakes=[
+    (_p * 16, "that is your shard's state without ZeRO; ZeRO-3 shards it over the DP ranks"),
+    (_p * 16 / 32, "that shards your TP/PP shard again over all 32 devices; ZeRO shards only "
+                   "over the DP ranks")])
+checks.check_number("gb_zero1", gb_zero1, unit="GB", mistakes=[
+    (float(gb_zero3), "that is your ZeRO-3 figure; ZeRO-1 shards less (only the optimizer "
+                      "state), so it keeps more per device"),
+    (_p * 16, "that is your shard's state without ZeRO; ZeRO-1 shards the optimizer state "
+              "over the DP ranks")])
+assert float(gb_zero1) > float(gb_zero3), (
+    "gb_zero1 should be larger than gb_zero3: ZeRO-1 shards only the optimizer state, ZeRO-3 "
+    "shards everything")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -230,7 +436,43 @@ None
 # %% [markdown]
 # ## Q5. Does it fit? (2 points)
 #
-# Devices have 80 GB. Count only the persistent 16-byte state (ideal balance, no activations).
+# *Practice (not graded)*: devices have 80 GB; count only the persistent 16-byte state.
+#
+# * Plan C: a 120B model on 32 devices, TP = 8, PP = 1, DP = 4, **ZeRO-2**.
+# * Plan D: a 100B model on 64 devices, TP = 4, PP = 2, DP = 8, ZeRO-1.
+#
+# Give `practice_gb_c`, `practice_gb_d` (floats, GB per device) and `practice_fits_c`,
+# `practice_fits_d` (bools).
+
+# %% [answer q5_practice]
+### BEGIN SOLUTION
+practice_gb_c = 120 / (8 * 1) * (2 + 14 / 4)
+practice_gb_d = 100 / (4 * 2) * (4 + 12 / 8)
+practice_fits_c = practice_gb_c <= 80
+practice_fits_d = practice_gb_d <= 80
+### END SOLUTION
+
+# %%
+checks.check_number("practice_gb_c", practice_gb_c, 82.5, unit="GB", mistakes=[
+    (15 * 7, "that is ZeRO-1; ZeRO-2 shards the bf16 gradients over the DP ranks too"),
+    (15 * 4, "that is ZeRO-3; ZeRO-2 keeps the bf16 weights whole"),
+    (15 * (2 + 14 / 32), "gradients and optimizer state are sharded over the 4 DP ranks, "
+                         "not over all 32 devices"),
+    (120 / 32 * 5.5, "you counted the DP ranks in the model shard: only TP x PP = 8 split it")])
+checks.check_number("practice_gb_d", practice_gb_d, 68.75, unit="GB", mistakes=[
+    (12.5 * 2, "that is plan D with ZeRO-3; with ZeRO-1 the 4 bytes of bf16 weights and "
+               "gradients stay whole"),
+    (12.5 * (4 + 12 / 64), "the optimizer state is sharded over the 8 DP ranks, not over all "
+                           "64 devices"),
+    (100 / 64 * 5.5, "you counted the DP ranks in the model shard: only TP x PP = 8 split it")])
+checks.check_choice("practice_fits_c", practice_fits_c, False, [True, False], hint=(
+    "82.5 GB of state is more than the 80 GB a device has, even before activations"))
+checks.check_choice("practice_fits_d", practice_fits_d, True, [True, False], hint=(
+    "68.75 GB of persistent state fits in 80 GB (activations would have to fit in the rest)"))
+print("Q5 practice: all right.")
+
+# %% [markdown]
+# **Graded.** Devices have 80 GB. Count only the persistent 16-byte state (ideal balance, no activations).
 #
 # * Plan A: a 175B model on 128 devices, TP = 8, PP = 4, DP = 4, ZeRO-1.
 # * Plan B: a 70B model on 32 devices, TP = 4, PP = 1, DP = 8, ZeRO-1.
@@ -246,9 +488,20 @@ fits_b = gb_b <= 80
 ### END SOLUTION
 
 # %% [test q5_test points=2]
-checks.check_number("gb_a", gb_a)
-checks.check_number("gb_b", gb_b)
+# Checks the types and rejects known wrong answers; the values are checked when graded.
+checks.check_number("gb_a", gb_a, unit="GB", mistakes=[
+    (21.875, "that is plan A with ZeRO-3 (all 16 bytes sharded); ZeRO-1 shards only the "
+             "optimizer state"),
+    (30.078125, "that is plan A with ZeRO-2; ZeRO-1 keeps the gradients whole"),
+    (22.3876953125, "ZeRO-1 shards over the DP ranks only, not over all 128 devices")])
+checks.check_number("gb_b", gb_b, unit="GB", mistakes=[
+    (65.625, "that is plan B with ZeRO-2; ZeRO-1 keeps the gradients whole"),
+    (76.5625, "ZeRO-1 shards over the DP ranks only, not over all 32 devices")])
 assert type(fits_a) is bool and type(fits_b) is bool, "fits_a and fits_b should be True or False"
+for _fits, _gb, _plan in ((fits_a, gb_a, "a"), (fits_b, gb_b, "b")):
+    assert _fits == (float(_gb) <= 80), (
+        f"fits_{_plan} = {_fits} contradicts your gb_{_plan} = {float(_gb):g} GB on an 80 GB "
+        "device")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

@@ -6,8 +6,23 @@
 # measurements and decide what limits each run.
 #
 # Answer each question by assigning the named variable in its answer cell (delete the
-# `raise NotImplementedError()` line). Run each test cell after your answer: a failed check says
-# what went wrong. More checks run when the assignment is graded.
+# `raise NotImplementedError()` line), then run the cells below it.
+#
+# **Practice, then the graded question.** Each numeric or multiple-choice question starts with a
+# *practice* question (not graded) that asks the same reasoning about other numbers or another
+# run. The cell after your practice answer checks it fully: it says whether it is right and, if
+# not, which misconception your value reveals. Do the practice first.
+#
+# **What the test cells check while you work.** The test cell after a graded answer checks its
+# type (a number, one of the listed strings) and rejects a few known wrong values, naming the
+# misconception, but it never tells you the right value: passing it does not mean your answer is
+# right. For Q7 (a function) the test cell runs your function on real ranks on visible cases and
+# checks everything: the averaged tensor, the returned type and the timing.
+#
+# **What grading adds.** When the assignment is graded, the same test cells also submit your
+# values, and the grader compares them with the reference values and names the mistake if they
+# differ; for Q7 it runs your function on further hidden cases (other numbers of ranks, other
+# late ranks and delays).
 #
 # Vocabulary used below:
 #
@@ -66,10 +81,55 @@ RUN_C = {"step_ms": 412.0,
          "alloc_retries": [37, 41, 35, 39]}
 
 # %% [markdown]
+# Two more runs, used only by the practice questions: run P (4 ranks) and run H (4 ranks), the
+# same model and devices as above.
+
+# %%
+RUN_P = {"step_ms": 500.0,
+         "compute_ms": [352.0, 486.0, 349.0, 357.0],
+         "wait_ms": [141.0, 6.0, 144.0, 136.0],
+         "peak_gb": [47.0, 47.1, 47.5, 47.0],
+         "alloc_retries": [0, 0, 0, 0]}
+RUN_H = {"step_ms": 300.0,
+         "compute_ms": [279.0, 280.0, 278.0, 279.0],
+         "wait_ms": [19.0, 18.0, 20.0, 19.0],
+         "peak_gb": [44.2, 44.3, 44.1, 44.2],
+         "alloc_retries": [0, 0, 0, 0]}
+
+# %% [markdown]
 # ## Q1. Verify first (2 points)
 #
-# Before any of these runs was timed, one step was compared with a single process on the same
-# global batch. In run A the gradient norm on every rank came out **4.0 times** the
+# *Practice (not graded)*: in another data-parallel run on D = 8 ranks, one step was compared
+# with a single process on the same global batch. The gradient norm on every rank came out
+# **1.06 times** the single-process norm, the **cosine** between the two gradients is **0.93**,
+# and rank 0 logged a loss of 2.31 where the single process logged 2.27. Which is it? Assign
+# one of these strings to `practice_diagnosis`:
+#
+# `"correct"`, `"summed, not averaged"`, `"averaged twice"`, `"ranks saw the same data"`
+
+# %% [answer q1_practice]
+### BEGIN SOLUTION
+practice_diagnosis = "ranks saw the same data"
+### END SOLUTION
+
+# %%
+checks.check_choice("practice_diagnosis", practice_diagnosis, "ranks saw the same data",
+                    ["correct", "summed, not averaged", "averaged twice",
+                     "ranks saw the same data"], mistakes={
+    "correct": "a correct reduction reproduces the single-process gradient up to rounding: "
+               "cosine 1.0 and the same length. A cosine of 0.93 means the gradient points "
+               "elsewhere, and the loss differs too.",
+    "summed, not averaged": "summing instead of averaging multiplies every component by the "
+                            "same factor: the length changes but the direction stays (cosine "
+                            "1.0). Here the direction changed.",
+    "averaged twice": "an extra division scales the gradient and keeps its direction (cosine "
+                      "1.0). Here the direction changed.",
+})
+print("practice_diagnosis: right")
+
+# %% [markdown]
+# **Graded**: before any of these runs was timed, one step was compared with a single process
+# on the same global batch. In run A the gradient norm on every rank came out **4.0 times** the
 # single-process gradient norm, with the same direction (cosine 1.0), and the same loss.
 # Which is it? Assign one of these strings to `q1_diagnosis`:
 #
@@ -82,7 +142,11 @@ q1_diagnosis = "summed, not averaged"
 
 # %% [test q1_test points=2]
 Q1_CHOICES = ["correct", "summed, not averaged", "averaged twice", "ranks saw the same data"]
-checks.check_choice("q1_diagnosis", q1_diagnosis, None, Q1_CHOICES)
+checks.check_choice("q1_diagnosis", q1_diagnosis, None, Q1_CHOICES, mistakes={
+    "correct": "equal losses do not show that the reduction is right (the logged loss is "
+               "computed before any gradient is reduced); a right reduction gives the "
+               "single-process gradient, length included.",
+})
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -93,7 +157,30 @@ None
 # %% [markdown]
 # ## Q2. Throughput (2 points)
 #
-# How many **tokens per second** does run A process, all ranks together? Assign it to
+# *Practice (not graded)*: a run on D = 8 GPUs processes 4 sequences of 2048 tokens per rank
+# per step. Its step time is 250 ms, of which rank 0 spends 90 ms waiting in the all-reduce.
+# How many tokens per second does it process, all ranks together? Assign it to
+# `practice_tokens_per_s`.
+
+# %% [answer q2_practice]
+### BEGIN SOLUTION
+practice_tokens_per_s = 4 * 8 * 2048 / 0.250
+### END SOLUTION
+
+# %%
+checks.check_number("practice_tokens_per_s", practice_tokens_per_s, 262144.0, unit="tokens/s",
+                    mistakes=[
+    (32768.0, "that counts one rank only: the global batch is BATCH_PER_RANK x D sequences "
+              "(4 x 8 = 32 here), all processed within the same 250 ms step."),
+    (262.144, "that divides by milliseconds: 250 ms is 0.25 s."),
+    (128.0, "that is sequences per second: each sequence has 2048 tokens."),
+    (409600.0, "that leaves the 90 ms wait out: a step takes 250 ms of wall-clock time, "
+               "waiting included, and throughput is tokens per wall-clock second."),
+])
+print("practice_tokens_per_s: right")
+
+# %% [markdown]
+# **Graded**: how many **tokens per second** does run A process, all ranks together? Assign it to
 # `q2_tokens_per_s`.
 
 # %% [answer q2]
@@ -102,7 +189,11 @@ q2_tokens_per_s = BATCH_PER_RANK * D * SEQ_LEN / (RUN_A["step_ms"] / 1000)
 ### END SOLUTION
 
 # %% [test q2_test points=2]
-checks.check_number("q2_tokens_per_s", q2_tokens_per_s)
+checks.check_number("q2_tokens_per_s", q2_tokens_per_s, unit="tokens/s", mistakes=[
+    (BATCH_PER_RANK * SEQ_LEN / (RUN_A["step_ms"] / 1000),
+     "that counts the tokens of one rank: the global batch is BATCH_PER_RANK x D sequences, and "
+     "the D ranks process theirs at the same time, within one step."),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -113,7 +204,39 @@ None
 # %% [markdown]
 # ## Q3. Fraction of the step spent waiting (2 points)
 #
-# (a) What fraction of each step does **rank 0** of run A spend waiting? Assign a number
+# *Practice (not graded)*: (a) what fraction of each step does **rank 3** of run P spend
+# waiting? Assign it to `practice_rank3_fraction`. (b) What fraction of all the GPU time of
+# run P (all ranks together) is spent waiting? Assign it to `practice_cluster_fraction`.
+
+# %% [answer q3_practice]
+### BEGIN SOLUTION
+practice_rank3_fraction = RUN_P["wait_ms"][3] / RUN_P["step_ms"]
+practice_cluster_fraction = sum(RUN_P["wait_ms"]) / (len(RUN_P["wait_ms"]) * RUN_P["step_ms"])
+### END SOLUTION
+
+# %%
+checks.check_number("practice_rank3_fraction", practice_rank3_fraction, 0.272, mistakes=[
+    (27.2, "that is a percentage; a fraction lies between 0 and 1."),
+    (136 / 357, "that compares the wait with rank 3's compute time (357 ms); the fraction is "
+                "of the whole 500 ms step."),
+    (0.282, "that is rank 0's wait; the lists are in rank order, so rank 3 is the last entry."),
+    (0.012, "that is rank 1's wait; the lists are in rank order, so rank 3 is the last entry."),
+    (0.288, "that is rank 2's wait; the lists are in rank order, so rank 3 is the last entry."),
+    (0.2135, "that averages over the four ranks; (a) asks about rank 3 alone."),
+])
+checks.check_number("practice_cluster_fraction", practice_cluster_fraction, 0.2135, mistakes=[
+    (21.35, "that is a percentage; a fraction lies between 0 and 1."),
+    (0.854, "that adds four ranks' waits (427 ms) but divides by one rank's step: the GPU time "
+            "of the run is 4 x 500 ms."),
+    (0.288, "that is the largest wait, rank 2's; the question is about all ranks together."),
+    (0.272, "that is rank 3 alone; the question is about all ranks together."),
+    (427 / 1544, "that divides by the total compute time; divide by the total step time "
+                 "(waiting is part of the GPU time)."),
+])
+print("practice fractions: right")
+
+# %% [markdown]
+# **Graded**: (a) what fraction of each step does **rank 0** of run A spend waiting? Assign a number
 # between 0 and 1 to `q3a_rank0_fraction`.
 #
 # (b) What fraction of all the GPU time of run A (all ranks together) is spent waiting?
@@ -126,8 +249,21 @@ q3b_cluster_fraction = sum(RUN_A["wait_ms"]) / (D * RUN_A["step_ms"])
 ### END SOLUTION
 
 # %% [test q3_test points=2]
-checks.check_number("q3a_rank0_fraction", q3a_rank0_fraction)
-checks.check_number("q3b_cluster_fraction", q3b_cluster_fraction)
+for _name, _value in (("q3a_rank0_fraction", q3a_rank0_fraction),
+                      ("q3b_cluster_fraction", q3b_cluster_fraction)):
+    checks.check_number(_name, _value)
+    if not 0 <= float(_value) <= 1:
+        raise AssertionError(f"{_name} = {float(_value):g} is not a fraction between 0 and 1. "
+                             "A percentage? Or a total wait compared with a shorter time?")
+checks.check_number("q3a_rank0_fraction", q3a_rank0_fraction, mistakes=[
+    (RUN_A["wait_ms"][_r] / RUN_A["step_ms"],
+     f"that is rank {_r}'s wait; the lists are in rank order, rank 0 first.") for _r in (1, 2, 3)])
+checks.check_number("q3b_cluster_fraction", q3b_cluster_fraction, mistakes=[
+    (max(RUN_A["wait_ms"]) / RUN_A["step_ms"],
+     "that is the largest wait of one rank; (b) is about the GPU time of all ranks together."),
+    (min(RUN_A["wait_ms"]) / RUN_A["step_ms"],
+     "that is the smallest wait of one rank; (b) is about the GPU time of all ranks together."),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -139,8 +275,29 @@ None
 # %% [markdown]
 # ## Q4. Diagnose the three runs (3 points)
 #
-# For each run assign one of `"straggler"`, `"communication-bound"`, `"memory-bound"`,
-# `"healthy"` to `q4_run_a`, `q4_run_b`, `q4_run_c`.
+# *Practice (not graded)*: diagnose run H. Assign one of `"straggler"`, `"communication-bound"`,
+# `"memory-bound"`, `"healthy"` to `practice_run_h`.
+
+# %% [answer q4_practice]
+### BEGIN SOLUTION
+practice_run_h = "healthy"
+### END SOLUTION
+
+# %%
+checks.check_choice("practice_run_h", practice_run_h, "healthy",
+                    ["straggler", "communication-bound", "memory-bound", "healthy"], mistakes={
+    "straggler": "no rank stands out in run H: every rank computes 278 to 280 ms and waits 18 "
+                 "to 20 ms.",
+    "communication-bound": "run H waits about 19 of its 300 ms (about 6%): the collective costs "
+                           "little next to the compute.",
+    "memory-bound": "run H peaks at about 44 of 80 GB and its allocator never retried: there is "
+                    "room to grow the batch.",
+})
+print("practice_run_h: right")
+
+# %% [markdown]
+# **Graded**: for each of runs A, B and C assign one of `"straggler"`,
+# `"communication-bound"`, `"memory-bound"`, `"healthy"` to `q4_run_a`, `q4_run_b`, `q4_run_c`.
 
 # %% [answer q4]
 ### BEGIN SOLUTION
@@ -151,8 +308,16 @@ q4_run_c = "memory-bound"
 
 # %% [test q4_test points=3]
 Q4_CHOICES = ["straggler", "communication-bound", "memory-bound", "healthy"]
-for _name in ("q4_run_a", "q4_run_b", "q4_run_c"):
-    checks.check_choice(_name, globals()[_name], None, Q4_CHOICES)
+Q4_KNOWN_WRONG = {
+    "q4_run_a": {"healthy": "run A's ranks spend a large part of every step inside the "
+                            "all-reduce: the GPUs do no work then, so something limits the run."},
+    "q4_run_b": {"memory-bound": "run B peaks at under half of the 80 GB and its allocator "
+                                 "never retried."},
+    "q4_run_c": {"communication-bound": "run C's ranks spend only a small part of the step "
+                                        "(about 26 of 412 ms) inside the all-reduce."},
+}
+for _name, _value in (("q4_run_a", q4_run_a), ("q4_run_b", q4_run_b), ("q4_run_c", q4_run_c)):
+    checks.check_choice(_name, _value, None, Q4_CHOICES, mistakes=Q4_KNOWN_WRONG[_name])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -165,7 +330,27 @@ None
 # %% [markdown]
 # ## Q5. Which rank is the straggler? (1 point)
 #
-# In run A, which rank is slow? Assign its number to `q5_straggler_rank`.
+# *Practice (not graded)*: one rank of run P is slow. Which? Assign its number to
+# `practice_straggler_rank`.
+
+# %% [answer q5_practice]
+### BEGIN SOLUTION
+practice_straggler_rank = 1
+### END SOLUTION
+
+# %%
+checks.check_number("practice_straggler_rank", practice_straggler_rank, 1, mistakes=[
+    (2, "rank 2 waits the longest (144 ms), but a rank that waits is already inside the "
+        "all-reduce, waiting for a peer that has not arrived: it is a victim, not the cause."),
+    (0, "rank 0 waits 141 ms inside the all-reduce: it arrives early and waits for the slow "
+        "rank."),
+    (3, "rank 3 waits 136 ms inside the all-reduce: it arrives early and waits for the slow "
+        "rank."),
+])
+print("practice_straggler_rank: right")
+
+# %% [markdown]
+# **Graded**: in run A, which rank is slow? Assign its number to `q5_straggler_rank`.
 
 # %% [answer q5]
 ### BEGIN SOLUTION
@@ -174,6 +359,14 @@ q5_straggler_rank = 2
 
 # %% [test q5_test points=1]
 checks.check_number("q5_straggler_rank", q5_straggler_rank)
+if float(q5_straggler_rank) not in [float(_r) for _r in range(D)]:
+    raise AssertionError(f"q5_straggler_rank = {q5_straggler_rank}: run A's ranks are "
+                         f"numbered 0 to {D - 1}.")
+checks.check_number("q5_straggler_rank", q5_straggler_rank, mistakes=[
+    (RUN_A["wait_ms"].index(max(RUN_A["wait_ms"])),
+     "that rank waits the longest; a rank waits inside the all-reduce when it arrives early, so "
+     "a long wait does not make it the slow one."),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -184,7 +377,30 @@ None
 # %% [markdown]
 # ## Q6. Is run B's wait explained by the bytes? (2 points)
 #
-# Predict the time one ring all-reduce of run B's gradients takes: each rank sends
+# *Practice (not graded)*: a 0.5B-parameter model is trained on D = 8 ranks; its gradients are
+# all-reduced in BF16 (2 bytes per parameter) at a bus bandwidth of 25 GB/s per rank. Predict
+# the time of one ring all-reduce of its gradients, **in milliseconds**, with the formula below,
+# and assign it to `practice_predicted_ms`.
+
+# %% [answer q6_practice]
+### BEGIN SOLUTION
+practice_predicted_ms = 2 * (8 - 1) / 8 * (2 * 0.5e9) / 25e9 * 1000
+### END SOLUTION
+
+# %%
+checks.check_number("practice_predicted_ms", practice_predicted_ms, 70.0, unit="ms", mistakes=[
+    (40.0, "that sends the 1 GB of gradients once; in a ring all-reduce each rank sends "
+           "2(D-1)/D x the bytes (reduce-scatter, then all-gather), 1.75 x for D = 8."),
+    (35.0, "that counts only one of the ring's two halves (reduce-scatter or all-gather)."),
+    (80.0, "that sends 2 x the bytes; the factor is 2(D-1)/D, 1.75 for D = 8."),
+    (0.07, "that is the time in seconds; give it in milliseconds (1 s = 1000 ms)."),
+    (140.0, "that counts 4 bytes per parameter; BF16 gradients take 2."),
+    (560.0, "GB/s counts bytes: no factor 8 for bits."),
+])
+print("practice_predicted_ms: right")
+
+# %% [markdown]
+# **Graded**: predict the time one ring all-reduce of run B's gradients takes: each rank sends
 # 2(D-1)/D x `GRAD_BYTES` at `BUS_GB_PER_S`. Assign the prediction **in milliseconds** to
 # `q6_predicted_ms`. (Compare it with run B's measured wait: if they are close, more bandwidth or
 # fewer bytes is the fix, not a faster GPU.)
@@ -195,7 +411,12 @@ q6_predicted_ms = 2 * (D - 1) / D * GRAD_BYTES / (BUS_GB_PER_S * 1e9) * 1000
 ### END SOLUTION
 
 # %% [test q6_test points=2]
-checks.check_number("q6_predicted_ms", q6_predicted_ms)
+checks.check_number("q6_predicted_ms", q6_predicted_ms, unit="ms", mistakes=[
+    (GRAD_BYTES / (BUS_GB_PER_S * 1e9) * 1000,
+     "that sends GRAD_BYTES once; each rank of a ring all-reduce sends 2(D-1)/D x GRAD_BYTES."),
+    (2 * GRAD_BYTES / (BUS_GB_PER_S * 1e9) * 1000,
+     "that sends 2 x GRAD_BYTES; the factor of a ring all-reduce is 2(D-1)/D, not 2."),
+])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -213,9 +434,10 @@ None
 # 2. return the **seconds spent inside the collective** as a plain `float`
 #    (use `time.perf_counter()`).
 #
-# The tests run your function on 2 and 3 real ranks with `launch.run`, compare the result with
-# the mean computed in one process, and make one rank late on purpose: the on-time ranks must
-# report the extra waiting.
+# The test cell runs your function on real ranks with `launch.run` (2 ranks with rank 1 late
+# by 0.3 s, and 3 ranks on time), compares each rank's tensor with the mean computed in one
+# process and checks the returned seconds: the on-time rank must report the extra waiting, the
+# late rank less. Grading runs it on further cases.
 
 # %% [answer q7]
 def timed_mean_allreduce(tensor, world_size):
@@ -242,10 +464,51 @@ def _q7_worker(rank, world_size, late_rank, delay_s):
     return {"x": x.tolist(), "waited": waited, "type": type(waited).__name__}
 
 
-_runs = launch.run(_q7_worker, 2, -1, 0.0, timeout_s=50, show_output=False)
-for _r, _out in enumerate(_runs):
-    checks.check_number(f"rank {_r}: the returned seconds", _out["waited"])
-    assert len(_out["x"]) == 2 and len(_out["x"][0]) == 3, "the tensor must keep its shape (2, 3)"
+def _q7_visible(world_size, late_rank, delay_s):
+    """Run the function on ``world_size`` real ranks and check every rank's tensor and seconds."""
+    runs = launch.run(_q7_worker, world_size, late_rank, delay_s, timeout_s=50, show_output=False)
+    mine = [torch.arange(6, dtype=torch.float32).view(2, 3) * (r + 1) ** 2 + 10 * r
+            for r in range(world_size)]                                  # each rank's (2, 3)
+    summed = torch.stack(mine).sum(dim=0)                                # (2, 3)
+    case = f"{world_size} ranks"
+    if late_rank >= 0:
+        case += f", rank {late_rank} {delay_s} s late"
+    for r, out in enumerate(runs):
+        got = torch.tensor(out["x"], dtype=torch.float32)
+        assert tuple(got.shape) == (2, 3), f"{case}, rank {r}: the tensor's shape changed"
+        if torch.allclose(got, mine[r]):
+            raise AssertionError(f"{case}, rank {r}: the tensor still holds this rank's own "
+                                 "values. Change it in place (dist.all_reduce works in place; "
+                                 "divide with tensor.div_), do not assign a new tensor to the "
+                                 "name.")
+        if torch.allclose(got, summed):
+            raise AssertionError(f"{case}, rank {r}: the tensor holds the SUM over the ranks "
+                                 "(all_reduce sums by default); the mean also divides by "
+                                 "world_size.")
+        if torch.allclose(got, summed / world_size ** 2):
+            raise AssertionError(f"{case}, rank {r}: the sum was divided by world_size twice.")
+        if world_size != 2 and torch.allclose(got, summed / 2):
+            raise AssertionError(f"{case}, rank {r}: the sum was divided by 2, not by world_size.")
+        torch.testing.assert_close(got, summed / world_size, msg=lambda m, r=r: (
+            f"{case}, rank {r}: not the mean of the ranks' tensors. {m}"))
+        checks.check_number(f"{case}, rank {r}: the returned seconds", out["waited"])
+        assert out["type"] == "float", (f"{case}, rank {r}: returned a {out['type']}; return a "
+                                        "plain float (float(...)).")
+    if late_rank >= 0:
+        early = [out["waited"] for r, out in enumerate(runs) if r != late_rank]
+        assert min(early) >= 0.5 * delay_s, (
+            f"{case}: an on-time rank reported {min(early):.3f} s, but it had to wait about "
+            f"{delay_s} s for rank {late_rank}. Time only the collective: read perf_counter "
+            "just before dist.all_reduce and just after it.")
+        assert max(early) < 100 * delay_s, (f"{case}: {max(early):g} is far too long: return "
+                                            "seconds, not milliseconds.")
+        assert runs[late_rank]["waited"] < min(early), (
+            f"{case}: the late rank reported a longer wait than the on-time ranks; it should be "
+            "the shortest, since the others are already waiting inside the collective.")
+
+
+_q7_visible(2, 1, 0.3)
+_q7_visible(3, -1, 0.0)
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

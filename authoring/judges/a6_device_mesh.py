@@ -130,7 +130,7 @@ def q2_test(got, ref):
 
 
 def q3_test(got, ref):
-    for sizes, world in [((2, 2), 4), ((1, 2, 2), 4), ((4,), 4)]:
+    for sizes, world in [((2, 3), 6), ((1, 3, 2), 6), ((4,), 4)]:
         for axis in range(len(sizes)):
             name = f"axis_sum on every rank (sizes {sizes}, axis {axis})"
             values = _per_rank(name, got[name], world)
