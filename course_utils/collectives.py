@@ -41,6 +41,8 @@ __all__ = ["COLLECTIVES", "REDUCE_OPS", "shard_sizes", "shard_bounds", "all_gath
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter")
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
               "min": dist.ReduceOp.MIN}
+_WORDS = {"all_reduce": "all-reduce", "reduce": "reduce", "broadcast": "broadcast",
+          "all_gather": "all-gather", "reduce_scatter": "reduce-scatter"}
 _SUMMARY = {
     "all_reduce": "every rank ends with the sum of all ranks' tensors",
     "reduce": "only the root ends with the sum; other ranks' buffers are scratch",
@@ -329,8 +331,10 @@ def draw_collective(name: str, before: Sequence[torch.Tensor] | None = None,
                     root: int = 0, ax: Any = None, max_cells: int = 8) -> Any:
     """Draw one collective: a row per rank, its tensor before (left) and after (right).
 
-    Each cell shows a value and is coloured by the rank it came from; a cell striped in several
-    colours was reduced from those ranks; grey is scratch. ``before``/``after`` hold one 1-D
+    Each cell shows a value and is coloured by the rank it came from (rank r takes colour r of
+    the active colour cycle, the course style's after :func:`course_utils.style.use`); a cell
+    striped in several colours was reduced from those ranks; grey is scratch. The title names
+    the collective in words ("all-reduce: ..."). ``before``/``after`` hold one 1-D
     tensor per rank (e.g. from :func:`run_collective`); if omitted, :func:`example_inputs` and
     :func:`reference` are drawn for ``world_size`` ranks. Rows longer than ``max_cells`` are cut
     with an ellipsis. Returns the matplotlib Axes.
@@ -354,10 +358,10 @@ def draw_collective(name: str, before: Sequence[torch.Tensor] | None = None,
     if len(after) != world_size:
         raise ValueError(f"after must hold {world_size} entries (one per rank); got {len(after)}")
     origin = provenance(name, before, root)
-    colors = plt.get_cmap("tab10").colors
+    colors = plt.rcParams["axes.prop_cycle"].by_key().get("color") or ["#4c72b0", "#dd8452"]
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 0.55 * world_size + 0.9))
+        _, ax = plt.subplots(figsize=(8, 0.6 * world_size + 1.0))
     left_width = min(max(int(torch.as_tensor(t).numel()) for t in before), max_cells)
     gap = 1.6
     right_x = left_width + gap
@@ -377,14 +381,14 @@ def draw_collective(name: str, before: Sequence[torch.Tensor] | None = None,
                                            facecolor=colors[s % len(colors)], alpha=0.45))
                 ax.add_patch(Rectangle((x0 + i, y), 1, 0.8, fill=False, edgecolor="0.2"))
             text = "?" if values is None else f"{values[i]:.3g}"
-            ax.text(x0 + i + 0.5, y + 0.4, text, ha="center", va="center", fontsize=9,
+            ax.text(x0 + i + 0.5, y + 0.4, text, ha="center", va="center", fontsize=10,
                     color="0.45" if not src else "black")
         if shown < n:
             ax.text(x0 + shown + 0.5, y + 0.4, "…", ha="center", va="center", fontsize=11)
 
     for r in range(world_size):
         y = world_size - 1 - r
-        ax.text(-0.25, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=9)
+        ax.text(-0.25, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=10)
         b = torch.as_tensor(before[r]).tolist()
         row(0, y, b, [(r,)] * len(b))
         a = after[r]
@@ -392,13 +396,13 @@ def draw_collective(name: str, before: Sequence[torch.Tensor] | None = None,
         row(right_x, y, a_values, origin[r])
     ax.annotate("", xy=(right_x - 0.25, world_size / 2), xytext=(left_width + 0.25, world_size / 2),
                 arrowprops={"arrowstyle": "->", "lw": 1.5})
-    ax.text(left_width / 2, world_size + 0.05, "before", ha="center", va="bottom", fontsize=9)
+    ax.text(left_width / 2, world_size + 0.05, "before", ha="center", va="bottom", fontsize=10)
     right_width = min(max(len(o) for o in origin), max_cells)
     ax.text(right_x + right_width / 2, world_size + 0.05, "after", ha="center", va="bottom",
-            fontsize=9)
+            fontsize=10)
     _ = ax.set_xlim(-1.6, right_x + right_width + 0.2)
     _ = ax.set_ylim(-0.2, world_size + 0.6)
-    _ = ax.set_title(f"{name}: {_SUMMARY[name]}", fontsize=10)
+    _ = ax.set_title(f"{_WORDS[name]}: {_SUMMARY[name]}", fontsize=11)
     ax.set_axis_off()
     return ax
 

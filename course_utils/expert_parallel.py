@@ -23,6 +23,7 @@ Run under torchrun::
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -222,8 +223,10 @@ def check_moe(seed: int, world_size: int = 4, tokens_per_rank: int = 6, n_expert
     that what rank i sent to j is what j received from i; returns the ranks' results."""
     from course_utils import launch
 
-    results = launch.run(moe_expert_parallel, world_size, seed, tokens_per_rank, n_experts,
-                         mesh_sizes, mesh_names, ep_axis, timeout_s=timeout_s)
+    worker = functools.partial(moe_expert_parallel, seed=seed, tokens_per_rank=tokens_per_rank,
+                               n_experts=n_experts, mesh_sizes=mesh_sizes,
+                               mesh_names=mesh_names, ep_axis=ep_axis)
+    results = launch.run(worker, world_size, timeout_s=timeout_s)
     ref = moe_reference(moe_tokens(seed, world_size * tokens_per_rank), make_moe(seed, n_experts))
     T = tokens_per_rank
     for rank, res in enumerate(results):
@@ -241,8 +244,10 @@ def check_ulysses(seed: int, world_size: int = 4, seq: int = 8, heads: int = 4,
     """Launch :func:`ulysses_attention`, assert each rank's slice equals one device's attention."""
     from course_utils import launch
 
-    results = launch.run(ulysses_attention, world_size, seed, seq, heads, mesh_sizes,
-                         mesh_names, sp_axis, causal, timeout_s=timeout_s)
+    worker = functools.partial(ulysses_attention, seed=seed, seq=seq, heads=heads,
+                               mesh_sizes=mesh_sizes, mesh_names=mesh_names, sp_axis=sp_axis,
+                               causal=causal)
+    results = launch.run(worker, world_size, timeout_s=timeout_s)
     ref = attention_reference(*attention_inputs(seed, seq, heads), causal=causal)
     for rank, res in enumerate(results):
         sp, i = len(res["sp_ranks"]), res["sp_ranks"].index(rank)
@@ -251,6 +256,48 @@ def check_ulysses(seed: int, world_size: int = 4, seq: int = 8, heads: int = 4,
 
 
 __all__ += ["check_moe", "check_ulysses"]
+
+
+def draw_token_routing(runs: dict[str, list[dict]]):
+    """Figure: for each run of :func:`check_moe` (``{title: results}``, EP over the whole
+    world), a matrix of how many tokens each rank sends to each expert's rank, shaded in the
+    expert-parallel colour, with each expert's total load under its column. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LinearSegmentedColormap
+
+    from course_utils import style
+
+    cmap = LinearSegmentedColormap.from_list("ep", ["#ffffff", style.AXIS_COLORS["ep"]])
+    fig, axes = plt.subplots(1, len(runs), figsize=(9, 3.9), layout="constrained",
+                             squeeze=False)
+    for ax, (title, results) in zip(axes[0], runs.items()):
+        sent = [res["sent"] for res in results]                 # [rank][EP rank]
+        n = len(sent)
+        top = max(max(row) for row in sent) or 1
+        ax.imshow(sent, cmap=cmap, vmin=0, vmax=top)
+        for i, row in enumerate(sent):
+            for j, count in enumerate(row):
+                _ = ax.text(j, i, str(count), ha="center", va="center",
+                            color="white" if count > 0.6 * top else "black")
+        load = [sum(res["received"]) for res in results]
+        experts = [res["my_experts"] for res in results]
+        _ = ax.set_xticks(range(n), [f"rank {j}\n{_experts(e)}\n{load[j]} token{'' if load[j] == 1 else 's'}" for j, e in
+                                     enumerate(experts)])
+        _ = ax.set_yticks(range(n), [f"rank {i}" for i in range(n)])
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        _ = ax.set_ylabel("tokens from")
+        _ = ax.set_title(title)
+    _ = fig.supxlabel("to the rank that holds the token's expert (under it: the tokens it gets)")
+    return fig
+
+
+def _experts(ids: list[int]) -> str:
+    return ("expert " if len(ids) == 1 else "experts ") + ", ".join(map(str, ids))
+
+
+__all__ += ["draw_token_routing"]
 
 
 def _demo(rank: int, world_size: int) -> str:

@@ -218,6 +218,7 @@ def _code_origins(*objects: Any) -> tuple[dict, dict]:
     """For functions sent by value (defined in a notebook): ``{(qualname, first line): file}``
     of their code and of the notebook functions they call, and those files' text from
     ``linecache`` (a cell is not a file the ranks could read)."""
+    import functools
     import types
 
     origins: dict = {}
@@ -238,6 +239,8 @@ def _code_origins(*objects: Any) -> tuple[dict, dict]:
         if isinstance(obj, (list, tuple)):
             for item in obj[:50]:
                 visit(item, depth + 1)
+        elif isinstance(obj, functools.partial):
+            visit([obj.func, *obj.args, *obj.keywords.values()], depth + 1)
         elif isinstance(obj, types.FunctionType) and id(obj.__code__) not in seen:
             visit_code(obj.__code__)
             for name in obj.__code__.co_names:  # the notebook functions it calls

@@ -41,15 +41,15 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
-from course_utils import memory, tiny_lm
+from course_utils import memory, style, tiny_lm
 
 __all__ = ["GRAD_SCALINGS", "ENGINES", "OPTIMIZERS", "PHASES", "RunSpec", "ScalingReport",
            "reference_gradients", "reference_losses", "dp_gradients", "dp_train",
            "dp_gradients_each", "dp_train_each",
            "allreduce_gradients", "check_gradient_scaling", "check_losses",
            "predicted_allreduce_bytes", "bytes_written", "allreduce_bytes_sent", "summarize",
-           "profile_rows", "format_table", "plot_step_breakdown", "throughput",
-           "wait_fraction"]
+           "profile_rows", "profile_table", "format_table", "plot_step_breakdown",
+           "plot_loss_curves", "throughput", "wait_fraction"]
 
 GRAD_SCALINGS = ("mean", "sum", "double_mean")
 ENGINES = ("manual", "ddp")
@@ -586,49 +586,130 @@ def profile_rows(prof: Any, n_steps: int = 1, top: int = 6) -> list[dict[str, An
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None,
-                 digits: int = 2) -> str:
-    """Rows of dicts as an aligned text table (floats with ``digits`` decimals)."""
+                 digits: int = 2, headers: dict[str, str] | None = None) -> str:
+    """Rows of dicts as an aligned text table (floats with ``digits`` decimals).
+
+    ``headers`` maps a column to the words shown above it (``{"forward_ms": "forward"}``), to
+    keep a table narrow; a column it leaves out shows its own name.
+    """
     if not rows:
         raise ValueError("rows must be a non-empty list of dicts")
     columns = list(columns or rows[0].keys())
     missing = [c for c in columns if c not in rows[0]]
     if missing:
         raise ValueError(f"columns not in rows: {missing}; available: {list(rows[0])}")
+    headers = headers or {}
 
     def cell(v: Any) -> str:
         if isinstance(v, float):
             return "nan" if v != v else f"{v:,.{digits}f}"
         return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
+    names = [str(headers.get(c, c)) for c in columns]
     body = [[cell(r[c]) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    widths = [max(len(n), *(len(b[i]) for b in body)) for i, n in enumerate(names)]
+    lines = ["  ".join(n.rjust(w) for n, w in zip(names, widths))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths)) for b in body]
     return "\n".join(lines)
 
 
-def plot_step_breakdown(rows: Sequence[dict[str, float]], title: str = "", ax: Any = None) -> Any:
-    """Horizontal stacked bars, one per rank: mean ms per phase of a step. Returns the axes."""
+def profile_table(results: Sequence[dict[str, Any]], top: int = 3, digits: int = 2) -> str:
+    """The profiles of all ranks side by side: milliseconds per step, one column per rank.
+
+    ``results`` is what :func:`dp_train` with ``RunSpec(profile=True)`` returns (one per rank).
+    The phase rows come first (total time of each phase), then the operators among the ``top``
+    by self time on any rank; ``-`` where that operator is not among a rank's recorded ones.
+    """
+    if not results or not all(isinstance(r, dict) and r.get("profile") for r in results):
+        raise ValueError("results must be the list dp_train returns with RunSpec(profile=True)")
+    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
+        raise ValueError(f"top must be an int >= 0; got {top!r}")
+    by_rank = [{(row["kind"], row["name"]): row["ms_per_step"] for row in r["profile"]}
+               for r in results]
+    ops: list[str] = []
+    for r in results:
+        for row in [row for row in r["profile"] if row["kind"] == "op"][:top]:
+            if row["name"] not in ops:
+                ops.append(row["name"])
+    ops.sort(key=lambda name: -max(t.get(("op", name), 0.0) for t in by_rank))
+    keys = [("phase", p) for p in PHASES if any(("phase", p) in t for t in by_rank)]
+    keys += [("op", name) for name in ops]
+    first = "ms per step"
+    names = [first] + [f"rank {r['rank']}" for r in results]
+    body = [[name] + [f"{t[(kind, name)]:,.{digits}f}" if (kind, name) in t else "-"
+                      for t in by_rank] for kind, name in keys]
+    widths = [max(len(names[0]), len("operators (self time)"), *(len(b[0]) for b in body))]
+    widths += [max(len(n), *(len(b[i]) for b in body)) for i, n in enumerate(names) if i]
+    lines = ["  ".join([names[0].ljust(widths[0])] + [n.rjust(w) for n, w in
+                                                      zip(names[1:], widths[1:])])]
+    for i, b in enumerate(body):
+        if ops and i == len(keys) - len(ops):
+            lines.append("operators (self time)")
+        lines.append("  ".join([b[0].ljust(widths[0])] + [v.rjust(w) for v, w in
+                                                          zip(b[1:], widths[1:])]))
+    return "\n".join(lines)
+
+
+_PHASE_COLORS = {"data": style.PHASE_COLORS["data"], "forward": style.PHASE_COLORS["forward"],
+                 "backward": style.PHASE_COLORS["backward"], "wait": style.PHASE_COLORS["wait"],
+                 "optimizer": style.STATE_COLORS["master"]}  # style has no optimizer phase
+
+
+def plot_step_breakdown(rows: Sequence[dict[str, float]], title: str = "", ax: Any = None,
+                        legend: bool = True) -> Any:
+    """Horizontal stacked bars, one per rank: mean ms per phase of a step, the measured step
+    time (phases plus the little between them) at the end of each bar. ``legend=False`` leaves
+    the phase legend out (for a second panel under a first one). Returns the axes."""
     import matplotlib.pyplot as plt
 
     if not rows:
         raise ValueError("rows must be the non-empty list summarize() returns")
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 0.6 + 0.5 * len(rows)))
-    colors = {"data": "#bbbbbb", "forward": "#4c72b0", "backward": "#55a868",
-              "wait": "#c44e52", "optimizer": "#8172b2"}
+        _, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * len(rows)))
     for i, row in enumerate(rows):
         left = 0.0
         for phase in PHASES:
             width = row[f"{phase}_ms"]
-            ax.barh(i, width, left=left, color=colors[phase], label=phase if i == 0 else None)
+            ax.barh(i, width, left=left, color=_PHASE_COLORS[phase],
+                    label=phase if i == 0 else None)
             left += width
+        ax.annotate(f"{row['step_ms']:.0f} ms", (max(left, row["step_ms"]), i), xytext=(4, 0),
+                    textcoords="offset points", va="center")
     ax.set_yticks(range(len(rows)), [f"rank {int(r['rank'])}" for r in rows])
     ax.invert_yaxis()
+    ax.set_xlim(0, max(ax.get_xlim()[1], 1.15 * max(r["step_ms"] for r in rows)))
     ax.set_xlabel("mean time per step (ms)")
-    ax.legend(ncols=5, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    if legend:
+        ax.legend(ncols=len(PHASES), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                  frameon=False)
     if title:
-        ax.set_title(title, pad=24)
+        ax.set_title(title, pad=22 if legend else 6)
+    return ax
+
+
+def plot_loss_curves(reference: Sequence[float], runs: dict[str, Sequence[float]],
+                     title: str = "", ax: Any = None, ylabel: bool = True) -> Any:
+    """Loss per step: the single-process ``reference`` as a wide grey band, each run in ``runs``
+    (label -> losses) as markers on top, so runs that equal the reference sit inside the band.
+    ``ylabel=False`` for a panel beside another that shares its y axis. Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    if not runs or any(len(v) != len(reference) for v in runs.values()) or not len(reference):
+        raise ValueError("reference and every run must be non-empty loss lists of equal length")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.4))
+    steps = range(1, len(reference) + 1)
+    ax.plot(steps, reference, color="0.75", lw=7, solid_capstyle="round", label="one process")
+    looks = [dict(marker="o", ms=8, mfc="none", ls="none"), dict(marker="x", ms=8, ls="--")]
+    for k, (name, losses) in enumerate(runs.items()):
+        ax.plot(steps, losses, color=style.AXIS_COLORS["dp"], mew=1.5, label=name,
+                **looks[k % len(looks)])
+    ax.set_xticks(list(steps))
+    ax.set_xlabel("step")
+    if ylabel:
+        ax.set_ylabel("loss (nats/token)")
+    if title:
+        ax.set_title(title)
     return ax
 
 

@@ -13,7 +13,8 @@ import torch
 
 __all__ = ["Layout", "LAYOUTS", "GB", "GiB", "layout", "state_bytes", "to_gb", "to_gib",
            "format_bytes", "fits", "count_state_bytes", "MixedPrecisionAdam",
-           "ZERO_STAGES", "zero_state_bytes", "tiny_mlp", "replica_state_bytes"]
+           "ZERO_STAGES", "zero_state_bytes", "tiny_mlp", "replica_state_bytes",
+           "plot_layouts", "plot_state_vs_size"]
 
 GB = 10**9
 GiB = 2**30
@@ -29,10 +30,16 @@ class Layout:
     master: int       # a higher-precision copy the optimizer updates (0: none)
     optimizer: int    # optimizer statistics (Adam: first and second moments)
     description: str = ""
+    words: str = ""   # a few words for legends and tables ("mixed-precision Adam")
 
     @property
     def total(self) -> int:
         return self.weights + self.grads + self.master + self.optimizer
+
+    @property
+    def label(self) -> str:
+        """Words for a legend: ``mixed-precision Adam (16 B/param)``."""
+        return f"{self.words or self.name.replace('_', ' ')} ({self.total} B/param)"
 
     @property
     def optimizer_bucket(self) -> int:
@@ -47,13 +54,18 @@ class Layout:
 LAYOUTS: dict[str, Layout] = {
     layout_.name: layout_ for layout_ in [
         Layout("mixed_adam16", 2, 2, 4, 8,
-               "bf16/fp16 weights and grads, fp32 master copy, fp32 Adam moments (the lesson's)"),
+               "bf16/fp16 weights and grads, fp32 master copy, fp32 Adam moments (the lesson's)",
+               "mixed-precision Adam"),
         Layout("mixed_adam_fp32_grads", 2, 4, 4, 8,
-               "as mixed_adam16 but gradients accumulated in fp32"),
+               "as mixed_adam16 but gradients accumulated in fp32",
+               "mixed-precision Adam, FP32 gradients"),
         Layout("bf16_adam_no_master", 2, 2, 0, 8,
-               "bf16 weights updated directly (no master copy), fp32 Adam moments"),
-        Layout("fp32_adam", 4, 4, 0, 8, "everything in fp32: weights, grads, Adam moments"),
-        Layout("fp32_sgd", 4, 4, 0, 0, "fp32 weights and grads, plain SGD (no state)"),
+               "bf16 weights updated directly (no master copy), fp32 Adam moments",
+               "BF16 Adam, no master copy"),
+        Layout("fp32_adam", 4, 4, 0, 8, "everything in fp32: weights, grads, Adam moments",
+               "FP32 Adam"),
+        Layout("fp32_sgd", 4, 4, 0, 0, "fp32 weights and grads, plain SGD (no state)",
+               "FP32 SGD"),
     ]
 }
 
@@ -270,6 +282,91 @@ def replica_state_bytes(dp_rank: int, dp_size: int, widths: tuple[int, ...] = (6
     counts = count_state_bytes(model, opt)
     counts["n_params"] = sum(p.numel() for p in model.parameters())
     return counts
+
+
+# ----------------------------------------------------------------------------------- figures
+
+_PART_WORDS = {"weights": "weights", "grads": "gradients", "master": "FP32 master copy",
+               "optimizer": "Adam moments"}
+
+
+def plot_layouts(n_params: float = 7e9, names: Iterable[str] | None = None, ax=None):
+    """Figure: each layout's bytes per parameter as a bar split into its parts (the course's
+    state colours), with the state of an ``n_params`` model at the bar's end. Returns the
+    figure."""
+    import matplotlib.pyplot as plt
+
+    from course_utils.style import STATE_COLORS
+
+    _check_count("n_params", n_params, allow_zero=False)
+    names = list(LAYOUTS) if names is None else list(names)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.55 * len(names) + 1.6), layout="constrained")
+    in_legend: set[str] = set()
+    widest = max(layout(n).total for n in names)
+    for row, name in enumerate(names):
+        lay, left = layout(name), 0
+        for part, nbytes in lay.parts().items():
+            if not nbytes:
+                continue
+            ax.barh(row, nbytes, left=left, height=0.62, color=STATE_COLORS[part],
+                    label=None if part in in_legend else _PART_WORDS[part])
+            in_legend.add(part)
+            ax.text(left + nbytes / 2, row, str(nbytes), ha="center", va="center",
+                    color="white", fontweight="bold")
+            left += nbytes
+        ax.text(left + 0.3, row, f"{lay.total} B/param: {state_bytes(n_params, name) / GB:.0f} GB",
+                va="center")
+    ax.set_yticks(range(len(names)), [layout(n).words or n for n in names])
+    ax.invert_yaxis()
+    ax.set_xlim(0, widest * 1.6)
+    ax.set_xlabel("bytes per parameter")
+    ax.set_title(f"Persistent state by layout (GB for a {n_params / 1e9:g}B-parameter model)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return ax.figure
+
+
+def plot_state_vs_size(budgets_gb: dict[str, float],
+                       names: Iterable[str] = ("mixed_adam16", "bf16_adam_no_master",
+                                               "fp32_sgd"),
+                       mark_params: float = 7e9, max_params: float = 16e9, ax=None):
+    """Figure: persistent state (GB) against parameter count for each layout, the device
+    ``budgets_gb`` (label -> GB) as horizontal lines labelled at the right, a dot where the
+    first layout's state reaches each budget (the largest model that fits), and the state of a
+    ``mark_params`` model in the first layout. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
+
+    names = list(names)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 4.8), layout="constrained")
+    b = 1e9
+    top = max(state_bytes(max_params, names[0]) / GB, max(budgets_gb.values())) * 1.08
+    right = blended_transform_factory(ax.transAxes, ax.transData)
+    for text, gb in budgets_gb.items():
+        ax.axhline(gb, color="#aaaaaa", lw=1, zorder=1)
+        ax.text(1.01, gb, text, transform=right, va="center", color="#555555", clip_on=False)
+    for name, dash in zip(names, ("-", "--", ":", "-.")):
+        ax.plot([0, max_params / b], [0, state_bytes(max_params, name) / GB], dash, color="#333333",
+                lw=2.2 if dash == "-" else 1.6, label=layout(name).label, zorder=3)
+    fits_n = [gb * GB / layout(names[0]).total for gb in budgets_gb.values()]
+    ax.plot([n / b for n in fits_n], list(budgets_gb.values()), "o", color="#333333", ms=6,
+            zorder=4, label=f"largest model that fits ({layout(names[0]).total} B/param)")
+    for n, gb in zip(fits_n, budgets_gb.values()):
+        ax.annotate(f"{n / b:.1f}B", (n / b, gb), xytext=(-4, 3), textcoords="offset points",
+                    ha="right", va="bottom")
+    mark_gb = state_bytes(mark_params, names[0]) / GB
+    ax.plot([mark_params / b] * 2, [0, mark_gb], color="black", lw=1, zorder=2)
+    ax.plot([mark_params / b], [mark_gb], "D", color="black", ms=6, zorder=4)
+    ax.annotate(f"{mark_params / b:g}B model: {mark_gb:.0f} GB", (mark_params / b, mark_gb),
+                xytext=(-6, 4), textcoords="offset points", ha="right", va="bottom")
+    ax.set_xlim(0, max_params / b)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("parameters N (billions)")
+    ax.set_ylabel("persistent state (GB)")
+    ax.set_title("Training state grows linearly with N (before activations)")
+    ax.legend(loc="upper left")
+    return ax.figure
 
 
 if __name__ == "__main__":

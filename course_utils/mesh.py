@@ -17,6 +17,7 @@ Run the 2-D step under torchrun (the real launcher)::
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -136,6 +137,70 @@ class Mesh:
         rows = [str(r).rjust(width) + "".join(str(c).rjust(4) for c in self.coords(r).values())
                 for r in range(self.world_size)]
         return "\n".join([head] + rows)
+
+
+def draw_rank_groups(mesh: Mesh, rank: int, ax=None):
+    """Figure: the mesh's ranks on a grid (rows: the first axis; columns: the other axes, the
+    last one fastest), with ``rank``'s group along each axis in that axis's course colour
+    (:data:`course_utils.style.AXIS_COLORS`). Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    from course_utils import style
+
+    mesh._rank(rank)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.55 * mesh.sizes[0] + 1.3), layout="constrained")
+    rows = mesh.sizes[0] if len(mesh.sizes) > 1 else 1
+    cols = mesh.world_size // rows
+    colour_of = {}
+    for axis in reversed(mesh.names):  # the innermost axis first in the legend
+        for r in mesh.group(rank, axis):
+            colour_of.setdefault(r, style.AXIS_COLORS.get(axis, "#999999"))
+    for r in range(mesh.world_size):
+        y, x = divmod(r, cols)
+        mine = r == rank
+        face = "white" if mine else colour_of.get(r, "#eeeeee")
+        ax.add_patch(Rectangle((x + 0.05, y + 0.06), 0.9, 0.88, facecolor=face,
+                               edgecolor="black" if mine else "none", linewidth=2.5))
+        _ = ax.text(x + 0.5, y + 0.5, str(r), ha="center", va="center",
+                    fontweight="bold" if mine else "normal",
+                    color="white" if r in colour_of and not mine else "black")
+    _ = ax.set_xlim(0, cols)
+    _ = ax.set_ylim(rows, 0)
+    ax.tick_params(length=0)
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    last = mesh.names[-1] if len(mesh.sizes) > 1 else mesh.names[0]
+    _ = ax.set_xticks([x + 0.5 for x in range(cols)],
+                      [f"{last} {x % mesh.sizes[-1]}" for x in range(cols)])
+    if len(mesh.sizes) > 1:
+        _ = ax.set_yticks([y + 0.5 for y in range(rows)],
+                          [f"{mesh.names[0]} {y}" for y in range(rows)])
+    else:
+        _ = ax.set_yticks([])
+    block = mesh.sizes[-1]
+    if len(mesh.sizes) > 2:  # the middle axes label blocks of columns, on top
+        middle = mesh.names[1:-1]
+        top = ax.secondary_xaxis("top")
+        labels = []
+        for b in range(cols // block):
+            c = mesh.coords(b * block)
+            labels.append(", ".join(f"{n} {c[n]}" for n in middle))
+        _ = top.set_xticks([b * block + block / 2 for b in range(cols // block)], labels)
+        top.tick_params(length=0)
+        top.spines["top"].set_visible(False)
+        for b in range(1, cols // block):
+            ax.axvline(b * block, color="black", linewidth=1.5)
+    handles = [Patch(facecolor="white", edgecolor="black", linewidth=2.5,
+                     label=f"rank {rank}: " + ", ".join(f"{n} {c}" for n, c in
+                                                       mesh.coords(rank).items()))]
+    handles += [Patch(color=style.AXIS_COLORS.get(axis, "#999999"),
+                      label=f"its {axis.upper()} group {mesh.group(rank, axis)}")
+                for axis in reversed(mesh.names)]
+    _ = ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5),
+                  frameon=False)
+    return ax.figure
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -368,7 +433,8 @@ def check_dp_tp(seeds: Sequence[int] = (0, 1), dp: int = 2, tp: int = 2,
     for seed in seeds:
         ref = reference_step(seed)
         for fn in (dp_tp_step, dp_tp_step_dtensor):
-            results = launch.run(fn, dp * tp, seed, dp, tp, timeout_s=timeout_s)
+            results = launch.run(functools.partial(fn, seed=seed, dp=dp, tp=tp), dp * tp,
+                                 timeout_s=timeout_s)
             for rank, got in enumerate(results):
                 want = shard_of(ref, Mesh((dp, tp), ("dp", "tp")).coords(rank)["tp"], tp)
                 for key, value in want.items():
@@ -378,7 +444,7 @@ def check_dp_tp(seeds: Sequence[int] = (0, 1), dp: int = 2, tp: int = 2,
     return lines
 
 
-__all__ += ["shard_of", "check_dp_tp"]
+__all__ += ["shard_of", "check_dp_tp", "draw_rank_groups"]
 
 
 if __name__ == "__main__":

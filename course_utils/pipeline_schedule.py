@@ -355,32 +355,106 @@ def format_timeline(timeline: Timeline, unit: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def draw_timeline(timeline: Timeline, ax: Any = None, title: str | None = None) -> Any:
-    """Draw a Timeline as a Gantt chart (forward light, backward dark, labelled by microbatch)."""
+def _tint(color: str, amount: float) -> tuple[float, float, float]:
+    """``color`` mixed with white (amount 0 = unchanged, 1 = white)."""
+    from matplotlib.colors import to_rgb
+
+    return tuple(c + (1.0 - c) * amount for c in to_rgb(color))
+
+
+def _op_color(kind: str, chunk: int, v: int) -> tuple[float, float, float]:
+    """Forward and backward in the course's phase colours; a later chunk in a lighter shade."""
+    from course_utils.style import PHASE_COLORS
+
+    base = PHASE_COLORS["forward" if kind == "F" else "backward"]
+    return _tint(base, 0.55 * chunk / max(v - 1, 1))
+
+
+def _legend_handles(v: int) -> list:
+    from matplotlib.patches import Patch
+
+    handles = []
+    for kind, word in (("F", "forward"), ("B", "backward")):
+        for chunk in range(v):
+            name = word if v == 1 else f"{word}, chunk {'abcdefghijklmnopqrstuvwxyz'[chunk]}"
+            handles.append(Patch(facecolor=_op_color(kind, chunk, v), edgecolor="black",
+                                 linewidth=0.5, label=name))
+    return handles
+
+
+def _fit_text_class() -> type:
+    """A Text that, each time it is drawn, shows the longest of its candidate labels that fits
+    inside its bar, and hides itself when none does (so labels never spill or overlap)."""
+    from matplotlib.text import Text
+
+    class _FitText(Text):
+        def __init__(self, *args: Any, candidates: Sequence[str], span: tuple[float, float],
+                     **kwargs: Any):
+            super().__init__(*args, text=candidates[0], **kwargs)
+            self._candidates, self._span = list(candidates), span
+
+        def draw(self, renderer: Any) -> None:
+            ax = self.axes
+            (x0, _), (x1, _) = ax.transData.transform([(self._span[0], 0), (self._span[1], 0)])
+            box = ax.get_window_extent(renderer)
+            room = x1 - x0 - 4  # a little padding on each side
+            show = None
+            self.set_visible(True)  # a hidden Text measures as an empty box
+            if box.x0 - 1 <= x0 and x1 <= box.x1 + 1:  # only bars wholly inside the axes
+                for candidate in self._candidates:
+                    if self.get_text() != candidate:
+                        self.set_text(candidate)
+                    if super().get_window_extent(renderer).width <= room:
+                        show = candidate
+                        break
+            self.set_visible(show is not None)
+            if show is not None:
+                super().draw(renderer)
+
+    return _FitText
+
+
+def draw_timeline(timeline: Timeline, ax: Any = None, title: str | None = None, *,
+                  tmax: float | None = None, legend: bool = True) -> Any:
+    """Draw a Timeline as a Gantt chart: one row per rank, forward and backward ops in the
+    course's phase colours (with v chunks, later chunks lighter), each op labelled F3 / B3
+    (F3a / F3b for chunks) where the label fits, else by its microbatch number, else not at all.
+
+    ``tmax``: end of the time axis (default: the makespan); give several charts the same value
+    to compare them on one scale. ``legend``: name the colours to the right of the axes.
+    """
     import matplotlib.pyplot as plt
 
     if not isinstance(timeline, Timeline):
         raise ValueError(f"timeline must be a Timeline, got {type(timeline).__name__}")
+    tmax = timeline.makespan if tmax is None else _check_pos_number("tmax", tmax)
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.55 * timeline.p + 1.2))
-    cmap = plt.get_cmap("tab10")
+        _, ax = plt.subplots(figsize=(9, 0.6 * timeline.p + 1.4))
+    fit_text = _fit_text_class()
     t0 = timeline.start
     for o in timeline.ops:
-        base = cmap(o.chunk % 10) if timeline.v > 1 else cmap(0 if o.kind == "F" else 1)
-        alpha = 0.45 if o.kind == "F" else 0.95
-        ax.broken_barh([(o.start - t0, o.duration)], (o.rank - 0.4, 0.8), facecolors=base,
-                       alpha=alpha, edgecolor="black", linewidth=0.5)
-        if o.duration / timeline.makespan > 0.012:
-            ax.text(o.start - t0 + o.duration / 2, o.rank, _op_label(o, timeline.v),
-                    ha="center", va="center", fontsize=7)
+        face = _op_color(o.kind, o.chunk, timeline.v)
+        ax.broken_barh([(o.start - t0, o.duration)], (o.rank - 0.4, 0.8), facecolors=face,
+                       edgecolor="black", linewidth=0.5)
+        dark = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2] < 0.55
+        label = fit_text(o.start - t0 + o.duration / 2, o.rank,
+                         candidates=[_op_label(o, timeline.v), str(o.microbatch)],
+                         span=(o.start - t0, o.end - t0), ha="center", va="center",
+                         fontsize=9, color="white" if dark else "black", clip_on=True)
+        ax.add_artist(label)
     ax.set_yticks(range(timeline.p))
     _ = ax.set_yticklabels([f"rank {r}" for r in range(timeline.p)])
-    ax.invert_yaxis()
-    ax.set_xlim(0, timeline.makespan)
+    ax.set_ylim(timeline.p - 0.5, -0.5)
+    ax.set_xlim(0, tmax)
     ax.set_xlabel("time (units of one balanced forward)")
     if title is None:
-        title = (f"{timeline.schedule}: P={timeline.p}, m={timeline.m}"
+        from course_utils.style import label as words
+
+        title = (f"{words(timeline.schedule)}: P={timeline.p}, m={timeline.m}"
                  + (f", v={timeline.v}" if timeline.v > 1 else "")
-                 + f" - idle {timeline.idle_fraction():.1%}")
+                 + f", idle {timeline.idle_fraction():.1%}")
     ax.set_title(title)
+    if legend:
+        ax.legend(handles=_legend_handles(timeline.v), loc="upper left", frameon=False,
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return ax

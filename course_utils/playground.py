@@ -191,24 +191,25 @@ def plan(model_params_b: float = DEFAULTS["model_params_b"], layout: str = DEFAU
 
 
 def summary(p: Plan) -> str:
-    """The plan as plain text (what the notebook prints)."""
+    """The plan as a short aligned table (what the notebook prints); the widget adds what each
+    axis sends (:data:`Plan.collectives`)."""
     gb = p.gb
     i = p.inputs
-    lines = [
-        f"devices: TP x PP x DP = {i['tp']} x {i['pp']} x {i['dp']} = {p.devices_needed} "
-        f"({p.replica_devices} per model replica)",
-        f"parameters per TP/PP shard: {p.params_per_shard / 1e9:.4g} B",
-        f"persistent state per device (ZeRO-{i['zero_stage']} over DP={i['dp']}): "
-        f"weights {gb['weights']:.2f} + grads {gb['grads']:.2f} + optimizer "
-        f"{gb['optimizer']:.2f} = {gb['total']:.2f} GB of {i['device_memory_gb']:g} GB "
-        f"-> {'fits' if p.fits else 'does NOT fit'}",
-        f"bubble fraction (P={i['pp']}, m={i['microbatches']}): {p.bubble:.4f}",
-        f"effective batch: {i['microbatch_size']} x {i['accumulation_steps']} x {i['dp']} = "
-        f"{p.effective_batch} examples",
+    rows = [
+        ("devices", f"TP x PP x DP = {i['tp']} x {i['pp']} x {i['dp']} = {p.devices_needed} "
+                    f"({p.replica_devices} per model replica)"),
+        ("shard", f"{p.params_per_shard / 1e9:.4g} B parameters per TP/PP shard"),
+        ("state per device", f"ZeRO-{i['zero_stage']} over DP={i['dp']}: weights "
+                             f"{gb['weights']:.2f} + grads {gb['grads']:.2f} + optimizer "
+                             f"{gb['optimizer']:.2f} = {gb['total']:.2f} GB of "
+                             f"{i['device_memory_gb']:g} GB -> "
+                             f"{'fits' if p.fits else 'does NOT fit'}"),
+        ("bubble fraction", f"{p.bubble:.4f} (P={i['pp']}, m={i['microbatches']})"),
+        ("effective batch", f"{i['microbatch_size']} x {i['accumulation_steps']} x {i['dp']} = "
+                            f"{p.effective_batch} examples"),
     ]
-    lines += [f"{axis.upper()} sends: {text}" for axis, text in p.collectives.items()]
-    lines += [f"WARNING: {w}" for w in p.warnings]
-    return "\n".join(lines)
+    rows += [("WARNING", w) for w in p.warnings] or [("warnings", "none")]
+    return "\n".join(f"{name:18s}{text}" for name, text in rows)
 
 
 def _html(p: Plan) -> str:
@@ -250,64 +251,128 @@ def _html(p: Plan) -> str:
 
 
 _MAX_DRAWN = 256
+_PART_WORDS = {"weights": "weights", "grads": "gradients", "optimizer": "optimizer state"}
+_GRID_TITLES = {"tp": "TP groups", "pp": "PP stages", "dp": "DP groups"}
 
 
-def figure(p: Plan):
-    """Stacked memory bars for ZeRO 0-3 against the budget, and the device grid by TP/PP/DP group."""
-    import matplotlib.pyplot as plt
+def _shades(colour: str, k: int) -> list[str]:
+    """``k`` shades of one axis colour, light to dark (at most 4: they repeat beyond)."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    base = to_rgb(colour)
+    mix = [0.6, 0.3, 0.0, -0.3][-min(k, 4):] if k > 1 else [0.0]
+    return [to_hex(tuple(c + f * (1 - c) if f >= 0 else c * (1 + f) for c in base))
+            for f in mix]
+
+
+def _count(k: int, noun: str) -> str:
+    return f"{k} {noun}" + ("" if k == 1 else "s")
+
+
+def _text_colour(colour: str) -> str:
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(colour)
+    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.55 else "black"
+
+
+def _memory_bars(ax, p: Plan) -> None:
+    """One horizontal stacked bar per ZeRO stage (the chosen one solid), the budget dashed."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from course_utils.style import STATE_COLORS
+
+    stages = list(p.bytes_by_stage)
+    chosen = p.inputs["zero_stage"]
+    lefts = [0.0] * len(stages)
+    for part in _PARTS:
+        widths = [p.bytes_by_stage[s][part] / memory.GB for s in stages]
+        ax.barh(stages, widths, left=lefts, height=0.68,
+                color=[to_rgba(STATE_COLORS[part], 1.0 if s == chosen else 0.4) for s in stages])
+        lefts = [a + w for a, w in zip(lefts, widths)]
+    budget = p.budget_bytes / memory.GB
+    right = max(max(lefts), budget)
+    for s, total in zip(stages, lefts):
+        _ = ax.text(total + 0.01 * right, s, f"{total:.2f} GB", va="center", zorder=3,
+                    fontweight="bold" if s == chosen else "normal",
+                    bbox=dict(facecolor="white", edgecolor="none", pad=1))
+    ax.axvline(budget, color="black", linestyle="--", linewidth=1.2)
+    _ = ax.set_yticks(stages, [f"ZeRO-{s}" for s in stages])
+    for s, tick in zip(stages, ax.get_yticklabels()):
+        tick.set_fontweight("bold" if s == chosen else "normal")
+    ax.invert_yaxis()
+    _ = ax.set_xlim(0, right * 1.2)
+    _ = ax.set_xlabel("persistent GB per device")
+    _ = ax.set_title(f"ZeRO-{chosen}: {p.gb['total']:.2f} GB of {budget:g} GB per device, "
+                     f"{'fits' if p.fits else 'does not fit'}")
+    handles = [Patch(color=STATE_COLORS[part], label=_PART_WORDS[part]) for part in _PARTS]
+    handles.append(Line2D([], [], color="black", linestyle="--",
+                          label=f"device memory\n({budget:g} GB)"))
+    _ = ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5),
+                  frameon=False)
+
+
+def _device_grid(ax, p: Plan, axis: str) -> None:
     from matplotlib.patches import Rectangle
 
-    fig = plt.figure(figsize=(14, 3.6))
-    grid = fig.add_gridspec(1, 4, width_ratios=[1.1, 1, 1, 1], wspace=0.3)
-    ax = fig.add_subplot(grid[0])
-    colors = {"weights": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
-    stages = list(p.bytes_by_stage)
-    bottoms = [0.0] * len(stages)
-    for part in _PARTS:
-        heights = [p.bytes_by_stage[s][part] / memory.GB for s in stages]
-        ax.bar(stages, heights, bottom=bottoms, color=colors[part], label=part,
-               edgecolor="black", linewidth=[2.5 if s == p.inputs["zero_stage"] else 0.3
-                                             for s in stages])
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
-    budget = p.budget_bytes / memory.GB
-    ax.axhline(budget, color="#b00020", linestyle="--", label=f"device {budget:g} GB")
-    _ = ax.set_xticks(stages, [f"ZeRO-{s}" for s in stages])
-    _ = ax.set_ylabel("persistent GB per device")
-    _ = ax.set_title(f"ZeRO-{p.inputs['zero_stage']}: {p.gb['total']:.2f} GB "
-                     f"({'fits' if p.fits else 'does not fit'})", fontsize=10)
-    _ = ax.legend(fontsize=7, loc="upper right")
-    _ = ax.set_ylim(0, max(max(bottoms), budget) * 1.15)
+    from course_utils.style import AXIS_COLORS
 
     n = p.devices_needed
     per_node = p.inputs["devices_per_node"]
-    cmap = plt.get_cmap("tab20")
+    ax.set_axis_off()
+    title = _GRID_TITLES[axis]  # used when there are too many devices to draw
+    if n > _MAX_DRAWN:
+        _ = ax.set_title(title)
+        _ = ax.text(0.5, 0.5, f"{n} devices:\ntoo many to draw", ha="center", va="center")
+        return
+    if axis == "pp":  # colour PP by stage: the same colour is the same layers
+        index = {r: p.mesh.coords(r)["pp"] for r in range(n)}
+        count = p.mesh.size("pp")
+    else:
+        index = {r: gi for gi, ranks in enumerate(p.mesh.groups(axis)) for r in ranks}
+        count = len(p.mesh.groups(axis))
+    shades = _shades(AXIS_COLORS[axis], count)
+    cols = min(per_node, n)
+    rows = -(-n // cols)
+    size_pt = 9 if cols > 8 or rows > 8 else 10  # a panel is about 190 x 170 pt
+    numbered = (190 / cols >= 0.65 * size_pt * len(str(n - 1)) + 3
+                and 170 / rows >= 1.25 * size_pt)
+    for r in range(n):
+        y, x = divmod(r, cols)
+        colour = shades[index[r] % len(shades)]
+        ax.add_patch(Rectangle((x + 0.04, -y + 0.06), 0.92, 0.88, facecolor=colour,
+                               edgecolor="none"))
+        if numbered:
+            _ = ax.text(x + 0.5, -y + 0.5, str(r), ha="center", va="center",
+                        color=_text_colour(colour), fontsize=size_pt)
+    for node in range(1, rows):  # node boundaries: one row of devices_per_node per node
+        ax.plot([0, cols], [-node + 1.0, -node + 1.0], color="black", linewidth=1.5)
+    _ = ax.set_xlim(0, cols)
+    _ = ax.set_ylim(-rows + 1, 1)
+    size, groups = p.mesh.size(axis), len(p.mesh.groups(axis))
+    first = (f"PP: {_count(size, 'stage')}, {_count(groups, 'pipeline')}" if axis == "pp"
+             else f"{axis.upper()}: {_count(groups, 'group')} of {size}")
+    crossing, unit = len(p.crossing[axis]), "pipeline" if axis == "pp" else "group"
+    second = ("all inside a node" if not crossing else f"every {unit} spans nodes"
+              if crossing == groups else f"{crossing} of {groups} span nodes")
+    _ = ax.set_title(f"{first}\n{second}", fontsize=11)
+
+
+def figure(p: Plan):
+    """Memory per device for ZeRO 0-3 against the budget (the course's state colours), and the
+    devices, one row per node, shaded by TP group, PP stage and DP group (each axis's colour)."""
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(9, 6.4), layout="constrained")
+    grid = fig.add_gridspec(2, 3, height_ratios=[1, 1.45])
+    _memory_bars(fig.add_subplot(grid[0, :]), p)
     for k, axis in enumerate(("tp", "pp", "dp")):
-        ax = fig.add_subplot(grid[k + 1])
-        ax.set_axis_off()
-        if n > _MAX_DRAWN:
-            _ = ax.text(0.5, 0.5, f"{n} devices: too many to draw", ha="center", va="center")
-            continue
-        group_index = {}
-        for gi, ranks in enumerate(p.mesh.groups(axis)):
-            for r in ranks:
-                group_index[r] = gi
-        if axis == "pp":  # colour PP by stage: the same colour is the same layers
-            group_index = {r: p.mesh.coords(r)["pp"] for r in range(n)}
-        cols = min(per_node, n)
-        rows = -(-n // cols)
-        for r in range(n):
-            y, x = divmod(r, cols)
-            ax.add_patch(Rectangle((x, -y), 0.92, 0.92, color=cmap(group_index[r] % 20)))
-            if n <= 64:
-                _ = ax.text(x + 0.46, -y + 0.46, str(r), ha="center", va="center", fontsize=7)
-        for node in range(1, rows):  # node boundaries: one row of devices_per_node per node
-            ax.axhline(-node + 0.96, color="black", linewidth=1.5)
-        _ = ax.set_xlim(-0.1, cols + 0.1)
-        _ = ax.set_ylim(-rows + 0.9, 1.0)
-        label = {"tp": "TP groups", "pp": "PP stages", "dp": "DP groups"}[axis]
-        bad = f", {len(p.crossing[axis])} cross nodes" if p.crossing[axis] else ""
-        _ = ax.set_title(f"{label} ({p.mesh.size(axis)} each{bad})\nrows = nodes of {per_node}",
-                         fontsize=9)
+        _device_grid(fig.add_subplot(grid[1, k]), p, axis)
+    if p.devices_needed <= _MAX_DRAWN:
+        _ = fig.supxlabel(f"Squares: the {p.devices_needed} devices, one row per node of "
+                          f"{p.inputs['devices_per_node']}; shades tell the groups apart.")
     return fig
 
 

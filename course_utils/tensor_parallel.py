@@ -36,6 +36,7 @@ import datetime
 import math
 import pickle
 import statistics
+import textwrap
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -54,6 +55,7 @@ __all__ = [
     "Comparison", "dtype_bytes", "tp_comm_bytes", "ring_all_reduce_bytes_per_rank",
     "mlp_param_count", "time_comm_vs_matmul", "spy_collectives", "row_parallel_harness",
     "run_row_parallel", "format_comms", "conjugate_worker", "mlp_comm_to_compute",
+    "comparison_table",
 ]
 
 # ------------------------------------------------------------------------------ checking input
@@ -627,6 +629,62 @@ class Comparison:
         for name in self.names:
             lines.append(f"  {name:<16} {self.specs[name]}")
         return "\n".join(lines)
+
+
+_KIND_WORDS = {"column": "column-parallel linear", "row": "row-parallel linear",
+               "mlp": "Megatron MLP", "attention": "attention split by heads",
+               "dtensor_mlp": "DTensor MLP (parallelize_module)"}
+_HOW_WORDS = {"same full tensor on every rank": "same on every rank",
+              "partial sums: their sum is the tensor": "partial sums, added"}
+
+
+def comparison_table(runs: Sequence[Comparison], width: int = 96) -> str:
+    """One compact table for the same layer checked on several TP degrees (one column each).
+
+    The first line says what matched; then, per degree, rank 0's local parameter shapes (with
+    DTensor's placement), its collectives per phase, and, last, how the ranks' tensors give the
+    single-device ones (same on every rank, concatenated, or added), tensors grouped by rule.
+    Stable across runs: no floating-point noise.
+    """
+    runs = list(runs)
+    if not runs or any(not isinstance(r, Comparison) for r in runs):
+        raise ValueError("runs must be a non-empty sequence of Comparison (from compare)")
+    first = runs[0]
+    if any(r.kind != first.kind or r.names != first.names or r.specs != first.specs
+           for r in runs):
+        raise ValueError("runs must all check the same layer (same kind and tensors)")
+    head = (f"{_KIND_WORDS.get(first.kind, first.kind)}: all {len(first.names)} tensors match "
+            f"one device (assert_close, seeds {list(first.seeds)})")
+    rows: list[tuple[str, list[str]]] = []
+    placements = first.extra.get("placements", {})
+    for name in first.shapes[0]:
+        label = f"rank 0 {name}" + (f", {placements[name]}" if name in placements else "")
+        rows.append((label, [str(r.shapes[0][name]) for r in runs]))
+    for phase in ("forward", "backward"):
+        cells = []
+        for r in runs:
+            if r.kind == "dtensor_mlp":
+                counts = r.extra["comm_counts"][phase]
+                cells.append(", ".join(f"{n} {op}" for op, n in counts.items()) or "none")
+            else:
+                cells.append("; ".join(f"{e.op} {e.shape} {e.nbytes:,} B"
+                                       for e in r.comms[0] if e.phase == phase) or "none")
+        rows.append((f"{phase} collectives", cells))
+    groups: dict[str, list[str]] = {}
+    for name in first.names:
+        how = first.specs[name]
+        how = _HOW_WORDS.get(how, how.replace("slices: ", ""))
+        groups.setdefault(how, []).append(name)
+    label_w = max(len(label) for label in [*(lab for lab, _ in rows), *groups]) + 2
+    cell_w = max(len(c) for _, cells in rows for c in cells) + 3
+    lines = [head, " " * label_w + "".join(f"{'t = ' + str(r.tp_size):<{cell_w}}"
+                                           for r in runs).rstrip()]
+    lines += [f"{label:<{label_w}}" + "".join(f"{c:<{cell_w}}" for c in cells).rstrip()
+              for label, cells in rows]
+    for how, names in groups.items():
+        lines += textwrap.wrap(", ".join(names), width=width, initial_indent=f"{how:<{label_w}}",
+                               subsequent_indent=" " * label_w, break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 def _describe(spec: Spec) -> str:

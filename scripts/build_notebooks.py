@@ -9,6 +9,9 @@ a tag in brackets:
     # %% [test q1 points=2]         nbgrader: a read-only test cell worth 2 points
     # %% [manual explain points=2]  nbgrader: a manually graded markdown answer
 
+A code cell's leading ``# NBVAL_IGNORE_OUTPUT`` (or another nbval marker) line becomes the
+cell tag ``nbval-ignore-output``: nbval reads it, students do not see it.
+
 ``authoring/lectures/NAME.py``     -> ``notebooks/NAME.ipynb``, executed so outputs are stored
                                        (nbval compares them in the tests).
 ``authoring/assignments/NAME.py``  -> ``solutions/NAME/NAME.ipynb`` (nbgrader source), then
@@ -92,6 +95,19 @@ def _nbgrader_meta(spec: dict, index: int) -> dict:
     return meta
 
 
+_NBVAL_MARKERS = ("NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION",
+                  "NBVAL_SKIP")
+
+
+def _nbval_tags(text: str) -> tuple[str, list[str]]:
+    """Leading ``# NBVAL_...`` comment lines become nbval's cell tags (``nbval-ignore-output``),
+    so students do not read test markers in the notebook."""
+    lines, tags = text.split("\n"), []
+    while lines and lines[0].strip().lstrip("#").strip() in _NBVAL_MARKERS:
+        tags.append(lines.pop(0).strip().lstrip("#").strip().lower().replace("_", "-"))
+    return "\n".join(lines), tags
+
+
 def build(path: Path, graded: bool) -> nbformat.NotebookNode:
     """The notebook for one source file (not executed)."""
     nb = nbformat.v4.new_notebook()
@@ -103,7 +119,10 @@ def build(path: Path, graded: bool) -> nbformat.NotebookNode:
         else:
             if not graded and kind != "code":
                 raise ValueError(f"{path}: [{kind}] cells belong in authoring/assignments/")
+            text, tags = _nbval_tags(text)
             cell = nbformat.v4.new_code_cell(text)
+            if tags:
+                cell.metadata["tags"] = tags
         cell.id = spec.get("id", f"c{index:02d}")
         if graded:
             cell.metadata["nbgrader"] = _nbgrader_meta(spec, index)

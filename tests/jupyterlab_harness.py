@@ -246,6 +246,9 @@ def chromium(headless: bool = True) -> Iterator[object]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+FRONT = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook tab in front
+
+
 def _session_kernel(server: LabServer, path: str) -> dict | None:
     for s in server.api("GET", "api/sessions"):
         if s.get("path") == path or s.get("notebook", {}).get("path") == path:
@@ -261,12 +264,13 @@ def wait_kernel_ready(page, server: LabServer, path: str, timeout_s: float = 120
     is idle with at least one connection.
     """
     deadline = time.monotonic() + timeout_s
-    page.wait_for_selector(".jp-NotebookPanel-toolbar [data-jp-item-name=kernelName]",
+    page.wait_for_selector(f"{FRONT} .jp-NotebookPanel-toolbar [data-jp-item-name=kernelName]",
                            timeout=timeout_s * 1000)
     while time.monotonic() < deadline:
-        name = page.locator(".jp-NotebookPanel-toolbar [data-jp-item-name=kernelName]").first
+        name = page.locator(f"{FRONT} .jp-NotebookPanel-toolbar "
+                            "[data-jp-item-name=kernelName]").first
         status_bar = page.locator("#jp-main-statusbar").inner_text()
-        indicator = page.locator(".jp-NotebookPanel-toolbar "
+        indicator = page.locator(f"{FRONT} .jp-NotebookPanel-toolbar "
                                  "[data-jp-item-name=executionProgress] [data-status]")
         busy_ok = (indicator.count() == 0
                    or indicator.first.get_attribute("data-status") == "idle")
@@ -284,7 +288,8 @@ def open_notebook(page, server: LabServer, path: str, timeout_s: float = 120) ->
     """Open ``path`` (relative to the server root) in JupyterLab and wait for a ready kernel."""
     page.goto(server.url(f"lab/tree/{path}"), wait_until="domcontentloaded",
               timeout=timeout_s * 1000)
-    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=timeout_s * 1000)
+    # (JupyterLab restores earlier tabs: wait for the cells of the notebook in front)
+    page.wait_for_selector(f"{FRONT} .jp-Notebook .jp-Cell", timeout=timeout_s * 1000)
     return wait_kernel_ready(page, server, path, timeout_s)
 
 

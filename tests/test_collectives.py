@@ -107,10 +107,24 @@ def test_shard_sizes_follow_tensor_split():
 def test_draw_collective_for_each_name(name):
     before, after = [t for t in C.example_inputs(name, 3)], None
     ax = C.draw_collective(name, before, after, root=1)
-    assert name in ax.get_title()
+    assert name.replace("_", "-") in ax.get_title()  # words, not the code name
     texts = [t.get_text() for t in ax.texts]
     assert "rank 2" in texts and "before" in texts and "after" in texts
     plt.close(ax.figure)
+
+
+def test_lecture_figure_of_the_five_collectives_passes_the_course_figure_check():
+    from course_utils import style
+
+    with matplotlib.rc_context():
+        style.use()
+        fig, axes = plt.subplots(5, 1, figsize=(8, 9.5))
+        for ax, name in zip(axes, C.COLLECTIVES):
+            C.draw_collective(name, world_size=2, ax=ax)
+        fig.tight_layout()
+        fig.canvas.draw()
+        assert style.problems(fig, fig.canvas.get_renderer()) == []
+        plt.close(fig)
 
 
 def test_draw_collective_marks_scratch_and_cuts_long_rows():

@@ -94,3 +94,28 @@ def test_workers_reject_shapes_that_do_not_split():
         launch.run(moe_expert_parallel, 2, 0, 4, 3, timeout_s=60)
     with pytest.raises(launch.RankError, match="seq and heads must be multiples"):
         launch.run(ulysses_attention, 2, 0, 6, 3, timeout_s=60)
+
+
+def test_draw_token_routing_shows_each_experts_load():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_utils import style
+    from course_utils.expert_parallel import draw_token_routing
+
+    runs = {f"seed {s}": check_moe(s, world_size=4, tokens_per_rank=6, n_experts=4)
+            for s in (0, 1)}
+    assert [sum(r["received"]) for r in runs["seed 0"]] == [5, 8, 1, 10]  # the lecture's claim
+    with matplotlib.rc_context():
+        style.use()
+        fig = draw_token_routing(runs)
+        fig.canvas.draw()
+        assert style.problems(fig, fig.canvas.get_renderer()) == []
+        ax = fig.get_axes()[0]
+        cells = sorted((t.get_position(), t.get_text()) for t in ax.texts)
+        assert len(cells) == 16 and [c[1] for c in cells][:4] == ["2", "1", "2", "0"]  # column 0
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert ticks[2].endswith("1 token") and ticks[3].endswith("10 tokens")
+        plt.close(fig)

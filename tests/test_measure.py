@@ -15,7 +15,7 @@ import matplotlib
 import pytest
 import torch
 
-from course_utils import launch, measure, memory, tiny_lm
+from course_utils import launch, measure, memory, style, tiny_lm
 from course_utils.measure import RunSpec
 
 matplotlib.use("Agg")
@@ -308,14 +308,44 @@ def test_format_table_and_plot():
         measure.format_table(rows, ["nope"])
     with pytest.raises(ValueError, match="rows"):
         measure.format_table([])
+    assert measure.format_table(rows, ["rank", "x_ms"], headers={"x_ms": "x"}).splitlines()[
+        0].split() == ["rank", "x"]
     r0 = _fake_result(0, [0.0, 0.010], [0.0, 0.020])
     ax = measure.plot_step_breakdown(measure.summarize([r0]), "t")
     assert [t.get_text() for t in ax.get_legend().get_texts()] == list(measure.PHASES)
+    assert style.problems(ax.figure) == []
+    assert measure.plot_step_breakdown(measure.summarize([r0]), legend=False).get_legend() is None
     with pytest.raises(ValueError, match="rows"):
         measure.plot_step_breakdown([])
+    ax = measure.plot_loss_curves([3.0, 2.0, 1.5], {"averaged": [3.0, 2.0, 1.5],
+                                                    "summed": [3.0, 1.5, 1.0]}, "t")
+    ax.legend()
+    assert [line.get_label() for line in ax.get_lines()] == ["one process", "averaged", "summed"]
+    assert style.problems(ax.figure) == []
+    with pytest.raises(ValueError, match="equal length"):
+        measure.plot_loss_curves([1.0, 2.0], {"a": [1.0]})
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_profile_table_sets_ranks_side_by_side():
+    def prof(rank, ops):
+        rows = [{"name": p, "kind": "phase", "calls": 1, "ms_per_step": 1.0 + rank}
+                for p in measure.PHASES]
+        return {"rank": rank, "profile": rows + [{"name": n, "kind": "op", "calls": 1,
+                                                  "ms_per_step": v} for n, v in ops]}
+
+    text = measure.profile_table([prof(0, [("mm", 3.0), ("index", 2.0), ("lerp", 0.5)]),
+                                  prof(1, [("lerp", 4.0), ("mm", 1.0)])], top=2)
+    lines = text.splitlines()
+    assert lines[0].split() == ["ms", "per", "step", "rank", "0", "rank", "1"]
+    assert [ln.split()[0] for ln in lines[1:6]] == list(measure.PHASES)
+    assert lines[6] == "operators (self time)"
+    assert [ln.split() for ln in lines[7:]] == [["lerp", "0.50", "4.00"], ["mm", "3.00", "1.00"],
+                                                ["index", "2.00", "-"]]
+    with pytest.raises(ValueError, match="profile=True"):
+        measure.profile_table([{"rank": 0, "profile": None}])
 
 
 @pytest.mark.parametrize("kwargs, word", [

@@ -126,3 +126,35 @@ def test_replicas_each_hold_the_full_state():
 def test_gib_conversion_is_exact():
     assert memory.to_gib(2**30) == 1.0
     assert math.isclose(memory.to_gib(112e9), 104.3081283569336)
+
+
+def test_layout_words_for_legends():
+    assert memory.layout("mixed_adam16").label == "mixed-precision Adam (16 B/param)"
+    assert all(lay.words and "_" not in lay.words for lay in memory.LAYOUTS.values())
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: memory.plot_layouts(n_params=7e9),
+    lambda: memory.plot_state_vs_size({"24 GB": 24, "64 GB (lesson)": 64, "80 GB": 80,
+                                       "141 GB": 141}, mark_params=7e9),
+])
+def test_figures_pass_the_course_check(draw):
+    """The lecture's figures: no clipped, overlapping or tiny text, legends in words."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_utils import style
+
+    with matplotlib.rc_context():
+        style.use()
+        fig = draw()
+        fig.canvas.draw()
+        try:
+            assert style.problems(fig) == []
+            legend_texts = [t.get_text() for ax in fig.axes if ax.get_legend()
+                            for t in ax.get_legend().get_texts()]
+            assert legend_texts and not any("_" in t for t in legend_texts), legend_texts
+        finally:
+            plt.close(fig)

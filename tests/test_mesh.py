@@ -113,3 +113,34 @@ def test_dp_tp_other_shapes_and_helper():
 def test_dp_tp_step_rejects_wrong_world():
     with pytest.raises(launch.RankError, match="dp x tp must equal world_size"):
         launch.run(dp_tp_step, 2, 0, 2, 2, timeout_s=60)
+
+
+@pytest.mark.parametrize("sizes, names, rank", [
+    ((4, 2, 4), AXES, 13), ((2, 2), ("dp", "tp"), 1), ((2, 2, 2, 2), ("dp", "cp", "pp", "tp"), 5),
+    ((4,), ("tp",), 2)])
+def test_draw_rank_groups_colours_each_group_by_axis(sizes, names, rank):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from course_utils import style
+    from course_utils.mesh import draw_rank_groups
+
+    with matplotlib.rc_context():
+        style.use()
+        m = Mesh(sizes, names)
+        fig = draw_rank_groups(m, rank)
+        fig.canvas.draw()
+        assert style.problems(fig, fig.canvas.get_renderer()) == []
+        ax = fig.get_axes()[0]
+        faces = [to_hex(p.get_facecolor()) for p in ax.patches]  # one square per rank
+        assert len(faces) == m.world_size and faces[rank] == "#ffffff"
+        for axis in names:
+            for r in m.group(rank, axis):
+                if r != rank and len(m.group(rank, axis)) > 1:
+                    assert faces[r] in {style.AXIS_COLORS[a] for a in names}
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend[0].startswith(f"rank {rank}: ") and len(legend) == 1 + len(names)
+        plt.close(fig)

@@ -226,3 +226,35 @@ def test_draw_timeline_runs():
         ax = ps.draw_timeline(ps.simulate(schedule, 4, 8, v=v))
         assert "idle" in ax.get_title()
         plt.close("all")
+
+
+def test_drawn_timelines_pass_the_course_figure_check():
+    """Every schedule, on one shared time scale, draws with no clipped or overlapping label."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from course_utils import style
+
+    with matplotlib.rc_context():
+        style.use()
+        timelines = [ps.simulate("gpipe", 4, 8), ps.simulate("1f1b", 4, 8),
+                     ps.simulate("interleaved", 4, 8, v=2)]
+        longest = max(tl.makespan for tl in timelines)
+        fig, axes = plt.subplots(len(timelines), 1, figsize=(9, 8.5), sharex=True)
+        for ax, tl in zip(axes, timelines):
+            ps.draw_timeline(tl, ax=ax, tmax=longest)
+        fig.tight_layout()
+        fig.canvas.draw()
+        assert style.problems(fig, fig.canvas.get_renderer()) == []
+        assert axes[0].get_xlim() == (0.0, longest)
+        shown = [t.get_text() for t in axes[0].texts if t.get_visible()]
+        assert "F0" in shown and "B7" in shown  # balanced ops carry their full label
+        plt.close(fig)
+        # a slow stage stretches the time axis: short ops fall back to their microbatch number
+        ax = ps.draw_timeline(ps.simulate("1f1b", 4, 8, backward_ratio=2.0,
+                                          stage_times=[1, 1, 2, 1]))
+        ax.figure.canvas.draw()
+        assert style.problems(ax.figure, ax.figure.canvas.get_renderer()) == []
+        shown = {t.get_text() for t in ax.texts if t.get_visible()}
+        assert {"0", "B0", "F0"} <= shown
+        plt.close("all")

@@ -156,3 +156,51 @@ def test_widget_redraws_on_each_change(monkeypatch):
     pg = Playground(tp=2, pp=1, dp=2, devices=4)
     pg.controls["tp"].value = 1
     assert [p.inputs["tp"] for p in drawn] == [2, 1]
+
+
+def _figure_problems(fig) -> list[str]:
+    """The course figure check (``course_utils.style``) on a drawn figure."""
+    from course_utils import style
+
+    fig.canvas.draw()
+    return style.problems(fig, fig.canvas.get_renderer())
+
+
+@pytest.mark.parametrize("kwargs", [
+    LESSON,
+    dict(model_params_b=70, tp=8, pp=3, dp=2, zero_stage=1, devices_per_node=4),  # the lecture's
+    dict(tp=8, pp=1, dp=8, devices_per_node=16, devices=64),     # too narrow for numbers
+    dict(tp=2, pp=4, dp=8, devices_per_node=1, devices=64),      # one device per node
+    dict(tp=1, pp=1, dp=1, devices=1),
+    dict(tp=8, pp=8, dp=64),                                     # too many to draw
+])
+def test_figure_passes_the_course_check_and_uses_the_course_colours(kwargs):
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from course_utils import style
+
+    with matplotlib.rc_context():
+        style.use()
+        p = plan(**kwargs)
+        fig = figure(p)
+        assert _figure_problems(fig) == []
+        bars = fig.get_axes()[0]
+        chosen = [patch for patch in bars.patches
+                  if patch.get_y() < p.inputs["zero_stage"] < patch.get_y() + 1]
+        assert [to_hex(patch.get_facecolor()) for patch in chosen] == [
+            style.STATE_COLORS[part] for part in ("weights", "grads", "optimizer")]
+        assert [t.get_text() for t in bars.get_legend().get_texts()][:3] == [
+            "weights", "gradients", "optimizer state"]
+        if p.devices_needed <= 256:
+            for ax, axis in zip(fig.get_axes()[1:], ("tp", "pp", "dp")):
+                shades = {to_hex(patch.get_facecolor()) for patch in ax.patches}
+                assert style.AXIS_COLORS[axis] in shades or len(shades) == 1
+        plt.close(fig)
+
+
+def test_summary_is_a_short_table():
+    text = summary(plan(**LESSON))
+    assert len(text.splitlines()) == 6 and text.splitlines()[-1].split() == ["warnings", "none"]
+    bad = summary(plan(**LESSON, devices_per_node=2))
+    assert "WARNING" in bad and "crosses a node boundary" in bad

@@ -1,5 +1,6 @@
 """Reference answers and hidden tests (from ``solutions/``) run against the course's harnesses:
-the reference passes, and typical wrong answers get feedback that names the mistake.
+the reference passes, and typical wrong answers get feedback that names the mistake (from the
+visible practice checks, or from the judge when grading: the pattern accepts either wording).
 
 Instructor-only: it reads ``solutions/``, so the students' copy leaves it out.
 """
@@ -107,8 +108,8 @@ def test_q1_to_q3_solution_passes():
 
 
 @pytest.mark.parametrize("wrong, words", [
-    ("return (16 / dp if stage else 16) * n_params / 1e9", "stage-3 figure"),
-    ("return (2 + 2 + 12 / dp if stage else 16) * n_params / 1e9", "stage-1 figure"),
+    ("return (16 / dp if stage else 16) * n_params / 1e9", "stage.3 (figure|keeps)"),
+    ("return (2 + 2 + 12 / dp if stage else 16) * n_params / 1e9", "stage.1 (figure|keeps)"),
     ("return [16, 4 + 12 / dp, 2 + 14 / dp, 16 / dp][stage] * n_params / 2**30", "GiB"),
     ("return [16, 4 + 8 / dp, 2 + 10 / dp, 12 / dp][stage] * n_params / 1e9", "master copy"),
 ])
@@ -119,7 +120,7 @@ def test_q2_feedback_names_the_mistake(wrong, words):
         _run_test_cell("q2_test", ns)
 
 
-@pytest.mark.parametrize("answer, words", [(2, "reserve"), (1, "61.75"), (0, "208"),
+@pytest.mark.parametrize("answer, words", [(2, "reserve"), (1, "61.75|52 GB"), (0, "208"),
                                            (3.0, "should be an int")])
 def test_q3_feedback_names_the_mistake(answer, words):
     ns = _namespace() | {"smallest_stage": answer}
@@ -131,7 +132,7 @@ _GOOD_Q4 = _cell("q4")
 
 
 @pytest.mark.parametrize("edit, words", [
-    (("grad /= world", "pass"), "SUM"),
+    (("grad /= world", "pass"), "SUM|summed"),
     (("(exp_avg_sq / (1 - beta2 ** step))", "(exp_avg_sq * 1.0)"), None),
     (("dist.reduce_scatter_single(grad, local_grad, op=dist.ReduceOp.SUM, group=dp_group)",
       "grad.copy_(local_grad.view(world, -1)[dist.get_rank(dp_group)])"), "no collective"),
@@ -165,5 +166,5 @@ def test_q4_names_missing_bias_correction_and_own_gradient():
         "grad.copy_(local_grad.view(world, -1)[dist.get_rank(dp_group)] * world)")
     ns = _namespace()
     exec(own, ns)
-    with pytest.raises(AssertionError, match="own gradient"):
+    with pytest.raises(AssertionError, match="own (gradient|local_grad)"):
         _run_test_cell("q4_test", ns)

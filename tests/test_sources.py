@@ -88,3 +88,15 @@ def test_builder_cell_kinds(tmp_path):
     assert meta[2]["solution"] and not meta[2]["grade"] and meta[2]["grade_id"] == "q1"
     assert meta[3]["grade"] and meta[3]["points"] == 3 and meta[3]["locked"]
     assert meta[4]["grade"] and meta[4]["solution"] and meta[4]["points"] == 2
+
+
+def test_builder_turns_nbval_markers_into_tags(tmp_path):
+    """Students do not read ``# NBVAL_IGNORE_OUTPUT``: it becomes nbval's cell tag."""
+    src = tmp_path / "lec.py"
+    src.write_text("# %%\n# NBVAL_IGNORE_OUTPUT\nprint(1)\n\n# %%\n# a comment\nprint(2)\n")
+    nb = bn.build(src, graded=False)
+    assert nb.cells[0].source == "print(1)" and nb.cells[0].metadata["tags"] == [
+        "nbval-ignore-output"]
+    assert nb.cells[1].source == "# a comment\nprint(2)" and "tags" not in nb.cells[1].metadata
+    for path in (ROOT / "notebooks").glob("*.ipynb"):
+        assert "NBVAL_" not in "".join(c.source for c in nbformat.read(path, 4).cells), path

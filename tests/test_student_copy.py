@@ -79,7 +79,8 @@ def _secrets() -> tuple[set, set]:
         # the judge's values and messages (its plain code may repeat the course's library)
         checks |= {ln for ln in judge if len(ln) > 20 and ln not in visible
                    and not ln.startswith(("import ", "from ", "#", '"""'))
-                   and ('"' in ln or re.search(r"\d\.\d|\de\d", ln))}
+                   and (re.search(r'"[^"]*\s[^"]*\s[^"]*"', ln)  # a message of words
+                        or re.search(r"\d\.\d|\de\d", ln))}
     return windows, checks
 
 

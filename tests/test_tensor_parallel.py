@@ -198,6 +198,43 @@ def test_comm_grows_with_activations_not_parameters():
     assert sent == {"base": 1024, "4x params": 1024, "2x batch": 2048}
 
 
+def _comparison(t: int, kind: str = "mlp") -> tp.Comparison:
+    """A synthetic :class:`Comparison` shaped like compare("mlp", t) (no ranks started)."""
+    names = ["y", "x.grad", "up.weight.grad", "up.bias.grad", "down.weight.grad",
+             "down.bias.grad"]
+    specs = dict(zip(names, ["same full tensor on every rank"] * 2
+                     + ["slices: concatenated along dim 0"] * 2
+                     + ["slices: concatenated along dim 1", "same full tensor on every rank"]))
+    shapes = {"up.weight": (16, 32 // t), "up.bias": (32 // t,), "down.weight": (32 // t, 16),
+              "down.bias": (16,)}
+    comms = [tp.CommEvent("all_reduce", phase, (2, 4, 16), 512)
+             for phase in ("forward", "backward")]
+    return tp.Comparison(kind, t, (0, 1), names, specs, 0.0, [shapes] * t, [comms] * t)
+
+
+def test_comparison_table_puts_degrees_side_by_side():
+    table = tp.comparison_table([_comparison(2), _comparison(4)])
+    lines = table.splitlines()
+    assert len(lines) <= 12
+    assert lines[0].startswith("Megatron MLP: all 6 tensors match one device")
+    assert lines[1].split() == ["t", "=", "2", "t", "=", "4"]
+    up = next(line for line in lines if line.startswith("rank 0 up.weight"))
+    assert "(16, 16)" in up and "(16, 8)" in up
+    backward = next(line for line in lines if line.startswith("backward collectives"))
+    assert backward.count("all_reduce (2, 4, 16) 512 B") == 2
+    assert any(line.startswith("concatenated along dim 0") and "up.weight.grad, up.bias.grad"
+               in line for line in lines)
+    assert any(line.startswith("same on every rank") and "down.bias.grad" in line
+               for line in lines)
+
+
+def test_comparison_table_rejects_mixed_layers():
+    with pytest.raises(ValueError, match="same layer"):
+        tp.comparison_table([_comparison(2), _comparison(4, kind="column")])
+    with pytest.raises(ValueError, match="Comparison"):
+        tp.comparison_table([])
+
+
 def test_compare_detects_a_wrong_layer(monkeypatch):
     """The comparison is not vacuous: a reference that differs makes it fail."""
     real = tp.reference
@@ -281,6 +318,52 @@ def test_spy_restores_torch_distributed():
 
 
 # --------------------------------------------------------------------------------- pictures
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("draw", ["draw_column_split", "draw_row_split", "draw_megatron_mlp"])
+def test_pictures_pass_the_course_figure_check(draw, t):
+    """Readable at a notebook's width: no clipped, overlapping or tiny text (course style)."""
+    import matplotlib.pyplot as plt
+
+    from course_utils import style, tp_pictures
+
+    with matplotlib.rc_context():
+        style.use()
+        fig = getattr(tp_pictures, draw)(tp=t)
+        fig.canvas.draw()
+        assert style.problems(fig, fig.canvas.get_renderer()) == []
+        assert fig.get_size_inches()[0] <= 9
+        drawn = {text.get_text() for text in fig.axes[0].texts}
+        if t <= 4:  # every block keeps its label at the sizes the lecture draws
+            assert {"W0", "X @ W1[:, r]\n(b, s, ffn/t)"} & drawn, drawn
+        plt.close(fig)
+
+
+def test_rank_colours_are_shades_of_the_tp_colour():
+    from course_utils import style, tp_pictures
+
+    assert tp_pictures.rank_colour(0, 1) != tp_pictures.rank_colour(0, 2)
+    shades = [tp_pictures.rank_colour(r, 4) for r in range(4)]
+    assert len(set(shades)) == 4 and style.AXIS_COLORS["tp"] not in ("", None)
+
+
+def test_timing_picture_checks_its_rows_and_passes_the_figure_check():
+    import matplotlib.pyplot as plt
+
+    from course_utils import style, tp_pictures
+
+    rows = [{"tokens": 256, "h": h, "ffn": 4 * h, "tp": 2, "matmul_s": m, "all_reduce_s": a}
+            for h, m, a in ((128, 4e-4, 1e-3), (256, 2e-3, 4e-4), (512, 1e-2, 5e-4))]
+    with matplotlib.rc_context():
+        style.use()
+        fig = tp_pictures.draw_comm_vs_matmul(rows)
+        fig.canvas.draw()
+        assert style.problems(fig, fig.canvas.get_renderer()) == []
+        assert "ffn = 4h, 256 tokens, 2 ranks" in fig.axes[0].get_xlabel()
+        plt.close(fig)
+    with pytest.raises(ValueError, match="timings"):
+        tp_pictures.draw_comm_vs_matmul([{"h": 128}])
 
 
 @pytest.mark.parametrize("draw", ["draw_column_split", "draw_row_split", "draw_megatron_mlp"])

@@ -197,6 +197,56 @@ def test_zero3_timeline_peak_and_prefetch(runs):
             assert (persistent, peak) == (14912, 20224)
 
 
+def test_timeline_peak_and_short_events(runs):
+    results, _ = runs[2, 0]
+    i, row = zero.timeline_peak(results[3][0]["timeline"])
+    assert row["event"] == "backward: grads of L1" and results[3][0]["timeline"][i] is row
+    events = ("step start", "forward: gather L0", "forward: prefetch L1", "forward: release L2",
+              "loss", "backward: grads of L1", "backward: reduce-scatter L0", "optimizer step")
+    assert [zero.short_event(e) for e in events] == [
+        "start", "g0", "p1", "r2", "loss", "∇1", "rs0", "Adam"]
+
+
+def test_memory_timelines_figure_passes_the_course_check(runs):
+    """The lecture's figure: gathers visible above the persistent slices, no clipped, overlapping
+    or tiny text (course_utils.style's check)."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_utils import style
+
+    results, _ = runs[2, 0]
+    with matplotlib.rc_context():
+        style.use()
+        fig = zero.draw_memory_timelines({
+            "ZeRO-3": results[3][0]["timeline"],
+            "ZeRO-3 + prefetch": results["3+prefetch"][0]["timeline"]})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fig.canvas.draw()
+        assert [str(w.message) for w in caught if issubclass(w.category, style.FigureWarning)] == []
+        for ax in fig.axes:
+            bottom, top = ax.get_ylim()
+            assert 14912 - bottom < 0.5 * (top - bottom)  # the axis starts near the slices
+            assert all(t.get_rotation() == 0 and t.get_fontsize() >= 9
+                       for t in ax.get_xticklabels())
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: zero.draw_memory_timeline([]), "non-empty"),
+    (lambda: zero.draw_memory_timeline([{"event": "loss"}]), "persistent"),
+    (lambda: zero.draw_memory_timelines({}), "non-empty"),
+])
+def test_timeline_drawing_rejects_bad_rows(call, words):
+    with pytest.raises(ValueError, match=words):
+        call()
+
+
 def test_bf16_reduction_at_four_ranks_is_close_not_exact():
     """With D > 2 a bf16 sum's order depends on the ring chunk: close, not bitwise."""
     from course_utils import launch

@@ -407,6 +407,9 @@ for _name in ("params_per_shard_b", "gb_zero3", "gb_zero1"):
     checks.check_number(_name, globals()[_name])
 _p = float(params_per_shard_b)
 assert _p < 1000, "params_per_shard_b is in billions of parameters (70 means 70 x 10**9)"
+for _name in ("gb_zero3", "gb_zero1"):  # a 70B model's state per device is far below 10**6 GB
+    assert float(globals()[_name]) < 1e6, (
+        f"{_name} = {float(globals()[_name]):g}: that looks like bytes; give GB (10**9 bytes)")
 checks.check_number("params_per_shard_b", params_per_shard_b, mistakes=[
     (70 / 32, "that splits the model over all 32 devices, but DP ranks hold copies of the "
               "model, they do not split it"),

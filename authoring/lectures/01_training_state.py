@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 1. Sizing the training state
+# # Module 1: Sizing the training state
 #
 # Before choosing a parallelism strategy, count what training has to keep in memory between
 # steps. By the end of this notebook you can estimate the persistent state of a model from its
@@ -10,9 +10,10 @@
 
 # %%
 import matplotlib.pyplot as plt
-import torch
 
-from course_utils import launch, memory
+from course_utils import launch, memory, style
+
+style.use()
 
 # %% [markdown]
 # ## The problem: the training state does not fit
@@ -70,6 +71,13 @@ for D in (1, 2, 8, 64):
 # measure, as below) before you trust a bytes-per-parameter number.
 
 # %%
+fig = memory.plot_layouts(n_params=N)
+plt.show()
+
+# %% [markdown]
+# In `course_utils.memory` each layout has a name (`memory.state_bytes(N, "fp32_sgd")`):
+
+# %%
 for name, lay_ in memory.LAYOUTS.items():
     b = memory.state_bytes(N, name)
     print(f"{name:22s} {lay_.total:2d} B/param -> 7B model: {b / memory.GB:6.1f} GB "
@@ -89,15 +97,17 @@ for name, lay_ in memory.LAYOUTS.items():
 
 # %%
 results = launch.run(memory.replica_state_bytes, 2)
-for rank, counts in enumerate(results):
-    n = counts["n_params"]
-    print(f"rank {rank}: N = {n:,} parameters")
-    for part in ("weights", "grads", "master", "optimizer"):
-        print(f"  {part:9s} {counts[part]:>9,} B = {counts[part] // n} B/param")
-    layout_bytes = counts["total"] - counts["other"]
-    print(f"  16-byte layout: {layout_bytes:,} B, formula 16 x N = {16 * n:,} B, "
-          f"equal: {layout_bytes == 16 * n}")
-    print(f"  plus {counts['other']} B of Adam step counters (4 B per parameter tensor)")
+n = results[0]["n_params"]
+print(f"{'':18s} {'rank 0':>9s} {'rank 1':>9s}  B/param")
+print(f"{'parameters N':18s} {results[0]['n_params']:>9,} {results[1]['n_params']:>9,}")
+for part in ("weights", "grads", "master", "optimizer"):
+    print(f"{part + ' (B)':18s} {results[0][part]:>9,} {results[1][part]:>9,}  "
+          f"{results[0][part] // n}")
+layout_bytes = [c["total"] - c["other"] for c in results]
+print(f"{'16-byte layout (B)':18s} {layout_bytes[0]:>9,} {layout_bytes[1]:>9,}  "
+      f"formula 16 x N = {16 * n:,} B, equal: {all(b == 16 * n for b in layout_bytes)}")
+print(f"{'step counters (B)':18s} {results[0]['other']:>9,} {results[1]['other']:>9,}  "
+      "(Adam: 4 B per parameter tensor)")
 
 # %% [markdown]
 # The measurement matches the formula to the byte, with one thing the formula leaves out:
@@ -108,22 +118,14 @@ for rank, counts in enumerate(results):
 #
 # ## How big can a model get?
 #
-# The plot shows persistent state against parameter count for each layout, with some common
-# device budgets. The state alone of a 7B model overflows every budget below 141 GB.
+# The plot shows persistent state against parameter count for three layouts, with some common
+# device budgets (grey lines). Each dot marks the largest model whose 16-byte state fits a
+# budget. The state alone of a 7B model overflows every budget below 141 GB.
 
 # %%
 budgets = {"24 GB": 24, "64 GB (lesson)": 64, "80 GB": 80, "141 GB": 141}
-counts_n = [10**e for e in torch.linspace(8, 11, 31).tolist()]
-fig, ax = plt.subplots(figsize=(7, 4))
-for name in ("mixed_adam16", "bf16_adam_no_master", "fp32_sgd"):
-    ax.loglog(counts_n, [memory.state_bytes(n, name) / memory.GB for n in counts_n], label=name)
-for label, gb in budgets.items():
-    ax.axhline(gb, ls="--", lw=0.8, color="gray")
-    ax.text(1.1e8, gb * 1.07, label, fontsize=8, color="gray")
-ax.axvline(7e9, color="black", lw=0.8)
-_ = ax.set(xlabel="parameters N", ylabel="persistent state (GB)",
-           title="Training state vs model size (before activations)")
-_ = ax.legend()
+fig = memory.plot_state_vs_size(budgets, names=("mixed_adam16", "bf16_adam_no_master",
+                                                "fp32_sgd"), mark_params=N)
 plt.show()
 
 # %%
@@ -144,5 +146,9 @@ for label, gb in budgets.items():
 # 3. Each replica still holds all 112 GB: replication multiplies throughput, not capacity.
 # Module 3 (ZeRO) shards the state instead.
 # </details>
-#
-# The graded version of these questions is assignment `a1_training_state`.
+
+# %% [markdown]
+# **Next**: assignment `a1_training_state` (in your workspace under
+# `assignments/a1_training_state/`) practises these estimates: state in GB and GiB, other
+# layouts, whether a model fits a device, and the largest model a device holds. Then
+# **Module 2: Data parallelism and the all-reduce**.

@@ -12,10 +12,14 @@
 # from point-to-point messages, count its bytes, and name what limits scaling.
 
 # %%
+import functools
+
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import collectives, data_parallel, launch, ring_allreduce
+from course_utils import collectives, data_parallel, launch, ring_allreduce, style
+
+style.use()
 
 # %% [markdown]
 # ## 1. Follow one update across two replicas
@@ -27,9 +31,10 @@ from course_utils import collectives, data_parallel, launch, ring_allreduce
 # ranks, each printing what it holds:
 
 # %%
-weights = launch.run(data_parallel.two_replica_update_worker, 2, [[2.0, 4.0], [6.0, 0.0]],
-                     [1.0, 1.0], 0.1)
-mean, expected = data_parallel.sgd_reference([[2.0, 4.0], [6.0, 0.0]], [1.0, 1.0], 0.1)
+grads, w_start, lr = [[2.0, 4.0], [6.0, 0.0]], [1.0, 1.0], 0.1
+weights = launch.run(functools.partial(data_parallel.two_replica_update_worker,
+                                       local_grads=grads, w0=w_start, lr=lr), 2)
+mean, expected = data_parallel.sgd_reference(local_grads=grads, w0=w_start, lr=lr)
 print("single process: mean gradient", mean, "-> weights", [round(v, 6) for v in expected])
 print("replicas identical:", weights[0] == weights[1])
 
@@ -48,11 +53,12 @@ print("replicas identical:", weights[0] == weights[1])
 # two real ranks (root 0 where there is one):
 
 # %%
-fig, axes = plt.subplots(5, 1, figsize=(7.5, 8.2))
+fig, axes = plt.subplots(5, 1, figsize=(8, 9.5))
 for ax, name in zip(axes, collectives.COLLECTIVES):
     before, after = collectives.run_collective(name, world_size=2, show_output=False)
-    print(f"{name:>14}: {[t.tolist() for t in before]} -> {[t.tolist() for t in after]}")
-    collectives.draw_collective(name, before, after, ax=ax)
+    print(f"{name.replace('_', '-'):>14}: {[t.tolist() for t in before]} -> "
+          f"{[t.tolist() for t in after]}")
+    collectives.draw_collective(name, before=before, after=after, ax=ax)
 plt.tight_layout()
 plt.show()
 
@@ -85,11 +91,11 @@ print("all-reduce:                    ", collectives.reference("all_reduce", x)[
 # too high) and dividing again after AVG (D times too small). Each mode on two real ranks:
 
 # %%
-synced = launch.run(data_parallel.all_normalizations_worker, 2, [[2.0, 4.0], [6.0, 0.0]],
-                    show_output=False)
+synced = launch.run(functools.partial(data_parallel.all_normalizations_worker,
+                                      local_grads=grads), 2, show_output=False)
 for mode in data_parallel.NORMALIZATIONS:
     assert synced[0][mode] == synced[1][mode]
-    print(f"{mode:>16}: every rank uses {synced[0][mode]}")
+    print(f"{style.label(mode):>16}: every rank uses {synced[0][mode]}")
 
 # %% [markdown]
 # With D = 2 the bugs are a factor of 2 either way; with D = 64 they are a factor of 64. Plain
@@ -108,16 +114,17 @@ for mode in data_parallel.NORMALIZATIONS:
 
 # %%
 X, y = data_parallel.make_regression(seed=0, n=4)
-shards = data_parallel.split_by_counts(X, y, [1, 3])
+shards = data_parallel.split_by_counts(X=X, y=y, counts=[1, 3])
 w0 = torch.zeros(2, dtype=torch.float64)
 lr, steps = 0.1, 60
 runs = {}
 for weighting in data_parallel.WEIGHTINGS:
-    print(f"--- {weighting}")
-    runs[weighting] = torch.tensor(launch.run(data_parallel.unequal_batch_worker, 2, shards, w0,
-                                              lr, steps, weighting)[0], dtype=torch.float64)
-full = data_parallel.full_batch_train(X, y, w0, lr, steps)
-reweighted = data_parallel.weighted_train(shards, w0, lr, steps)
+    print(f"--- {style.label(weighting)}")
+    worker = functools.partial(data_parallel.unequal_batch_worker, shards=shards, w0=w0, lr=lr,
+                               steps=steps, weighting=weighting)
+    runs[weighting] = torch.tensor(launch.run(worker, 2)[0], dtype=torch.float64)
+full = data_parallel.full_batch_train(X=X, y=y, w0=w0, lr=lr, steps=steps)
+reweighted = data_parallel.weighted_train(shards=shards, w0=w0, lr=lr, steps=steps)
 print("single process, full batch, step-1 gradient:",
       [round(v, 4) for v in ((w0 - full[1]) / lr).tolist()])
 torch.testing.assert_close(runs["example_weighted"], full)
@@ -132,23 +139,30 @@ print("mean-of-means DP == training on the re-weighted loss (1/2, 1/6, 1/6, 1/6)
 # %%
 for weighting in data_parallel.WEIGHTINGS:
     target = data_parallel.least_squares_minimizer(shards, weighting)
-    print(f"{weighting:>16}: after {steps} steps {[round(v, 3) for v in runs[weighting][-1].tolist()]}"
+    end = [round(v, 3) for v in runs[weighting][-1].tolist()]
+    print(f"{style.label(weighting):>16}: after {steps} steps {end}"
           f", minimum of its objective {[round(v, 3) for v in target.tolist()]}")
 loss = {k: ((X @ v[-1] - y) ** 2).mean().item() for k, v in runs.items()}
 print(f"full-data loss: example-weighted {loss['example_weighted']:.4f}, "
       f"mean of means {loss['mean_of_means']:.4f}")
 
 # %%
-fig, ax = plt.subplots(figsize=(5, 3.6))
-for weighting, style in zip(data_parallel.WEIGHTINGS, ["-", "--"]):
+fig, ax = plt.subplots(figsize=(7, 4.5))
+looks = {"example_weighted": ("weighted by example count (= full batch)",
+                              style.AXIS_COLORS["dp"], "-"),
+         "mean_of_means": ("mean of the ranks' means (re-weighted)", "0.45", "--")}
+for weighting in data_parallel.WEIGHTINGS:
+    words, color, line = looks[weighting]
     path = runs[weighting]
-    ax.plot(path[:, 0], path[:, 1], style, marker=".", label=f"DP, {weighting}")
+    ax.plot(path[:, 0], path[:, 1], line, marker=".", color=color, label=words, clip_on=False)
     target = data_parallel.least_squares_minimizer(shards, weighting)
-    ax.plot(*target.tolist(), "x", markersize=10, color=ax.lines[-1].get_color())
+    ax.plot(*target.tolist(), "x", markersize=11, mew=2, color=color, clip_on=False)
+ax.plot([], [], "x", color="black", label="minimum of that run's objective")
+ax.margins(0.08)
 _ = ax.set_xlabel("w[0]")
 _ = ax.set_ylabel("w[1]")
-_ = ax.set_title("Two data-parallel runs from w = [0, 0] (x: each objective's minimum)")
-ax.legend()
+_ = ax.set_title("Two data-parallel runs from w = [0, 0], 60 steps each")
+_ = ax.legend(loc="upper left")
 plt.show()
 
 # %% [markdown]
@@ -176,11 +190,12 @@ plt.show()
 inputs = [torch.arange(1, 8, dtype=torch.float32) * 10**r for r in range(3)]
 phases = launch.run(ring_allreduce.ring_phases_worker, 3, inputs)
 bounds = collectives.shard_bounds(7, 3)
+ints = lambda values: "[" + ", ".join(f"{v:g}" for v in values) + "]"  # noqa: E731
+print(f"{'rank':<6}{'complete after reduce-scatter':<32}after all-gather")
 for rank, (after1, after2) in enumerate(phases):
     lo, hi = bounds[(rank + 1) % 3]
-    print(f"rank {rank}: after reduce-scatter, complete shard {(rank + 1) % 3} = "
-          f"{after1[lo:hi]}; after all-gather {after2}")
-print("sum over ranks:", torch.stack(inputs).sum(0).tolist())
+    print(f"{rank:<6}{f'shard {(rank + 1) % 3} = {ints(after1[lo:hi])}':<32}{ints(after2)}")
+print(f"{'sum over ranks':<38}{ints(torch.stack(inputs).sum(0).tolist())}")
 
 # %% [markdown]
 # The same ring must work for any size and 2 to 4 ranks; `tests/test_ring_allreduce.py` checks
@@ -191,7 +206,8 @@ print("sum over ranks:", torch.stack(inputs).sum(0).tolist())
 for world_size, n in [(2, 5), (3, 100), (4, 3)]:
     g = torch.Generator().manual_seed(n)
     ins = [torch.randn(n, generator=g) for _ in range(world_size)]
-    out = launch.run(ring_allreduce.ring_worker, world_size, ins, show_output=False)
+    out = launch.run(functools.partial(ring_allreduce.ring_worker, inputs=ins), world_size,
+                     show_output=False)
     for values, _ in out:
         torch.testing.assert_close(torch.tensor(values), torch.stack(ins).sum(0))
     print(f"D={world_size}, N={n}: ring == sum on every rank: True")
@@ -206,7 +222,7 @@ for world_size, n in [(2, 5), (3, 100), (4, 3)]:
 
 # %%
 ins = [torch.ones(1000) for _ in range(4)]
-out = launch.run(ring_allreduce.ring_worker, 4, ins, show_output=False)
+out = launch.run(functools.partial(ring_allreduce.ring_worker, inputs=ins), 4, show_output=False)
 print("bytes sent per rank:", [stats["bytes_sent"] for _, stats in out])
 print("2(D-1)/D x N x 4   =", ring_allreduce.ring_bytes_per_rank(1000, 4))
 print("(sending the whole buffer once would be", 1000 * 4, "bytes; twice,", 2 * 1000 * 4, ")")
@@ -216,7 +232,7 @@ print("(sending the whole buffer once would be", 1000 * 4, "bytes; twice,", 2 * 
 # this much per step:
 
 # %%
-per_rank = ring_allreduce.ring_bytes_per_rank(7 * 10**9, 8, element_size=2)
+per_rank = ring_allreduce.ring_bytes_per_rank(numel=7 * 10**9, world_size=8, element_size=2)
 print(f"{per_rank / 1e9:.2f} GB per rank per step (2 x 7/8 x 14 GB of gradients)")
 
 # %% [markdown]
@@ -231,19 +247,32 @@ print(f"{per_rank / 1e9:.2f} GB per rank per step (2 x 7/8 x 14 GB of gradients)
 # %%
 # NBVAL_IGNORE_OUTPUT
 sizes = [2**16, 2**20, 2**22]  # bytes: 64 KiB, 1 MiB, 4 MiB of float32
-times = launch.run(ring_allreduce.bandwidth_worker, 2, sizes, 3, None, True,
-                   show_output=False)[0]
-fig, ax = plt.subplots(figsize=(5, 3.4))
-for name, label in [("gloo", "dist.all_reduce (gloo)"), ("ring", "ring, pipelined"),
-                    ("simple", "ring, textbook")]:
-    ax.plot([s / 2**20 for s in sizes], [t * 1e3 for t in times[name]], marker="o", label=label)
-    print(f"{label:>24}: " + ", ".join(f"{t * 1e3:.2f} ms" for t in times[name]))
+times = launch.run(functools.partial(ring_allreduce.bandwidth_worker, sizes_bytes=sizes,
+                                     repeats=3, include_simple=True), 2, show_output=False)[0]
+print(f"{'tensor size':>24}: " + ", ".join(f"{s // 2**10:>5} KiB" for s in sizes))
+fig, ax = plt.subplots(figsize=(7, 4.2))
+looks = [("gloo", "gloo's all-reduce", "0.3", "--", "s"),
+         ("ring", "ring, pipelined", style.AXIS_COLORS["dp"], "-", "o"),
+         ("simple", "ring, textbook", style.PHASE_COLORS["communication"], ":", "^")]
+for name, words, color, line, marker in looks:
+    ms = [t * 1e3 for t in times[name]]
+    ax.plot([s / 2**10 for s in sizes], ms, line, marker=marker, color=color, label=words,
+            clip_on=False)
+    print(f"{words:>24}: " + ", ".join(f"{t:5.2f} ms" for t in ms))
 ax.set_xscale("log")
 ax.set_yscale("log")
-_ = ax.set_xlabel("tensor size (MiB)")
+_ = ax.set_xticks([s / 2**10 for s in sizes], [f"{s // 2**10:,}" for s in sizes])
+low = min(t for name, *_ in looks for t in times[name]) * 1e3
+high = max(t for name, *_ in looks for t in times[name]) * 1e3
+ticks = [v for v in [0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500] if low / 2 <= v <= high * 2]
+_ = ax.set_yticks(ticks, [f"{v:g}" for v in ticks])
+ax.minorticks_off()
+_ = ax.set_xlim(sizes[0] / 2**10 / 1.5, sizes[-1] / 2**10 * 1.5)
+_ = ax.set_ylim(min(low / 1.5, ticks[0]), max(high * 1.5, ticks[-1]))
+_ = ax.set_xlabel("tensor size (KiB, float32)")
 _ = ax.set_ylabel("time per all-reduce (ms)")
-_ = ax.set_title("All-reduce on 2 ranks (median of 3)")
-ax.legend()
+_ = ax.set_title("All-reduce on 2 ranks (median of 3 runs)")
+_ = ax.legend(loc="upper left")
 plt.show()
 
 # %% [markdown]
@@ -262,9 +291,10 @@ plt.show()
 
 # %%
 seeds = [0, 1, 2]
-per_rank = launch.run(data_parallel.dp_compare_worker, 2, seeds, show_output=False)
+per_rank = launch.run(functools.partial(data_parallel.dp_compare_worker, seeds=seeds), 2,
+                      show_output=False)
 for seed in seeds:
-    ref_params, ref_losses = data_parallel.train_single(seed)
+    ref_params, ref_losses = data_parallel.train_single(seed=seed)
     for results in per_rank:
         for mode in ["scratch", "ddp"]:
             params, losses = results[seed, mode]
@@ -284,9 +314,11 @@ for seed in seeds:
 # A comm hook counts DDP's all-reduces; 4 micro-batches per rank, 2 ranks, global batch 16:
 
 # %%
-ref_params, _ = data_parallel.train_single(0, steps=2, global_batch=16)
+ref_params, _ = data_parallel.train_single(seed=0, steps=2, global_batch=16)
 for use_no_sync in [False, True]:
-    out = launch.run(data_parallel.accumulation_worker, 2, 0, 4, use_no_sync, show_output=False)
+    worker = functools.partial(data_parallel.accumulation_worker, seed=0, micro_batches=4,
+                               use_no_sync=use_no_sync, steps=2, global_batch=16)
+    out = launch.run(worker, 2, show_output=False)
     for r in out:
         torch.testing.assert_close(torch.tensor(r["params"]), ref_params)
     print(f"no_sync={use_no_sync!s:>5}: {out[0]['allreduces']:.0f} all-reduce(s) per step, "
@@ -307,17 +339,25 @@ for use_no_sync in [False, True]:
 # NBVAL_IGNORE_OUTPUT
 scaling = {}
 for world_size in [1, 2, 4]:
-    scaling[world_size] = launch.run(data_parallel.throughput_worker, world_size, 256, 6, 256,
-                                     threads_per_rank=1, show_output=False)[0]
+    worker = functools.partial(data_parallel.throughput_worker, per_rank_batch=256, steps=6,
+                               width=256)
+    scaling[world_size] = launch.run(worker, world_size, threads_per_rank=1,
+                                     show_output=False)[0]
     print(f"D={world_size}: {scaling[world_size]:,.0f} examples/s "
           f"({scaling[world_size] / scaling[1]:.2f}x one rank; ideal {world_size}x)")
-fig, ax = plt.subplots(figsize=(4.5, 3.2))
-ax.plot(list(scaling), list(scaling.values()), marker="o", label="measured")
-ax.plot(list(scaling), [scaling[1] * d for d in scaling], "--", label="ideal (linear)")
-_ = ax.set_xlabel("ranks D")
-_ = ax.set_ylabel("examples / s")
-_ = ax.set_xticks(list(scaling))
-ax.legend()
+ranks = list(scaling)
+fig, ax = plt.subplots(figsize=(6, 3.8))
+ax.plot(ranks, [scaling[1] * d / 1e3 for d in ranks], "--", color="0.45",
+        label="ideal (linear)")
+ax.plot(ranks, [scaling[d] / 1e3 for d in ranks], marker="o", color=style.AXIS_COLORS["dp"],
+        label="measured", clip_on=False)
+_ = ax.set_xticks(ranks, [str(d) for d in ranks])
+_ = ax.set_xlim(0.7, 4.3)
+_ = ax.set_ylim(0, scaling[1] * 4 / 1e3 * 1.1)
+_ = ax.set_xlabel("data-parallel ranks D")
+_ = ax.set_ylabel("thousand examples / s")
+_ = ax.set_title("Throughput at 256 examples per rank, 2 shared cores")
+_ = ax.legend(loc="upper left")
 plt.show()
 
 # %% [markdown]
@@ -329,18 +369,27 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-straggle = launch.run(data_parallel.straggler_worker, 2, 1, 0.2, show_output=False)
+straggle = launch.run(functools.partial(data_parallel.straggler_worker, slow_rank=1,
+                                        delay_s=0.2), 2, show_output=False)
 for rank, r in enumerate(straggle):
-    print(f"rank {rank}: compute {r['compute_s'] * 1e3:6.1f} ms, waiting in all_reduce "
+    print(f"rank {rank}: compute {r['compute_s'] * 1e3:6.1f} ms, waiting in the all-reduce "
           f"{r['wait_s'] * 1e3:6.1f} ms, step {r['step_s'] * 1e3:6.1f} ms")
-fig, ax = plt.subplots(figsize=(4.5, 2.2))
+fig, ax = plt.subplots(figsize=(7, 2.6))
 for rank, r in enumerate(straggle):
-    ax.barh(rank, r["compute_s"] * 1e3, color="tab:blue", label="compute" if rank == 0 else None)
-    ax.barh(rank, r["wait_s"] * 1e3, left=r["compute_s"] * 1e3, color="tab:red",
-            label="waiting in all_reduce" if rank == 0 else None)
+    ax.barh(rank, r["compute_s"] * 1e3, height=0.6, color=style.PHASE_COLORS["forward"],
+            label="compute" if rank == 0 else None)
+    ax.barh(rank, r["wait_s"] * 1e3, left=r["compute_s"] * 1e3, height=0.6,
+            color=style.PHASE_COLORS["wait"],
+            label="waiting in the all-reduce" if rank == 0 else None)
+    for left, width, what in [(0, r["compute_s"], "compute"),
+                              (r["compute_s"], r["wait_s"], "waiting")]:
+        if width > 0.15 * r["step_s"]:  # label the wide segments inside the bar
+            _ = ax.text((left + width / 2) * 1e3, rank, f"{what} {width * 1e3:.0f} ms",
+                        ha="center", va="center", color="white")
 _ = ax.set_yticks([0, 1], ["rank 0", "rank 1 (slow)"])
-_ = ax.set_xlabel("ms per step")
-ax.legend(loc="lower right", fontsize=8)
+_ = ax.set_ylim(1.5, -0.5)  # rank 0 on top
+_ = ax.set_xlabel("time per step (ms)")
+_ = ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)
 plt.show()
 
 # %% [markdown]
@@ -376,3 +425,10 @@ plt.show()
 #   weights; `no_sync` cuts communication during gradient accumulation.
 # * Scaling is limited by communication, stragglers, input loading and how large a global batch
 #   still trains well.
+
+# %% [markdown]
+# **Next**: assignment `a2_data_parallel` (in your workspace under
+# `assignments/a2_data_parallel/`) practises one update across replicas, where the division by D
+# goes, unequal local batches and the ring's bytes, and has you write the gradient
+# synchronization for unequal batches on real gloo ranks. Then **Module 3: ZeRO and FSDP —
+# shard the duplicated state**.

@@ -1,10 +1,11 @@
 # %% [markdown]
-# # Module 3: ZeRO and FSDP — shard the duplicated state
+# # Module 3: ZeRO and FSDP
 #
 # Plain data parallelism gives every rank a full copy of the training state. In the lesson's
 # mixed-precision Adam layout that is 16 bytes for each parameter: bf16 weights (2), bf16
 # gradients (2), an fp32 master copy (4) and two fp32 Adam moments (8). ZeRO removes the
-# duplication in three stages. With D data-parallel ranks:
+# duplication in three stages, each sharding (cutting into D slices, one per rank) more of it.
+# With D data-parallel ranks:
 #
 # | layout | what is sharded | persistent bytes per rank |
 # | --- | --- | --- |
@@ -18,9 +19,13 @@
 # model as one unsharded process, and measures the bytes each rank keeps.
 
 # %%
+import functools
+
 import matplotlib.pyplot as plt
 
-from course_utils import collectives, fsdp, launch, memory, zero
+from course_utils import collectives, fsdp, launch, memory, style, zero
+
+style.use()
 
 # %% [markdown]
 # ## 1. The table at N = 7B, D = 8
@@ -31,7 +36,7 @@ from course_utils import collectives, fsdp, launch, memory, zero
 N, D = 7e9, 8
 print(f"{'layout':<14}{'weights':>9}{'grads':>8}{'optim':>8}{'total GB':>10}{'GiB':>8}")
 for stage in memory.ZERO_STAGES:
-    b = memory.zero_state_bytes(N, D, stage)
+    b = memory.zero_state_bytes(N, dp=D, stage=stage)
     print(f"{zero.STAGE_NAMES[stage]:<14}{b['weights'] / 1e9:>9.2f}{b['grads'] / 1e9:>8.2f}"
           f"{b['optimizer'] / 1e9:>8.2f}{b['total'] / 1e9:>10.2f}{memory.to_gib(b['total']):>8.2f}")
 
@@ -41,17 +46,23 @@ for stage in memory.ZERO_STAGES:
 
 # %%
 dps = [1, 2, 4, 8, 16, 32, 64]
-fig, ax = plt.subplots(figsize=(6.5, 3.8))
+fig, ax = plt.subplots(figsize=(8, 4.2))
 for stage in memory.ZERO_STAGES:
-    gb = [memory.zero_state_bytes(N, d, stage)["total"] / 1e9 for d in dps]
+    gb = [memory.zero_state_bytes(N, dp=d, stage=stage)["total"] / 1e9 for d in dps]
     ax.plot(dps, gb, marker="o", label=zero.STAGE_NAMES[stage])
 ax.axhline(64, color="0.5", ls="--", lw=1)
-ax.text(1.05, 66, "a 64 GB device", color="0.4", fontsize=9)
+_ = ax.annotate("64 GB device", xy=(1, 64), xycoords=("axes fraction", "data"), xytext=(6, 0),
+                textcoords="offset points", va="center", color="0.3")  # beside its line
 ax.set_xscale("log", base=2)
 ax.set_yscale("log")
+_ = ax.set_xticks(dps, [str(d) for d in dps])
+_ = ax.set_yticks([2, 5, 10, 20, 50, 100], ["2", "5", "10", "20", "50", "100"])
+ax.minorticks_off()
 _ = ax.set_xlabel("data-parallel ranks D")
-_ = ax.set_ylabel("persistent GB per rank (7B, 16 B/param)")
-_ = ax.legend()
+_ = ax.set_ylabel("persistent GB per rank")
+_ = ax.set_title("7B parameters, 16 bytes each", loc="left")
+_ = ax.legend(loc="lower left")
+plt.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -69,7 +80,8 @@ grads_and_optimizer = 7e9 * 14 / 8  # 2 B gradients + 12 B master and moments, s
 print(f"weights (replicated):           {weights / 1e9:.2f} GB")
 print(f"gradients + optimizer (sharded): {grads_and_optimizer / 1e9:.2f} GB")
 print(f"ZeRO-2 per rank:                {(weights + grads_and_optimizer) / 1e9:.2f} GB")
-print(f"112/8 is the ZeRO-3 figure:      {memory.zero_state_bytes(7e9, 8, 3)['total'] / 1e9:.2f} GB")
+zero3 = memory.zero_state_bytes(7e9, dp=8, stage=3)["total"]
+print(f"112/8 is the ZeRO-3 figure:      {zero3 / 1e9:.2f} GB")
 
 # %% [markdown]
 # These are persistent bytes only. Activations, temporary buffers and (under ZeRO-3) gathered
@@ -129,13 +141,14 @@ for dp in (2, 3):
 runs = {dp: zero.run_all_stages(dp, SIZES, seed=0, reduce_dtype="bf16" if dp == 2 else "fp32")
         for dp in (2, 3)}
 reference = zero.reference_train(SIZES, seed=0, n_steps=3, dp=2, reduce_dtype="bf16")
-print("reference losses:", [round(v, 6) for v in reference["losses"]])
+print(f"{'':<14} {'losses':<32}{'same losses':<13}max |weight - reference|")
+print(f"{'reference':<14} {[round(v, 6) for v in reference['losses']]}")
 for stage in zero.STAGES:
     rank_results = runs[2][stage]
     worst = max(zero.max_abs_diff(r["params"], reference["params"]) for r in rank_results)
     same_loss = rank_results[0]["losses"] == reference["losses"]
-    print(f"{zero.STAGE_NAMES[stage]:<14} losses {[round(v, 6) for v in rank_results[0]['losses']]}"
-          f"  same losses: {same_loss}  max |weight - reference| = {worst}")
+    losses = str([round(v, 6) for v in rank_results[0]["losses"]])
+    print(f"{zero.STAGE_NAMES[stage]:<14} {losses:<32}{same_loss!s:<13}{worst}")
 
 # %% [markdown]
 # Bit for bit the same model. With 2 ranks a bf16 sum of two numbers has one rounding, in any
@@ -165,8 +178,8 @@ for dp in (2, 3):
           f"{'ideal':>10}{'padding B':>10}")
     for stage in zero.STAGES:
         got = runs[dp][stage][0]["bytes"]
-        want = zero.padded_state_bytes(units, dp, stage)["total"]
-        ideal = memory.zero_state_bytes(sum(units), dp, stage)["total"]
+        want = zero.padded_state_bytes(units, dp=dp, stage=stage)["total"]
+        ideal = memory.zero_state_bytes(sum(units), dp=dp, stage=stage)["total"]
         print(f"  {zero.STAGE_NAMES[stage]:<14}{got['weights']:>8}{got['grads']:>7}"
               f"{got['optimizer']:>7}{got['total']:>10}{want:>9}{ideal:>10.1f}{got['total'] - ideal:>10.1f}")
 
@@ -191,7 +204,7 @@ print(f"{'stage':<14}{'all-reduce':>11}{'red-scat':>9}{'all-gath':>9}{'total B':
 dp_bytes = runs[2][0][0]["comm"]["total"]
 for stage in zero.STAGES:
     c = runs[2][stage][0]["comm"]
-    want = zero.expected_comm_bytes(units, 2, stage)["total"]
+    want = zero.expected_comm_bytes(units, dp=2, stage=stage)["total"]
     print(f"{zero.STAGE_NAMES[stage]:<14}{c['all_reduce']:>11.0f}{c['reduce_scatter']:>9.0f}"
           f"{c['all_gather']:>9.0f}{c['total']:>9.0f}{want:>9.0f}{c['total'] / dp_bytes:>7.2f}")
 
@@ -202,7 +215,8 @@ for stage in zero.STAGES:
 # %%
 big = [7_000_000_000]
 for stage in zero.STAGES:
-    print(f"{zero.STAGE_NAMES[stage]:<14}{zero.expected_comm_bytes(big, 8, stage)['total'] / 1e9:6.2f} GB sent per rank per step")
+    sent = zero.expected_comm_bytes(big, dp=8, stage=stage)["total"]
+    print(f"{zero.STAGE_NAMES[stage]:<14}{sent / 1e9:6.2f} GB sent per rank per step")
 
 # %% [markdown]
 # ## 7. ZeRO-3's peak is not its persistent state
@@ -212,27 +226,21 @@ for stage in zero.STAGES:
 # full-size gradient exists until it is reduce-scattered. The engine records the bytes it holds
 # at each event of the last step (persistent slices, gathered weights, unsharded gradients;
 # activations come on top and are not counted here).
+#
+# The y-axis starts just under the persistent slices, so that the layers coming and going are
+# visible. Each tick is one event, labelled by what happened and to which layer: `g1` gathers
+# layer 1, `p1` prefetches it, `r1` releases it, `∇1` computes its gradient, `rs1`
+# reduce-scatters that gradient (and frees the layer).
 
 # %%
 timeline = runs[2][3][0]["timeline"]
 prefetched = runs[2]["3+prefetch"][0]["timeline"]
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
-for ax, rows, title in [(axes[0], timeline, "ZeRO-3"), (axes[1], prefetched, "ZeRO-3 + prefetch")]:
-    xs = range(len(rows))
-    persistent = [r["persistent"] for r in rows]
-    gathered = [r["gathered weights"] for r in rows]
-    grads = [r["unsharded grads"] for r in rows]
-    ax.stackplot(xs, persistent, gathered, grads, step="post",
-                 labels=["persistent slices", "gathered weights", "unsharded grads"])
-    _ = ax.set_xticks(list(xs), [r["event"] for r in rows], rotation=90, fontsize=7)
-    _ = ax.set_title(title)
-_ = axes[0].set_ylabel("bytes held by rank 0")
-_ = axes[0].legend(loc="lower left", fontsize=8)
+fig = zero.draw_memory_timelines({"ZeRO-3": timeline, "ZeRO-3 + prefetch": prefetched})
 plt.show()
 for name, rows in [("ZeRO-3", timeline), ("ZeRO-3 + prefetch", prefetched)]:
-    totals = [r["persistent"] + r["gathered weights"] + r["unsharded grads"] for r in rows]
-    peak = rows[totals.index(max(totals))]
-    print(f"{name:<18} persistent {rows[0]['persistent']} B, peak {max(totals)} B at '{peak['event']}'")
+    _, peak = zero.timeline_peak(rows)
+    total = sum(peak[kind] for kind in zero.TIMELINE_KINDS)
+    print(f"{name:<18} persistent {rows[0]['persistent']} B, peak {total} B at '{peak['event']}'")
 
 # %% [markdown]
 # The peak is the persistent slices plus the largest layer gathered in full plus its unsharded
@@ -249,13 +257,16 @@ for name, rows in [("ZeRO-3", timeline), ("ZeRO-3 + prefetch", prefetched)]:
 # so the shards are uneven. It trains the same model as single-process Adam:
 
 # %%
-zro = launch.run(fsdp.zero_redundancy_worker, 2, SIZES, 0, 3, timeout_s=180)
+zro = launch.run(functools.partial(fsdp.zero_redundancy_worker, sizes=SIZES, seed=0, n_steps=3),
+                 2, timeout_s=180)
 ref32 = fsdp.reference_adam(SIZES, seed=0, n_steps=3, dp=2)
 even = 8 * sum(units) / 2
+print(f"even split of the Adam moments: {even:.0f} B per rank")
+print(f"{'rank':<6}{'owns':<42}{'params':>7}{'moments B':>11}  max |weight - reference|")
 for rank, r in enumerate(zro):
-    print(f"rank {rank}: owns {r['owned']}: {r['owned_numel']} params, "
-          f"Adam moments {r['adam_bytes']} B (even split: {even:.0f} B), "
-          f"max |weight - reference| = {zero.max_abs_diff(r['params'], ref32['params'])}")
+    worst = zero.max_abs_diff(r["params"], ref32["params"])
+    owned = ", ".join(r["owned"])
+    print(f"{rank:<6}{owned:<42}{r['owned_numel']:>7}{r['adam_bytes']:>11}  {worst}")
 
 # %% [markdown]
 # Our flat-buffer ZeRO-1 gives each rank exactly 1/D of the optimizer state (plus at most
@@ -273,19 +284,27 @@ for rank, r in enumerate(zro):
 # fewer but full weights held through the step, as ZeRO-2 holds them.
 
 # %%
-fsdp_runs = {raf: launch.run(fsdp.fsdp2_worker, 2, SIZES, 0, raf, 3, timeout_s=180)
+fsdp_runs = {raf: launch.run(functools.partial(fsdp.fsdp2_worker, sizes=SIZES, seed=0,
+                                               reshard_after_forward=raf, n_steps=3),
+                             2, timeout_s=180)
              for raf in (True, False)}
 r0 = fsdp_runs[True][0]
-print("rank 0 shard shapes:", r0["local_shapes"])
-print("rank 0 bytes:", {k: r0["bytes"][k] for k in ("weights", "grads", "optimizer")},
-      "=", r0["bytes"]["weights"] + r0["bytes"]["grads"] + r0["bytes"]["optimizer"],
-      "| from-scratch ZeRO-3:", runs[2][3][0]["bytes"]["total"])
+print("rank 0 shard shapes:", ", ".join(f"{n} {'×'.join(map(str, shape))}"
+                                      for n, shape in r0["local_shapes"].items()))
+b, ours = r0["bytes"], runs[2][3][0]["bytes"]["total"]
+print(f"rank 0 bytes: weights {b['weights']} + grads {b['grads']} + optimizer {b['optimizer']} = "
+      f"{b['weights'] + b['grads'] + b['optimizer']} (from-scratch ZeRO-3: {ours})")
+print(f"{'one step':<34}{'all-gathers':>12}{'reduce-scatters':>16}{'held fwd->bwd':>15}"
+      f"  max |weight - reference|")
 for raf, res in fsdp_runs.items():
-    print(f"reshard_after_forward={raf!s:<5}: {res[0]['comm_counts']}, weights held between "
-          f"forward and backward {res[0]['held_after_forward']} B, "
-          f"max |weight - reference| = {zero.max_abs_diff(res[0]['params'], ref32['params'])}")
+    c, worst = res[0]["comm_counts"], zero.max_abs_diff(res[0]["params"], ref32["params"])
+    name = f"FSDP2 reshard_after_forward={raf}"
+    print(f"{name:<34}{c['all_gather']:>12}{c['reduce_scatter']:>16}"
+          f"{res[0]['held_after_forward']:>13} B  {worst}")
 for stage in (2, 3):
-    print(f"from-scratch {zero.STAGE_NAMES[stage]}: {runs[2][stage][0]['comm_counts']}")
+    c, name = runs[2][stage][0]["comm_counts"], "from-scratch " + zero.STAGE_NAMES[stage]
+    print(f"{name:<34}{c['all_gather']:>12}{c['reduce_scatter']:>16}"
+          f"{'':>15}  (all-reduces: {c['all_reduce']})")
 
 # %% [markdown]
 # `reshard_after_forward=True` issues 6 all-gathers per step for 3 layers (forward and backward),
@@ -298,7 +317,10 @@ for stage in (2, 3):
 # 16-byte layout rounds them to bf16, so the losses agree to about four digits:
 
 # %%
-fsdp_mp = launch.run(fsdp.fsdp2_worker, 2, SIZES, 0, True, 3, 4, 1e-2, True, timeout_s=180)
+fsdp_mp = launch.run(functools.partial(fsdp.fsdp2_worker, sizes=SIZES, seed=0,
+                                        reshard_after_forward=True, n_steps=3, micro_batch=4,
+                                        lr=1e-2, mixed_precision=True),
+                     2, timeout_s=180)
 print("FSDP2 bf16:          ", [round(v, 4) for v in fsdp_mp[0]["losses"]])
 print("from-scratch ZeRO-3: ", [round(v, 4) for v in runs[2][3][0]["losses"]])
 
@@ -314,3 +336,9 @@ print("from-scratch ZeRO-3: ", [round(v, 4) for v in runs[2][3][0]["losses"]])
 #   prefetching adds another gathered layer.
 # * `ZeroRedundancyOptimizer` shards whole parameters (uneven); FSDP2 shards every parameter by
 #   rows, and `reshard_after_forward` trades an all-gather for memory.
+
+# %% [markdown]
+# **Next**: the assignment `a3_zero` (in your workspace under `assignments/a3_zero/`) practises
+# ZeRO's memory accounting for any N and D, picks the smallest stage that fits a device, and has
+# you write one rank's sharded Adam update from a reduce-scattered gradient, run on real ranks.
+# Then **Module 4: Tensor parallelism** splits a single layer's matrices across devices.

@@ -1,11 +1,11 @@
 # %% [markdown]
-# # Module 4: Tensor parallelism — split one layer, check it against one device
+# # Module 4: Tensor parallelism
 #
-# Data parallelism copies the whole model to every rank. Tensor parallelism (TP) splits the
-# matrices *inside* a layer, so every rank holds a fraction of each weight and all ranks work on
-# the **same** examples. The lesson makes three claims; this notebook turns each into something
-# that runs on real processes (gloo ranks on this machine) and is checked against the
-# single-device layer:
+# Split one layer across ranks, and check it against one device. Data parallelism copies the
+# whole model to every rank. Tensor parallelism (TP) splits the matrices *inside* a layer, so
+# every rank holds a fraction of each weight and all ranks work on the **same** examples. The
+# lesson makes three claims; this notebook turns each into something that runs on real
+# processes (gloo ranks on this machine) and is checked against the single-device layer:
 #
 # 1. Splitting the columns of `W` in `Y = X W` lets each rank compute different output features.
 # 2. How the pieces are combined depends on the split and on the next operation: not every layer
@@ -24,13 +24,15 @@
 # `torch.testing.assert_close` over two seeds; if any tensor differed, the cell would raise.
 
 # %%
+import functools
 import inspect
 
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import launch, tensor_parallel as tp, tp_pictures as pics
+from course_utils import launch, style, tensor_parallel as tp, tp_pictures as pics
 
+style.use()
 torch.manual_seed(0)
 print("torch", torch.__version__)
 
@@ -53,17 +55,16 @@ plt.show()
 # and the backward pass (loss `sum(Y * dY)` for a random `dY`), and returns its local tensors.
 # The parent process runs the unsplit layer and compares every tensor: outputs, the gradient of
 # the input, and the gradients of the weight shards (concatenated back in rank order).
+# `tp.comparison_table` puts the runs on 2 and on 4 ranks side by side: rank 0's parameter
+# shapes, the collectives rank 0 issued (with the shape and bytes of their result), and, in the
+# last rows, how the ranks' tensors give the single-device tensor.
 
 # %%
-for t in (2, 4):
-    column = tp.compare("column", t)
-    print(column.summary())
-    print("  local parameter shapes on rank 0:", column.shapes[0])
-    print("  collectives on rank 0:")
-    print(tp.format_comms(column.comms[0]))
+columns = [tp.compare("column", t) for t in (2, 4)]
+print(tp.comparison_table(columns))
 
 # %% [markdown]
-# Read the output: with `t = 2` each rank's weight is `(16, 16)` in `Y = X W` layout (half of 32
+# Read the table: with `t = 2` each rank's weight is `(16, 16)` in `Y = X W` layout (half of 32
 # output features); with `t = 4` it is `(16, 8)`. `y_local` (each rank's own features,
 # concatenated) already equals the single-device output before any communication: the
 # all-gather only moves data. The backward pass needs one all-reduce for `dL/dX`: each rank's
@@ -84,12 +85,8 @@ _ = pics.draw_row_split(tp=2, tokens=8, h_in=32, h_out=16)
 plt.show()
 
 # %%
-for t in (2, 4):
-    row = tp.compare("row", t)
-    print(row.summary())
-    print("  local parameter shapes on rank 0:", row.shapes[0])
-    print("  collectives on rank 0:")
-    print(tp.format_comms(row.comms[0]))
+rows = [tp.compare("row", t) for t in (2, 4)]
+print(tp.comparison_table(rows))
 
 # %% [markdown]
 # Each rank's `partial` is a full `(2, 4, 16)` tensor, and only their **sum** equals `X @ W`.
@@ -124,11 +121,16 @@ for t in (2, 4):
 #   all-reduces the partial sums; the backward pass is the identity, because
 #   `Y = sum_r P_r` gives `dL/dP_r = dL/dY` on every rank.
 #
-# The forward of one is the backward of the other. Here they are, as used by every layer below:
+# The forward of one is the backward of the other. Here is the line each pass of each operator
+# returns, read from `course_utils/tensor_parallel.py` (`_all_reduce` all-reduces a copy of the
+# tensor over the TP group and records the collective; `x.view_as(x)` is the identity, a view of
+# the same data):
 
 # %%
-print(inspect.getsource(tp.CopyToTensorParallel))
-print(inspect.getsource(tp.ReduceFromTensorParallel))
+for op in (tp.CopyToTensorParallel, tp.ReduceFromTensorParallel):
+    for phase in ("forward", "backward"):
+        returned = inspect.getsource(getattr(op, phase)).strip().splitlines()[-1].strip()
+        print(f"{op.__name__ + '.' + phase:<34} {returned}")
 
 # %% [markdown]
 # ## 5. The Megatron MLP: column-parallel, then row-parallel
@@ -144,13 +146,8 @@ _ = pics.draw_megatron_mlp(tp=2)
 plt.show()
 
 # %%
-mlp_runs = {}
-for t in (2, 4):
-    mlp = mlp_runs[t] = tp.compare("mlp", t)
-    print(mlp.summary())
-    print("  local parameter shapes on rank 0:", mlp.shapes[0])
-    print("  collectives on rank 0:")
-    print(tp.format_comms(mlp.comms[0]))
+mlp_runs = {t: tp.compare("mlp", t) for t in (2, 4)}
+print(tp.comparison_table(mlp_runs.values()))
 
 # %% [markdown]
 # One all-reduce forward, one backward, on 2 ranks and on 4, and every output and gradient
@@ -167,12 +164,8 @@ for t in (2, 4):
 # three column slices are stored side by side in one `qkv` weight so that one f covers them.
 
 # %%
-for t in (2, 4):
-    attention = tp.compare("attention", t, cfg={"h": 16, "n_heads": 4})
-    print(attention.summary())
-    print("  local parameter shapes on rank 0:", attention.shapes[0])
-    print("  collectives on rank 0:")
-    print(tp.format_comms(attention.comms[0]))
+attentions = [tp.compare("attention", t, cfg={"h": 16, "n_heads": 4}) for t in (2, 4)]
+print(tp.comparison_table(attentions))
 
 # %% [markdown]
 # With 4 heads of width 4: on 2 ranks each rank owns 2 heads (`qkv` is `(16, 3 * 8)`), on 4
@@ -187,29 +180,25 @@ for t in (2, 4):
 # same single-device MLP; `CommDebugMode` counts the collectives DTensor issues.
 
 # %%
-dtensor_runs = {}
-for t in (2, 4):
-    dt = dtensor_runs[t] = tp.compare("dtensor_mlp", t)
-    print(dt.summary())
-    print("  placements:", dt.extra["placements"])
-    print("  local shard shapes on rank 0 (nn.Linear layout):", dt.shapes[0])
-    print("  collectives counted by CommDebugMode:", dt.extra["comm_counts"])
+dtensor_runs = {t: tp.compare("dtensor_mlp", t) for t in (2, 4)}
+print(tp.comparison_table(dtensor_runs.values()))
 
 # %% [markdown]
 # DTensor's local shards are the from-scratch shards, transposed: `ColwiseParallel` puts
 # `Shard(0)` on `up.weight` because `nn.Linear.weight` is `W1` transposed, `(ffn, h)`, so
 # splitting its dim 0 is splitting `W1` by columns. `RowwiseParallel` puts `Shard(1)` on
 # `down.weight` and keeps `down.bias` replicated (added once, after the all-reduce). It issues
-# the same one all-reduce forward and one backward. The cell below checks that the shapes are the
-# from-scratch shapes transposed:
+# the same one all-reduce forward and one backward (the collective rows, as counted by
+# `CommDebugMode`). The cell below checks that the shapes are the from-scratch shapes
+# transposed:
 
 # %%
+print(f"{'rank 0':<16} {'from scratch (Y = X W layout)':<31} DTensor to_local() (nn.Linear)")
 for t in (2, 4):
     scratch, dtensor = mlp_runs[t].shapes[0], dtensor_runs[t].shapes[0]
     for name in ("up.weight", "down.weight"):
         assert dtensor[name] == scratch[name][::-1]
-        print(f"t={t} {name:<12} from scratch (Y = X W layout): {scratch[name]}   "
-              f"DTensor to_local(): {dtensor[name]}")
+        print(f"t={t} {name:<12} {str(scratch[name]):<31} {dtensor[name]}")
 
 # %% [markdown]
 # ## 8. Communication per layer, in bytes
@@ -231,7 +220,9 @@ for t in (2, 4):
 counted = [e.nbytes for e in mlp_runs[4].comms[0]]  # the MLP run on 4 ranks
 model = tp.tp_comm_bytes(b=2, s=4, h=16, tp=4, dtype=torch.float32, layer="mlp")
 print("counted on rank 0:", counted)
-print("formula          :", model)
+print(f"formula          : {model['all_reduces_forward']} all-reduce forward + "
+      f"{model['all_reduces_backward']} backward, {model['payload_bytes']} B each; "
+      f"a ring sends {model['ring_bytes_sent_per_rank']:.0f} B per rank")
 assert counted == [model["payload_bytes"]] * 2
 assert sum(counted) == model["forward_bytes"] + model["backward_bytes"]
 
@@ -242,7 +233,7 @@ assert sum(counted) == model["forward_bytes"] + model["backward_bytes"]
 # %%
 for cfg in ({"b": 2, "ffn": 32}, {"b": 2, "ffn": 128}, {"b": 4, "ffn": 32}):
     run = tp.compare("mlp", 2, seeds=(0,), cfg=cfg)
-    params = tp.mlp_param_count(16, cfg["ffn"])
+    params = tp.mlp_param_count(h=16, ffn=cfg["ffn"])
     sent = sum(e.nbytes for e in run.comms[0])
     print(f"b={cfg['b']} ffn={cfg['ffn']:>3}: {params:>5} parameters, "
           f"{sent:>5} bytes all-reduced per rank (fwd + bwd)")
@@ -253,12 +244,12 @@ for cfg in ({"b": 2, "ffn": 32}, {"b": 2, "ffn": 128}, {"b": 4, "ffn": 32}):
 
 # %%
 b, s, h, t, layers = 1, 4096, 4096, 8, 32
-block = tp.tp_comm_bytes(b, s, h, t, "bf16", layer="block")
+block = tp.tp_comm_bytes(b=b, s=s, h=h, tp=t, dtype="bf16", layer="block")
 print(f"payload of one all-reduce       : {block['payload_bytes'] / 2**20:.0f} MiB")
 print(f"all-reduces per block (fwd, bwd): {block['all_reduces_forward']}, "
       f"{block['all_reduces_backward']}")
 print(f"sent per rank per block (ring)  : {block['ring_bytes_sent_per_rank'] / 1e6:.1f} MB")
-print(f"sent per rank, {layers} blocks      : "
+print(f"sent per rank, {layers} blocks        : "
       f"{layers * block['ring_bytes_sent_per_rank'] / 1e9:.2f} GB per sequence")
 print(f"pipeline boundary, one direction: {b * s * h * 2 / 2**20:.0f} MiB per boundary")
 
@@ -276,23 +267,16 @@ print(f"pipeline boundary, one direction: {b * s * h * 2 / 2**20:.0f} MiB per bo
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-sizes = [(256, 128, 512), (256, 256, 1024), (256, 512, 2048)]
-timings = launch.run(tp.time_comm_vs_matmul, 2, sizes, 3, timeout_s=120)[0]
+sizes = [(256, 128, 512), (256, 256, 1024), (256, 512, 2048)]  # (tokens, h, ffn)
+timings = launch.run(functools.partial(tp.time_comm_vs_matmul, sizes=sizes, repeats=3), 2,
+                     timeout_s=120)[0]
 for row in timings:
-    flops = row["matmul_flops"] / row["matmul_s"]
+    flops, ratio = row["matmul_flops"] / row["matmul_s"], row["all_reduce_s"] / row["matmul_s"]
     print(f"h={row['h']:>4}: matmuls {row['matmul_s'] * 1e3:7.2f} ms "
           f"({flops / 1e9:5.1f} GFLOP/s), all-reduce {row['all_reduce_s'] * 1e3:6.2f} ms "
-          f"({row['all_reduce_bytes'] / 1e6:.2f} MB), comm/matmul {row['all_reduce_s'] / row['matmul_s']:.3f}")
+          f"({row['all_reduce_bytes'] / 1e6:.2f} MB), comm/matmul {ratio:.3f}")
 
-fig, ax = plt.subplots(figsize=(6, 3.2))
-hs = [row["h"] for row in timings]
-ax.plot(hs, [row["matmul_s"] * 1e3 for row in timings], "o-", label="matmuls (per rank)")
-ax.plot(hs, [row["all_reduce_s"] * 1e3 for row in timings], "s-", label="all-reduce")
-ax.set_xscale("log", base=2)
-ax.set_yscale("log")
-_ = ax.set_xlabel("hidden size h (ffn = 4h, 256 tokens)")
-_ = ax.set_ylabel("ms")
-_ = ax.legend()
+_ = pics.draw_comm_vs_matmul(timings)
 plt.show()
 
 # %% [markdown]
@@ -310,14 +294,16 @@ plt.show()
 
 # %%
 for name, link in (("fast in-node link, 450 GB/s", 450e9), ("network link,     50 GB/s", 50e9)):
-    ratio = tp.mlp_comm_to_compute(4096, 8, "bf16", 1e15, link)
+    ratio = tp.mlp_comm_to_compute(h=4096, tp=8, dtype="bf16", flops_per_s=1e15,
+                                   link_bytes_per_s=link)
     print(f"{name}: comm / matmul = {ratio:.2f}  (h=4096, t=8, bf16)")
 
 # %% [markdown]
 # With these assumptions the all-reduces already take about as long as the matmuls on the fast
 # link and over eight times longer on the slow one. They are also hard to hide: each one blocks
-# the next layer, unless the framework cuts the matmuls into pieces to overlap them. That is why TP is usually kept inside the group of devices joined by
-# the fastest links, and data or pipeline parallelism spans the slower ones.
+# the next layer, unless the framework cuts the matmuls into pieces to overlap them. That is why
+# TP is usually kept inside the group of devices joined by the fastest links, and data or
+# pipeline parallelism spans the slower ones.
 #
 # The model is only a first guess. It ignores per-message latency (which dominates small
 # all-reduces), what the collective library and topology really deliver, contention with other
@@ -333,6 +319,9 @@ for name, link in (("fast in-node link, 450 GB/s", 450e9), ("network link,     5
 #   collective runs between them? (None.)
 # * Why must a row-parallel layer's bias be added after the all-reduce?
 # * Doubling `ffn` doubles an MLP's parameters. What happens to its TP communication? (Nothing.)
-#
-# The assignment asks for shard shapes, the right collective, bytes per layer, and a
-# row-parallel forward that runs on real ranks.
+
+# %% [markdown]
+# **Next.** The assignment `a4_tensor_parallel` (in your workspace under
+# `assignments/a4_tensor_parallel/`) practises this module: shard shapes, the right collective
+# for each split, bytes per layer, and a row-parallel forward that runs on real ranks. Then
+# Module 5: Pipeline parallelism, which splits the model by layers instead of inside them.

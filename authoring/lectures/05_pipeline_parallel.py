@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 5. Pipeline parallelism: bubbles simulated, drawn and measured
+# # Module 5: Pipeline parallelism
 #
 # Pipeline parallelism (PP) cuts a model into consecutive groups of layers, called *stages*, and
 # puts each stage on its own rank. Only two kinds of tensor cross a stage boundary: activations
@@ -24,12 +24,16 @@
 # optimizer step. Ranks and microbatches are numbered from 0.
 
 # %%
+import functools
+
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import launch
+from course_utils import launch, style
 from course_utils import pipeline_parallel as pp
 from course_utils import pipeline_schedule as ps
+
+style.use()
 
 # %% [markdown]
 # ## Layers split into stages
@@ -109,17 +113,23 @@ print("P=8 needs:", ps.min_microbatches(8, 0.10))
 # * **Interleaved 1F1B** (Megatron-LM): each rank holds v non-consecutive *chunks* of layers
 #   (chunk c of rank r is virtual stage c·P + r), so a microbatch visits every rank v times.
 #   Each chunk does 1/v of the rank's work.
+#
+# In the charts below, forwards are blue and backwards green, each box labelled by its
+# microbatch; in the interleaved chart the lighter shade is a rank's second chunk.
 
 # %%
 P, M = 4, 8
 timelines = {
-    "gpipe": ps.simulate("gpipe", P, M),
-    "1f1b": ps.simulate("1f1b", P, M),
-    "interleaved": ps.simulate("interleaved", P, M, v=2),
+    "gpipe": ps.simulate("gpipe", p=P, m=M),
+    "1f1b": ps.simulate("1f1b", p=P, m=M),
+    "interleaved": ps.simulate("interleaved", p=P, m=M, v=2),
 }
-fig, axes = plt.subplots(3, 1, figsize=(11, 7), sharex=True)
-for ax, tl in zip(axes, timelines.values()):
-    ps.draw_timeline(tl, ax=ax)
+longest = max(tl.makespan for tl in timelines.values())  # one time scale for all three
+fig, axes = plt.subplots(3, 1, figsize=(9, 8.5), sharex=True)
+for k, (ax, tl) in enumerate(zip(axes, timelines.values())):
+    ps.draw_timeline(tl, ax=ax, tmax=longest, legend=k in (0, 2))
+    if k < 2:
+        ax.set_xlabel("")
 fig.tight_layout()
 plt.show()
 
@@ -127,7 +137,7 @@ plt.show()
 for name, tl in timelines.items():
     print(f"{name:12s} idle {tl.idle_fraction():.4f}   makespan {tl.makespan:.0f} units")
 print(f"formula (P-1)/(m+P-1)      = {ps.bubble_fraction(P, M):.4f}")
-print(f"formula (P-1)/(v*m+P-1), v=2 = {ps.interleaved_bubble_fraction(P, M, 2):.4f}")
+print(f"formula (P-1)/(v*m+P-1), v=2 = {ps.interleaved_bubble_fraction(p=P, m=M, v=2):.4f}")
 
 # %% [markdown]
 # With balanced stages, GPipe and 1F1B have exactly the formula's idle fraction: 1F1B
@@ -160,11 +170,11 @@ cases = [
 ]
 print(f"{'P=4, m=8':34s} {'gpipe':>7s} {'1f1b':>7s}")
 for label, kw in cases:
-    g, o = (ps.simulate(s, 4, 8, **kw).idle_fraction() for s in ("gpipe", "1f1b"))
+    g, o = (ps.simulate(s, p=4, m=8, **kw).idle_fraction() for s in ("gpipe", "1f1b"))
     print(f"{label:34s} {g:7.1%} {o:7.1%}")
 
 # %%
-imbalanced = ps.simulate("1f1b", 4, 8, backward_ratio=2.0, stage_times=[1, 1, 2, 1])
+imbalanced = ps.simulate("1f1b", p=4, m=8, backward_ratio=2.0, stage_times=[1, 1, 2, 1])
 ps.draw_timeline(imbalanced, title="1F1B, backward = 2x forward, rank 2 twice as slow")
 plt.show()
 print("idle per rank:", [f"{x:.1%}" for x in imbalanced.rank_idle_fractions()])
@@ -185,7 +195,7 @@ print("idle per rank:", [f"{x:.1%}" for x in imbalanced.rank_idle_fractions()])
 # %%
 print(f"{'peak activations held per rank':32s}  m=8                     m=32")
 for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
-    peaks = [ps.simulate(name, 4, m, v=v).peak_activations() for m in (8, 32)]
+    peaks = [ps.simulate(name, p=4, m=m, v=v).peak_activations() for m in (8, 32)]
     print(f"{name:32s}  {str(peaks[0]):22s}  {peaks[1]}")
 
 # %% [markdown]
@@ -212,7 +222,7 @@ for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
 # %%
 def max_diff(results, seed, p, m, microbatch):
     """Largest |difference| of loss and grads between a pipeline run and one process."""
-    loss, grads = pp.reference_step(seed, m * microbatch, 16, 4, p)
+    loss, grads = pp.reference_step(seed=seed, batch=m * microbatch, width=16, depth=4, p=p)
     worst = abs(results[-1]["loss"] - loss)
     for rank in range(p):
         for got, want in zip(results[rank]["grads"], grads[rank]):
@@ -223,10 +233,12 @@ def max_diff(results, seed, p, m, microbatch):
 scratch = {}
 for schedule in ("gpipe", "1f1b"):
     for p in (2, 4):
-        runs = [launch.run(pp.pipeline_worker, p, schedule, 4, seed, 3, 16, 4, timeout_s=60,
-                           show_output=False) for seed in (0, 1)]
+        runs = [launch.run(functools.partial(pp.pipeline_worker, schedule=schedule, m=4,
+                                             seed=seed, microbatch=3, width=16, depth=4),
+                           p, timeout_s=60, show_output=False) for seed in (0, 1)]
         scratch[schedule, p] = runs[0]
-        worst = max(max_diff(res, seed, p, 4, 3) for seed, res in zip((0, 1), runs))
+        worst = max(max_diff(res, seed=seed, p=p, m=4, microbatch=3)
+                    for seed, res in zip((0, 1), runs))
         print(f"send/recv {schedule:5s} P={p}: matches one process (max |diff| < 1e-6):",
               worst < 1e-6)
 
@@ -240,12 +252,13 @@ for schedule in ("gpipe", "1f1b"):
 for schedule in ("gpipe", "1f1b"):
     for p in (2, 4):
         mine = scratch[schedule, p]
-        theirs = launch.run(pp.torch_pipeline_worker, p, schedule, 4, 0, 3, 16, 4, timeout_s=60,
-                            show_output=False)
+        theirs = launch.run(functools.partial(pp.torch_pipeline_worker, schedule=schedule, m=4,
+                                              seed=0, microbatch=3, width=16, depth=4),
+                            p, timeout_s=60, show_output=False)
         same = all(torch.allclose(torch.as_tensor(a), torch.as_tensor(b), atol=1e-6)
                    for r in range(p) for a, b in zip(mine[r]["grads"], theirs[r]["grads"]))
         print(f"torch.distributed.pipelining {schedule:5s} P={p}: matches one process:",
-              max_diff(theirs, 0, p, 4, 3) < 1e-6, "| matches send/recv:", same)
+              max_diff(theirs, seed=0, p=p, m=4, microbatch=3) < 1e-6, "| matches send/recv:", same)
 
 # %% [markdown]
 # ## Measuring the bubble
@@ -265,25 +278,27 @@ for schedule in ("gpipe", "1f1b"):
 # %%
 # NBVAL_IGNORE_OUTPUT
 measured = {p: pp.measure_bubble(p, [1, 2, 4, 8, 16], op_time_s=0.01, steps=2) for p in (2, 4)}
-print(" P   m   formula  measured")
-for p, rows in measured.items():
-    for row in rows:
-        print(f"{p:2d} {row['m']:3d}   {row['formula']:7.3f}  {row['measured']:8.3f}")
+print(f"{'':5s}{'P=2 formula':>12s}{'measured':>10s}{'P=4 formula':>14s}{'measured':>10s}")
+for row2, row4 in zip(measured[2], measured[4]):
+    print(f"m={row2['m']:<3d}{row2['formula']:12.3f}{row2['measured']:10.3f}"
+          f"{row4['formula']:14.3f}{row4['measured']:10.3f}")
 
 # %%
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.6))
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 7), height_ratios=[1.2, 1])
+shades = {2: "#a9d3b4", 4: style.AXIS_COLORS["pp"]}  # the pipeline axis's colour, P=2 lighter
 for p, rows in measured.items():
     ms = [row["m"] for row in rows]
-    line, = ax1.plot(ms, [row["formula"] for row in rows], "--", label=f"formula P={p}")
-    ax1.plot(ms, [row["measured"] for row in rows], "o-", color=line.get_color(),
-             label=f"measured P={p}")
+    ax1.plot(ms, [row["formula"] for row in rows], "--", color=shades[p], label=f"P={p}, formula")
+    ax1.plot(ms, [row["measured"] for row in rows], "o-", color=shades[p],
+             label=f"P={p}, measured")
 ax1.set_xscale("log", base=2)
+ax1.set_xticks(ms, [str(m) for m in ms])
+ax1.set_ylim(0, 0.85)
 ax1.set_xlabel("microbatches m")
 ax1.set_ylabel("idle fraction")
-ax1.legend()
-_ = ax1.set_title("GPipe bubble: formula vs measured (gloo ranks)")
-ps.draw_timeline(measured[4][2]["timeline"], ax=ax2,
-                 title="measured timeline, P=4, m=4 (seconds)")
+ax1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, borderaxespad=0.0)
+_ = ax1.set_title("GPipe bubble on gloo ranks: formula vs measured")
+ps.draw_timeline(measured[4][2]["timeline"], ax=ax2, title="measured timeline, P=4, m=4")
 ax2.set_xlabel("seconds")
 fig.tight_layout()
 plt.show()
@@ -310,9 +325,11 @@ for b, g in zip(sizes, gflops):
 print(f"b=256 vs b=1: {gflops[-1] / gflops[0]:.0f}x")
 
 # %%
-plt.figure(figsize=(5, 3))
-plt.plot(sizes, gflops, "o-")
+plt.figure(figsize=(6, 3.5))
+plt.plot(sizes, gflops, "o-", color=style.PHASE_COLORS["forward"])
 plt.xscale("log", base=2)
+plt.xticks(sizes, [str(b) for b in sizes])
+plt.ylim(0, max(gflops) * 1.15)
 plt.xlabel("rows per microbatch")
 plt.ylabel("GFLOP/s (1 core)")
 _ = plt.title("matmul throughput vs microbatch size")
@@ -336,11 +353,12 @@ plt.show()
 # accumulation steps: their gradients are summed before the optimizer runs.
 
 # %%
-print("2 examples x 16 accumulation steps x DP 4 =", ps.effective_batch(2, 16, 4))
+print("2 examples x 16 accumulation steps x DP 4 =",
+      ps.effective_batch(microbatch_size=2, accumulation_steps=16, dp=4))
 for tp, pp_degree, dp in ((1, 1, 4), (4, 2, 4), (8, 4, 4)):
     devices = tp * pp_degree * dp
     print(f"TP={tp} PP={pp_degree} DP={dp} ({devices:3d} devices): effective batch "
-          f"{ps.effective_batch(2, 16, dp)}")
+          f"{ps.effective_batch(microbatch_size=2, accumulation_steps=16, dp=dp)}")
 
 # %% [markdown]
 # The 32-device mesh TP=4, PP=2, DP=4 trains on 128 examples per step, the same as 4 plain
@@ -349,15 +367,17 @@ for tp, pp_degree, dp in ((1, 1, 4), (4, 2, 4), (8, 4, 4)):
 #
 # ## Closing note: measured vs formula
 #
-# The table repeats the measurement above, GPipe on real gloo ranks with 10 ms forwards and
-# 20 ms backwards. `benchmarks/pipeline_bubble.py` runs the same measurement with more steps,
-# for both from-scratch and `torch.distributed.pipelining`.
+# The measurement above ran GPipe on real gloo ranks with 10 ms forwards and 20 ms backwards.
+# Its gap to the formula grows with m, because every extra op pays for a message and a wake-up:
+# `benchmarks/pipeline_bubble.py` runs the same measurement with more steps, for both
+# from-scratch and `torch.distributed.pipelining`.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-for p, rows in measured.items():
-    print(f"P={p}: " + "  ".join(f"m={row['m']}: {row['measured']:.2f} (formula "
-                                  f"{row['formula']:.2f})" for row in rows))
+print("measured - formula:", "   ".join(
+    f"P={p}: m=1 {rows[0]['measured'] - rows[0]['formula']:+.2f}, "
+    f"m={rows[-1]['m']} {rows[-1]['measured'] - rows[-1]['formula']:+.2f}"
+    for p, rows in measured.items()))
 
 # %% [markdown]
 # What to take away:
@@ -371,3 +391,9 @@ for p, rows in measured.items():
 #   waking up, and smaller microbatches also compute less efficiently.
 # * The effective batch counts examples per microbatch, accumulation steps and DP degree,
 #   never the TP or PP degree.
+
+# %% [markdown]
+# **Next**: the assignment `a5_pipeline` (in your workspace under `assignments/a5_pipeline/`)
+# practises the bubble arithmetic, reading timelines and batch accounting, and has you write a
+# pipeline step that runs on real gloo ranks and matches one process. Module 6, *Building a
+# device mesh*, combines DP, TP and PP on one mesh and adds the axes beyond them.

@@ -1,10 +1,10 @@
 # %% [markdown]
-# # 6. Building a device mesh, and the axes beyond DP, TP and PP
+# # Module 6: Building a device mesh
 #
 # Modules 2 to 5 used one axis at a time: data parallelism (DP), ZeRO/FSDP, tensor parallelism
 # (TP), pipeline parallelism (PP). A real job combines them, and the way they combine is a
-# **device mesh**: one grid of ranks whose axes are the parallelism degrees. By the end of this
-# notebook you can
+# **device mesh**: one grid of ranks whose axes are the parallelism degrees. This module builds
+# one, then adds the axes beyond DP, TP and PP. By the end of this notebook you can
 #
 # * count the devices a plan needs and the persistent state each one holds,
 # * turn a rank into its (dp, pp, tp) coordinates and list the ranks it talks to on each axis,
@@ -15,11 +15,16 @@
 # * use the device-mesh playground, and say what its estimate leaves out.
 
 # %%
+import functools
+
 import matplotlib.pyplot as plt
 
-from course_utils import expert_parallel, launch, memory
-from course_utils.mesh import Mesh, check_dp_tp, hand_mesh_groups, torch_mesh_groups
+from course_utils import expert_parallel, launch, memory, style
+from course_utils.mesh import (Mesh, check_dp_tp, draw_rank_groups, hand_mesh_groups,
+                               torch_mesh_groups)
 from course_utils.playground import OMITTED, Playground, figure, plan, summary
+
+style.use()
 
 # %% [markdown]
 # ## Multiply the degrees, then size one device
@@ -33,7 +38,7 @@ from course_utils.playground import OMITTED, Playground, figure, plan, summary
 N, tp, pp, dp = 70e9, 4, 2, 4
 lay = memory.layout("mixed_adam16")
 shard = N / (tp * pp)
-per_device = memory.zero_state_bytes(shard, dp, stage=3, layout_name=lay)
+per_device = memory.zero_state_bytes(n_params=shard, dp=dp, stage=3, layout_name=lay)
 print(f"devices: TP x PP x DP = {tp} x {pp} x {dp} = {tp * pp * dp}")
 print(f"devices per model replica: TP x PP = {tp * pp}")
 print(f"parameters per TP/PP shard: 70B / {tp * pp} = {shard / 1e9:.2f}B")
@@ -61,14 +66,15 @@ print(f"wrong - ZeRO-3 over all 32 devices:    8.75B x 16 / 32 = {8.75 * 16 / 32
 # varies fastest. A rank's coordinates come from repeated division, innermost axis first:
 # `tp = rank % TP`, `pp = (rank // TP) % PP`, `dp = rank // (TP * PP)`. The group of a rank
 # along one axis is every rank that agrees with it on all *other* coordinates.
+#
+# Below, the 32 ranks are drawn with one row per DP index and the (pp, tp) columns in order,
+# so reading the grid row by row counts the ranks. Rank 13's three groups are coloured by axis.
 
 # %%
 mesh = Mesh.from_degrees(dp=4, pp=2, tp=4)   # axes outermost first: dp, pp, tp
-print(mesh.table().splitlines()[0])
-for line in mesh.table().splitlines()[1:17]:
-    print(line)
-print("...")
 rank = 13
+draw_rank_groups(mesh, rank)
+plt.show()
 print(f"rank {rank}: coordinates {mesh.coords(rank)}")
 for axis in ("tp", "pp", "dp"):
     print(f"  its {axis} group: {mesh.group(rank, axis)}")
@@ -112,7 +118,8 @@ for order in [("dp", "pp", "tp"), ("tp", "pp", "dp")]:
 
 # %%
 for sizes, names in [((2, 2), ("dp", "tp")), ((2, 1, 2), ("dp", "pp", "tp"))]:
-    from_torch = launch.run(torch_mesh_groups, 4, sizes, names, timeout_s=120)
+    from_torch = launch.run(functools.partial(torch_mesh_groups, sizes=sizes, names=names), 4,
+                            timeout_s=120)
     print(f"mesh {dict(zip(names, sizes))}: torch's mesh tensor {from_torch[0]['mesh']}")
     for r, view in enumerate(from_torch):
         print(f"  rank {r}: coords {view['coords']}, groups {view['groups']}")
@@ -149,7 +156,7 @@ for line in check_dp_tp(seeds=(0, 1), dp=2, tp=2):
 
 # %%
 for seed in (0, 1):
-    res = expert_parallel.check_ulysses(seed, world_size=4, seq=8, heads=4)
+    res = expert_parallel.check_ulysses(seed=seed, world_size=4, seq=8, heads=4)
     print(f"seed {seed}: equals one device's attention on all 4 ranks")
 print(f"rank 0 holds q/k/v of shape {res[0]['local_shape']} (tokens, heads, head_dim); "
       f"after the all-to-all {res[0]['heads_shape']}")
@@ -161,15 +168,18 @@ print(f"elements rank 0 sends to other ranks (q, k, v in, output back): "
 # expert for each token (top-1 here); one all-to-all sends each token to the rank that holds its
 # expert, the expert runs there, and a second all-to-all returns the result to the token's rank,
 # where it is scaled by the router's probability. The splits are uneven: they depend on the
-# router. 4 ranks, 6 tokens each, one expert per rank:
+# router. 4 ranks, 6 tokens each, one expert per rank; each square counts the tokens one rank
+# sends to another:
 
 # %%
+runs = {}
 for seed in (0, 1):
-    res = expert_parallel.check_moe(seed, world_size=4, tokens_per_rank=6, n_experts=4)
-    print(f"seed {seed}: equals one device's MoE layer on all 4 ranks")
-    for r, out in enumerate(res):
-        print(f"  rank {r} (expert {out['my_experts']}): sends {out['sent']} tokens to "
-              f"ranks 0-3, receives {out['received']} ({sum(out['received'])} in all)")
+    res = expert_parallel.check_moe(seed=seed, world_size=4, tokens_per_rank=6, n_experts=4)
+    runs[f"seed {seed}"] = res
+    print(f"seed {seed}: equals one device's MoE layer on all 4 ranks; tokens each expert "
+          f"receives: {[sum(out['received']) for out in res]}")
+expert_parallel.draw_token_routing(runs)
+plt.show()
 
 # %% [markdown]
 # The router is not balanced: with seed 0, rank 3's expert receives 10 of the 24 tokens and rank
@@ -183,12 +193,12 @@ for seed in (0, 1):
 # experts split two per rank:
 
 # %%
-res = expert_parallel.check_moe(0, world_size=4, tokens_per_rank=6, n_experts=4,
+res = expert_parallel.check_moe(seed=0, world_size=4, tokens_per_rank=6, n_experts=4,
                                 mesh_sizes=(2, 2), mesh_names=("dp", "tp"), ep_axis="dp")
 for r, out in enumerate(res):
     print(f"rank {r}: EP group {out['ep_ranks']}, experts {out['my_experts']}, "
           f"sends {out['sent']}, receives {out['received']}")
-res = expert_parallel.check_ulysses(0, world_size=4, seq=8, heads=4, mesh_sizes=(2, 2),
+res = expert_parallel.check_ulysses(seed=0, world_size=4, seq=8, heads=4, mesh_sizes=(2, 2),
                                     mesh_names=("dp", "tp"), sp_axis="tp")
 print(f"sequence parallel over the TP groups {res[0]['sp_ranks']} and {res[2]['sp_ranks']}: "
       "equals one device")
@@ -213,24 +223,23 @@ print(f"sequence parallel over the TP groups {res[0]['sp_ranks']} and {res[2]['s
 # ## The device-mesh playground
 #
 # The playground puts all of this in one place. Its arithmetic is a plain function, `plan`,
-# with tests; the widget below only wires controls to it. The lesson's plan:
+# with tests; the widget below only wires controls to it (and also lists what each axis
+# sends). The lesson's plan:
 
 # %%
 p = plan(model_params_b=70, layout="mixed_adam16", tp=4, pp=2, dp=4, zero_stage=3,
          microbatches=16, microbatch_size=2, accumulation_steps=16, device_memory_gb=80,
          devices_per_node=8, devices=32, num_layers=80, num_heads=64)
 print(summary(p))
-print("warnings:", p.warnings)
-
-# %%
-fig = figure(p)
+figure(p)
 plt.show()
 
 # %% [markdown]
-# Left: persistent GB per device for ZeRO stages 0-3 (the chosen stage outlined) against the
-# device budget. Right: the 32 devices, one row per node, coloured by TP group, PP stage and DP
-# group. Change a setting and the warnings say what goes wrong: here TP = 8 on 4-device nodes,
-# and 3 pipeline stages for 80 layers.
+# Top: persistent GB per device for ZeRO stages 0-3 (the chosen stage solid) against the
+# device budget, in the state colours of module 1. Bottom: the 32 devices, one row per node of
+# 8, shaded by TP group, PP stage and DP group in each axis's colour (the DP blue of module 2).
+# Change a setting and the warnings say what goes wrong: here TP = 8 on 4-device nodes, and 3
+# pipeline stages for 80 layers.
 
 # %%
 bad = plan(model_params_b=70, tp=8, pp=3, dp=2, zero_stage=1, microbatches=16,
@@ -240,17 +249,19 @@ for w in bad.warnings:
     print("WARNING:", w)
 
 # %% [markdown]
-# Try it: move the controls and watch the bars, the grid and the warnings. (The widget needs a
+# Try it: the playground below starts from this broken plan. Move the controls until no
+# warning is left, and watch the bars, the grid and the warnings change. (The widget needs a
 # running kernel; in a static view of this notebook you see only its last state.)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-Playground()
+Playground(tp=8, pp=3, dp=2, zero_stage=1, devices_per_node=4)
 
 # %% [markdown]
 # ## What the playground leaves out
 #
-# A bar below the budget line is not a guarantee that the job fits. The estimate omits:
+# A bar that ends before the budget line is not a guarantee that the job fits. The estimate
+# omits:
 
 # %%
 for item in OMITTED:
@@ -260,3 +271,9 @@ for item in OMITTED:
 # In a real run, measure instead of trusting the estimate: step time, throughput, peak memory
 # and the time spent waiting at collectives, and verify the loss and the gradient scaling
 # *before* benchmarking speed (module 7).
+
+# %% [markdown]
+# **Next**: the assignment `a6_device_mesh` (in your workspace under
+# `assignments/a6_device_mesh/`) practises rank coordinates and groups, by hand and as
+# functions you run on real gloo ranks, and deciding whether a plan fits a device. Module 7,
+# *Measuring a real run*, measures what this estimate leaves out.

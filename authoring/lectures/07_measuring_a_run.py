@@ -1,9 +1,9 @@
 # %% [markdown]
-# # 7. Measuring a real run: verify first, then time, memory and waiting
+# # Module 7: Measuring a real run
 #
-# The earlier modules predicted things: bytes of state per rank, bytes an all-reduce moves. This
-# one trains a small transformer language model data-parallel on two real ranks and measures it.
-# The order matters:
+# Verify first, then time, memory and waiting. The earlier modules predicted things: bytes of
+# state per rank, bytes an all-reduce moves. This one trains a small transformer language model
+# data-parallel on two real ranks and measures it. The order matters:
 #
 # 1. **Verify** that the distributed run computes what one process would: same loss, same
 #    gradient. A scaling bug can look healthy and benchmarks just as fast as a correct run.
@@ -17,13 +17,16 @@
 # about them are checked in `tests/test_measure.py`.
 
 # %%
+import functools
+import textwrap
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import launch, measure, memory, tiny_lm
+from course_utils import launch, measure, memory, style, tiny_lm
 
+style.use()
 torch.set_num_threads(1)  # like each rank; on a shared 2-core machine more threads only contend
 
 # %% [markdown]
@@ -74,13 +77,18 @@ print("tokens per step:", spec.tokens_per_step())
 variants = [("manual", "mean"), ("ddp", "mean"), ("manual", "sum"), ("manual", "double_mean")]
 specs = [replace(spec, engine=e, scaling=s) for e, s in variants]
 ref = measure.reference_gradients(spec)
-outs = launch.run(measure.dp_gradients_each, 2, specs, timeout_s=120, threads_per_rank=1)
+outs = launch.run(functools.partial(measure.dp_gradients_each, specs=specs), 2,
+                  timeout_s=120, threads_per_rank=1)
 rank0 = outs[0]
+reports = [measure.check_gradient_scaling(out["grad"], ref["grad"], world_size=2)
+           for out in rank0]
 print(f"single process: loss {ref['loss']:.4f}, |grad| {ref['grad'].norm():.4f}")
-for (engine, scaling), out in zip(variants, rank0):
-    report = measure.check_gradient_scaling(out["grad"], ref["grad"], world_size=2)
-    print(f"{engine:6s} {scaling:11s} loss {out['loss']:.4f}  |g|/|g_ref| = "
-          f"{report.norm_ratio:.3f}  match: {report.ok}\n    -> {report.diagnosis}")
+rows = [{"variant": f"{engine}, {scaling}", "loss": out["loss"], "ratio": r.norm_ratio,
+         "match": r.ok} for (engine, scaling), out, r in zip(variants, rank0, reports)]
+print(measure.format_table(rows, digits=4, headers={"ratio": "|g| / |g_ref|"}))
+for row, r in zip(rows, reports):
+    if not r.ok:
+        print(textwrap.fill(f"{row['variant']}: {r.diagnosis}", 90, subsequent_indent="    "))
 
 # %% [markdown]
 # The two correct variants match the single-process gradient element by element (the check uses
@@ -100,24 +108,30 @@ print("manual all-reduce == DDP == single process; rank 1 holds the same gradien
 # %% [markdown]
 # ### Can the loss curve catch a scaling bug?
 #
-# Train six steps with the "sum" bug and compare the loss curve with single-process training,
-# once with AdamW and once with plain SGD.
+# Train six steps with the "sum" bug and compare the loss curve with single-process training
+# (the grey band), once with AdamW and once with plain SGD.
 
 # %%
 curve_specs = [replace(spec, steps=6, optimizer=o, lr=lr, scaling=s)
                for o, lr in (("adamw", 3e-3), ("sgd", 0.5)) for s in ("mean", "sum")]
-runs = launch.run(measure.dp_train_each, 2, curve_specs, timeout_s=120, threads_per_rank=1)[0]
+runs = launch.run(functools.partial(measure.dp_train_each, specs=curve_specs), 2,
+                  timeout_s=120, threads_per_rank=1)[0]
 ref_curves = {s_.optimizer: measure.reference_losses(s_)  # one per optimizer: "sum" is a DP bug
               for s_ in curve_specs if s_.scaling == "mean"}
-for s_, run in zip(curve_specs, runs):
-    ref_curve = ref_curves[s_.optimizer]
-    try:
-        worst = measure.check_losses(run["losses"], ref_curve, atol=1e-4)
-        verdict = f"loss check passes (max |diff| < 1e-4: {worst < 1e-4})"
-    except AssertionError as err:
-        verdict = f"loss check FAILS: {str(err).split(':')[0]}"
-    print(f"{s_.optimizer:5s} {s_.scaling:4s} losses {[round(v, 3) for v in run['losses']]}"
-          f"\n      single process {[round(v, 3) for v in ref_curve]}\n      {verdict}")
+losses = {(s_.optimizer, s_.scaling): run["losses"] for s_, run in zip(curve_specs, runs)}
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+for ax, opt, title in zip(axes, ("adamw", "sgd"), ("AdamW: the bug is invisible",
+                                                   "SGD: the bug looks like progress")):
+    measure.plot_loss_curves(ref_curves[opt], {"2 ranks, gradients averaged": losses[opt, "mean"],
+                                               "2 ranks, summed (bug)": losses[opt, "sum"]},
+                             title, ax=ax, ylabel=ax is axes[0])
+_ = axes[0].legend(loc="lower left")
+plt.show()
+for opt, name in (("adamw", "AdamW"), ("sgd", "SGD")):
+    mean_diff, sum_diff = (max(abs(a - b) for a, b in zip(losses[opt, s], ref_curves[opt]))
+                           for s in ("mean", "sum"))
+    print(f"{name:5s} max |loss - one process|: {mean_diff:.4f} averaged, {sum_diff:.4f} summed; "
+          f"last loss {ref_curves[opt][-1]:.3f} one process, {losses[opt, 'sum'][-1]:.3f} summed")
 
 # %% [markdown]
 # Two lessons:
@@ -148,24 +162,30 @@ for s_, run in zip(curve_specs, runs):
 
 # %%
 run_spec = replace(spec, steps=10, log_every=3, track_memory=True)
-results = launch.run(measure.dp_train, 2, run_spec, timeout_s=120, threads_per_rank=1,
-                     live_rank=0)
+results = launch.run(functools.partial(measure.dp_train, spec=run_spec), 2, timeout_s=120,
+                     threads_per_rank=1, live_rank=0)
 worst = measure.check_losses(results[0]["losses"], measure.reference_losses(run_spec), atol=1e-4)
 print(f"verified: losses equal single-process training (max |diff| < 1e-4: {worst < 1e-4})")
 
 # %% [markdown]
-# The summary gives one row per rank: mean milliseconds per phase and per step, this rank's
-# throughput (its tokens / its step time), the global throughput (the global batch / the slowest
-# rank's step time), and the fraction of the step spent inside the collective. `idle_ms` is the
-# part of the wait spent waiting for the *other* rank: a rank's wait minus the smallest wait of
-# any rank in the same step.
+# `measure.summarize` gives one row per rank: mean milliseconds per phase and per step, this
+# rank's throughput (its tokens / its step time), the global throughput (the global batch / the
+# slowest rank's step time), and the fraction of the step spent inside the collective
+# (`wait/step`). `idle` is the part of the wait spent waiting for the *other* rank: a rank's
+# wait minus the smallest wait of any rank in the same step.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 balanced = measure.summarize(results)
+HEADERS = {"data_ms": "data", "forward_ms": "forward", "backward_ms": "backward",
+           "wait_ms": "wait", "optimizer_ms": "optimizer", "step_ms": "step", "idle_ms": "idle",
+           "tokens_per_s": "tokens/s", "wait_fraction": "wait/step"}
+print("mean ms per step, tokens/s of this rank, fraction of the step spent waiting")
 print(measure.format_table(balanced, ["rank", "data_ms", "forward_ms", "backward_ms", "wait_ms",
-                                      "optimizer_ms", "step_ms", "tokens_per_s",
-                                      "global_tokens_per_s", "wait_fraction", "idle_ms"]))
+                                      "optimizer_ms", "step_ms", "idle_ms", "tokens_per_s",
+                                      "wait_fraction"], headers=HEADERS))
+print(f"global throughput: {balanced[0]['global_tokens_per_s']:,.0f} tokens/s "
+      "(512 tokens / the slowest rank's step)")
 
 # %% [markdown]
 # Throughput is plain arithmetic on the step time: 512 tokens per step over the step's seconds.
@@ -222,8 +242,9 @@ print(f"peak / persistent state = {peak['total'] / counted['total']:.1f}")
 # `torch.distributed.optim.ZeroRedundancyOptimizer` (AdamW inside) on two ranks, the count is:
 
 # %%
-zero_res = launch.run(measure.dp_train, 2, replace(spec, steps=2, optimizer="zero1_adamw"),
-                      timeout_s=120, threads_per_rank=1)
+zero_spec = replace(spec, steps=2, optimizer="zero1_adamw")
+zero_res = launch.run(functools.partial(measure.dp_train, spec=zero_spec), 2, timeout_s=120,
+                      threads_per_rank=1)
 zero_pred = memory.zero_state_bytes(N, dp=2, stage=1, layout_name="fp32_adam")["optimizer"]
 for r in zero_res:
     print(f"rank {r['rank']}: Adam moments {r['state_bytes']['optimizer']:,} B "
@@ -249,7 +270,8 @@ sent = results[0]["steps"][-1]["bytes_sent"]
 pred2 = measure.predicted_allreduce_bytes(grad_bytes, 2)
 print(f"D=2: gradient {grad_bytes:,} B, predicted sent per rank {pred2:,.0f} B, "
       f"measured / predicted = {sent / pred2:.3f}")
-four = launch.run(measure.allreduce_bytes_sent, 4, N, timeout_s=120, threads_per_rank=1)
+four = launch.run(functools.partial(measure.allreduce_bytes_sent, n_elements=N), 4,
+                  timeout_s=120, threads_per_rank=1)
 pred4 = measure.predicted_allreduce_bytes(grad_bytes, 4)
 print(f"D=4: predicted sent per rank {pred4:,.0f} B, measured / predicted = "
       f"{[round(r['bytes_sent'] / pred4, 3) for r in four]}")
@@ -268,16 +290,17 @@ print(f"D=4: predicted sent per rank {pred4:,.0f} B, measured / predicted = "
 
 # %%
 slow_spec = replace(spec, steps=6, straggler_rank=1, straggler_delay_s=0.1)
-slow = measure.summarize(launch.run(measure.dp_train, 2, slow_spec, timeout_s=120,
-                                    threads_per_rank=1))
+slow = measure.summarize(launch.run(functools.partial(measure.dp_train, spec=slow_spec), 2,
+                                    timeout_s=120, threads_per_rank=1))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(measure.format_table(slow, ["rank", "forward_ms", "wait_ms", "idle_ms", "step_ms",
-                                  "tokens_per_s", "wait_fraction"]))
-fig, axes = plt.subplots(2, 1, figsize=(7, 3.6), sharex=True)
+                                  "tokens_per_s", "wait_fraction"], headers=HEADERS))
+fig, axes = plt.subplots(2, 1, figsize=(9, 4), sharex=True)
 measure.plot_step_breakdown(balanced, "balanced", ax=axes[0])
-measure.plot_step_breakdown(slow, "rank 1 sleeps 100 ms in forward", ax=axes[1])
+measure.plot_step_breakdown(slow, "rank 1 sleeps 100 ms in forward", ax=axes[1], legend=False)
+_ = axes[0].set_xlabel("")
 fig.tight_layout()
 plt.show()
 
@@ -294,16 +317,16 @@ plt.show()
 # `torch.profiler` records every operator. `dp_train(..., profile=True)` wraps each phase in a
 # `record_function` label and profiles the steps after the warm-up; `measure.profile_rows`
 # reduces the profile to milliseconds per step for the five phases, then the operators with the
-# most self time. Here with the straggler again, so there is waiting to see:
+# most self time; `measure.profile_table` sets the ranks side by side (the top three operators
+# of each rank; `-` where an operator is not among a rank's top six). Here with the straggler
+# again, so there is waiting to see:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 prof_spec = replace(slow_spec, steps=3, profile=True)
-prof_res = launch.run(measure.dp_train, 2, prof_spec, timeout_s=120, threads_per_rank=1,
-                      show_output=False)
-for r in prof_res:
-    print(f"--- rank {r['rank']} ---")
-    print(measure.format_table(r["profile"]))
+prof_res = launch.run(functools.partial(measure.dp_train, spec=prof_spec), 2, timeout_s=120,
+                      threads_per_rank=1, show_output=False)
+print(measure.profile_table(prof_res, top=3))
 
 # %% [markdown]
 # How to read it:
@@ -348,3 +371,11 @@ for r in prof_res:
 #    communication-bound. One rank waiting much less than the others: it is the straggler.
 # 4. Measure peak memory, not only persistent state.
 # 5. Profile one or two steps, after a warm-up, to see which operators or waits dominate.
+
+# %% [markdown]
+# **Next**: assignment `a7_measuring` (in your workspace under `assignments/a7_measuring/`)
+# practises reading a run's measurements: verify the scaling, compute throughput and wait
+# fractions, find the straggler, and time a collective's wait yourself on real ranks. This is the
+# course's last module. After it, take the checklist to a real multi-GPU run (NCCL instead of
+# gloo, `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline), and read
+# the papers listed under *References* in the course README.
