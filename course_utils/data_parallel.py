@@ -17,7 +17,9 @@ single-process computation it must equal:
   data-parallel loop equals torch DDP equals one process on the full batch.
 * :func:`accumulation_worker`: gradient accumulation with DDP's ``no_sync`` (one all-reduce per
   step instead of one per micro-batch), equal to the full-batch step.
-* :func:`throughput_worker` and :func:`straggler_worker`: what limits scaling.
+* :func:`throughput_worker` and :func:`straggler_worker`: what limits scaling. Both read the
+  clock through :func:`course_utils.measure.clock`, which waits for a CUDA device first (on CUDA a
+  collective returns once it is enqueued, so ``perf_counter`` alone would miss its time).
 
 Workers return plain Python lists and numbers, never tensors: a tensor returned through the
 launcher travels through shared memory and can race its rank's exit.
@@ -37,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_utils import launch
+from course_utils import launch, measure
 
 __all__ = ["LESSON_GRADS", "LESSON_W0", "LESSON_LR", "NORMALIZATIONS", "WEIGHTINGS",
            "sgd_reference", "two_replica_update_worker", "normalization_worker",
@@ -408,10 +410,10 @@ def throughput_worker(rank: int, world_size: int, per_rank_batch: int = 256, ste
     step()  # warm-up
     if world_size > 1:
         dist.barrier()
-    start = time.perf_counter()
+    start = measure.clock(x)
     for _ in range(steps):
         step()
-    elapsed = torch.tensor(time.perf_counter() - start, dtype=torch.float64)
+    elapsed = torch.tensor(measure.clock(x) - start, dtype=torch.float64)
     if world_size > 1:
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return world_size * per_rank_batch * steps / float(elapsed)
@@ -422,7 +424,8 @@ def straggler_worker(rank: int, world_size: int, slow_rank: int, delay_s: float,
     """Each step: "compute" (rank ``slow_rank`` sleeps ``delay_s`` more), then an all-reduce.
 
     Returns this rank's median seconds per step in compute, waiting inside the all-reduce, and
-    the whole step: fast ranks spend the straggler's extra time waiting.
+    the whole step: fast ranks spend the straggler's extra time waiting. The clock is read with
+    :func:`course_utils.measure.clock`, which synchronizes first if ``grad`` is on CUDA.
     """
     if not 0 <= slow_rank < world_size:
         raise ValueError(f"slow_rank must be a rank from 0 to {world_size - 1}; got {slow_rank}")
@@ -432,13 +435,13 @@ def straggler_worker(rank: int, world_size: int, slow_rank: int, delay_s: float,
     compute, wait, total = [], [], []
     dist.barrier()
     for _ in range(steps):
-        t0 = time.perf_counter()
+        t0 = measure.clock(grad)
         grad.mul_(1.0)  # the (tiny) backward pass
         if rank == slow_rank:
             time.sleep(delay_s)  # e.g. a slow input pipeline, a busier host, a thermally throttled chip
-        t1 = time.perf_counter()
+        t1 = measure.clock(grad)  # on CUDA: after the backward's kernels have finished
         dist.all_reduce(grad)
-        t2 = time.perf_counter()
+        t2 = measure.clock(grad)  # on CUDA: after the all-reduce, not merely its launch
         compute.append(t1 - t0)
         wait.append(t2 - t1)
         total.append(t2 - t0)

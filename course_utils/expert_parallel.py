@@ -1,7 +1,10 @@
 """The all-to-all behind expert parallelism (MoE) and sequence/context parallelism (Ulysses).
 
-Both axes move *activations*, not weights or gradients, with ``all_to_all``: every rank sends a
-different slice to every other rank of its group.
+Both move *activations*, not weights or gradients, with ``all_to_all``: every rank sends a
+different slice to every other rank of its group (:func:`draw_all_to_all` draws one). Not every
+sequence/context-parallel scheme does: ring attention passes key/value blocks point-to-point
+around a ring, and Megatron's sequence parallelism uses all-gather and reduce-scatter around
+the tensor-parallel regions.
 
 * **Expert parallelism (MoE):** experts live on different ranks. A router picks one expert per
   token (top-1); an all-to-all sends each token to the rank holding its expert, the expert runs
@@ -297,7 +300,69 @@ def _experts(ids: list[int]) -> str:
     return ("expert " if len(ids) == 1 else "experts ") + ", ".join(map(str, ids))
 
 
-__all__ += ["draw_token_routing"]
+def _rank_shades(colour: str, n: int) -> list[str]:
+    """``n`` shades of ``colour``, light to dark: one per sending rank."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    base = to_rgb(colour)
+    mix = [0.75 - 1.1 * i / max(n - 1, 1) for i in range(n)]  # > 0 towards white, < 0 darker
+    return [to_hex(tuple(c + f * (1 - c) if f >= 0 else c * (1 + f) for c in base)) for f in mix]
+
+
+def _on(colour: str) -> str:
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(colour)
+    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.55 else "black"
+
+
+def draw_all_to_all(world_size: int = 4):
+    """Figure: what one all-to-all does, on ``world_size`` ranks (2 to 8).
+
+    Before it (left), rank i holds ``world_size`` chunks, chunk j addressed to rank j (``i→j``).
+    After it (right), rank j holds chunk j of every rank, in rank order: the grid of (rank,
+    chunk) is transposed. Each chunk keeps the shade of the rank that sent it, so a row of one
+    shade on the left becomes a column on the right. The diagonal stays at home. Ulysses sends
+    head groups this way, MoE tokens grouped by expert (with uneven chunk sizes). Returns the
+    figure.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from course_utils import style
+
+    _check_int("world_size", world_size, minimum=2)
+    if world_size > 8:
+        raise ValueError(f"world_size must be at most 8 to stay readable; got {world_size}")
+    n = world_size
+    shades = _rank_shades(style.AXIS_COLORS["sp"], n)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 0.45 * n + 1.9), layout="constrained")
+    panels = [("before: chunk j is for rank j", "chunk j", False),
+              ("after: chunk i came from rank i", "chunk i", True)]
+    for ax, (title, xlabel, after) in zip(axes, panels):
+        for row in range(n):
+            for col in range(n):
+                src, dst = (col, row) if after else (row, col)
+                face = shades[src]
+                ax.add_patch(Rectangle((col + 0.05, row + 0.06), 0.9, 0.88, facecolor=face,
+                                       edgecolor="black" if src == dst else "none",
+                                       linewidth=1.5))
+                _ = ax.text(col + 0.5, row + 0.5, f"{src}→{dst}", ha="center", va="center",
+                            color=_on(face))
+        _ = ax.set_xlim(0, n)
+        _ = ax.set_ylim(n, 0)
+        _ = ax.set_xticks([c + 0.5 for c in range(n)], [str(c) for c in range(n)])
+        _ = ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)])
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        _ = ax.set_xlabel(xlabel)
+        _ = ax.set_title(title)
+    _ = fig.suptitle("all-to-all: chunk j of rank i becomes chunk i of rank j")
+    return fig
+
+
+__all__ += ["draw_token_routing", "draw_all_to_all"]
 
 
 def _demo(rank: int, world_size: int) -> str:

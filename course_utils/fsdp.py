@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from course_utils import memory, zero
 
-__all__ = ["zero_redundancy_worker", "fsdp2_worker", "reference_adam"]
+__all__ = ["zero_redundancy_worker", "fsdp2_worker", "reference_adam", "reduce_dtype_worker"]
 
 
 def _quiet() -> None:
@@ -159,6 +159,39 @@ def fsdp2_worker(rank: int, world_size: int, sizes: Sequence[int], seed: int = 0
             "bytes": memory.count_state_bytes(model, opt), "held_after_forward": held,
             "comm_counts": {"all_gather": counts.get("_allgather_base_", 0),
                             "reduce_scatter": counts.get("_reduce_scatter_base_", 0)}}
+
+
+def reduce_dtype_worker(rank: int, world_size: int) -> dict[str, list[str]]:
+    """The dtype FSDP2's gradient reduce-scatter runs in, for an fp32 ``nn.Linear`` under three
+    ``MixedPrecisionPolicy`` settings: the default, ``param_dtype=bf16`` alone, and
+    ``param_dtype=bf16, reduce_dtype=fp32``. Returns {setting: [dtype of each reduce-scatter]}."""
+    _quiet()
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    settings = {"default": MixedPrecisionPolicy(),
+                "param_dtype=bf16": MixedPrecisionPolicy(param_dtype=torch.bfloat16),
+                "param_dtype=bf16, reduce_dtype=fp32": MixedPrecisionPolicy(
+                    param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
+    out: dict[str, list[str]] = {}
+    original = dist.reduce_scatter_single
+    for name, policy in settings.items():
+        seen: list[str] = []
+
+        def spy(*args, _seen=seen, **kwargs):
+            tensor = kwargs["input"] if "input" in kwargs else args[1]
+            _seen.append(str(tensor.dtype).removeprefix("torch."))
+            return original(*args, **kwargs)
+
+        torch.manual_seed(0)
+        model = nn.Linear(4, 4)
+        fully_shard(model, mp_policy=policy)
+        dist.reduce_scatter_single = spy
+        try:
+            model(torch.randn(2, 4)).float().sum().backward()
+        finally:
+            dist.reduce_scatter_single = original
+        out[name] = seen
+    return out
 
 
 def _torchrun_worker(rank: int, world_size: int) -> dict[str, Any]:

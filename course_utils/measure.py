@@ -12,9 +12,10 @@ match, see below) and will benchmark as fast as a correct one, so:
    own running RMS, so a constant factor cancels): check gradients, not only losses.
 2. **Measure** (:func:`dp_train` on every rank, :func:`summarize` after): per rank and per step,
    the time in each phase (``data``, ``forward``, ``backward``, ``wait`` = inside the gradient
-   all-reduce, ``optimizer``), tokens/s, the bytes this process sent (``/proc/self/io``, Linux),
-   persistent state bytes (:func:`course_utils.memory.count_state_bytes`) and the peak by
-   category from torch's ``MemTracker`` (a private torch API that works on CPU; pinned torch).
+   all-reduce, ``optimizer``; read with :func:`clock`, which waits for a CUDA device first),
+   tokens/s, the bytes this process sent (``/proc/self/io``, Linux), persistent state bytes
+   (:func:`course_utils.memory.count_state_bytes`) and the peak by category from torch's
+   ``MemTracker`` (a private torch API that works on CPU; pinned torch).
    A straggler (``RunSpec(straggler_rank=1, straggler_delay_s=...)``) sleeps inside its forward
    pass: the *fast* ranks then show the extra time, as waiting inside the collective.
 3. **Profile** (``RunSpec(profile=True)``): ``torch.profiler`` on every rank, summarised by
@@ -49,7 +50,7 @@ __all__ = ["GRAD_SCALINGS", "ENGINES", "OPTIMIZERS", "PHASES", "RunSpec", "Scali
            "allreduce_gradients", "check_gradient_scaling", "check_losses",
            "predicted_allreduce_bytes", "bytes_written", "allreduce_bytes_sent", "summarize",
            "profile_rows", "profile_table", "format_table", "plot_step_breakdown",
-           "plot_loss_curves", "throughput", "wait_fraction"]
+           "plot_loss_curves", "throughput", "wait_fraction", "synchronize", "clock"]
 
 GRAD_SCALINGS = ("mean", "sum", "double_mean")
 ENGINES = ("manual", "ddp")
@@ -179,6 +180,43 @@ def reference_losses(spec: RunSpec) -> list[float]:
     return losses
 
 
+# ------------------------------------------------------------------------------------ clocks
+
+
+def synchronize(device: torch.device | str | torch.Tensor) -> None:
+    """Wait until ``device`` has finished the work queued on it; on CPU, return at once.
+
+    A host clock read before and after a call measures the call's work only if that work is done
+    when the call returns. On CPU it is: torch computes on the calling thread, and a gloo
+    collective on CPU tensors returns once the result is in place. On CUDA it is not: kernels and
+    NCCL collectives are queued on a stream and the call returns as soon as they are enqueued, so
+    a timer must wait for the device (``torch.cuda.synchronize``) before each clock read, or use
+    CUDA events or the profiler. ``device`` may be a tensor (its device is used). Other
+    accelerators go through ``torch.accelerator.synchronize``.
+    """
+    if isinstance(device, torch.Tensor):
+        device = device.device
+    try:
+        device = torch.device(device)
+    except (TypeError, RuntimeError):
+        raise ValueError(f"device must be a torch.device, a device string or a tensor; "
+                         f"got {device!r}") from None
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type not in ("cpu", "meta"):
+        torch.accelerator.synchronize(device)
+
+
+def clock(device: torch.device | str | torch.Tensor = "cpu") -> float:
+    """``time.perf_counter()`` read after :func:`synchronize` of ``device``, in seconds.
+
+    Only differences of two readings mean something. Every timer in this module reads it, so the
+    times it reports are right on CUDA too (on CPU it is ``perf_counter`` itself).
+    """
+    synchronize(device)
+    return time.perf_counter()
+
+
 # ---------------------------------------------------------------------------- the collectives
 
 
@@ -221,9 +259,9 @@ def allreduce_gradients(model: torch.nn.Module, world_size: int, scaling: str = 
         raise ValueError(f"world_size must be an int >= 1; got {world_size!r}")
     params = [p for p in model.parameters() if p.grad is not None]
     flat = torch.cat([p.grad.reshape(-1) for p in params])                     # (N,)
-    sent0, t0 = bytes_written(), time.perf_counter()
+    sent0, t0 = bytes_written(), clock(flat)  # clock: on CUDA, wait for backward's kernels first
     dist.all_reduce(flat, group=group)                                         # sum over ranks
-    wait_s = time.perf_counter() - t0
+    wait_s = clock(flat) - t0  # on CUDA, all_reduce returns once enqueued: wait for it
     sent1 = bytes_written()
     flat.mul_(_scale_after_sum(scaling, world_size))
     offset = 0
@@ -249,9 +287,9 @@ class _TimedHookState:
 def _timed_allreduce_hook(state: _TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future:
     """DDP comm hook: a blocking, timed all-reduce of one gradient bucket, then the scaling."""
     buf = bucket.buffer()                                                      # (bucket numel,)
-    sent0, t0 = bytes_written(), time.perf_counter()
+    sent0, t0 = bytes_written(), clock(buf)
     dist.all_reduce(buf)
-    state.wait_s += time.perf_counter() - t0
+    state.wait_s += clock(buf) - t0
     sent1 = bytes_written()
     state.bytes_sent += (sent1 - sent0) if sent0 is not None and sent1 is not None else math.nan
     buf.mul_(_scale_after_sum(state.scaling, state.world_size))
@@ -299,13 +337,14 @@ def dp_gradients(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _phase(times: dict[str, float], name: str, prof_labels: bool) -> Iterator[None]:
+def _phase(times: dict[str, float], name: str, prof_labels: bool,
+           device: torch.device) -> Iterator[None]:
     ctx = torch.profiler.record_function(f"phase:{name}") if prof_labels else \
         contextlib.nullcontext()
-    t0 = time.perf_counter()
+    t0 = clock(device)
     with ctx:
         yield
-    times[name] = times.get(name, 0.0) + time.perf_counter() - t0
+    times[name] = times.get(name, 0.0) + clock(device) - t0
 
 
 def dp_train(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
@@ -320,6 +359,7 @@ def dp_train(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
     model = tiny_lm.build(spec.cfg, spec.seed)
     hook_state = _TimedHookState(world_size, spec.scaling)
     module = model
+    device = next(module.parameters()).device  # what clock() waits for (nothing on CPU)
     if spec.engine == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -349,17 +389,17 @@ def dp_train(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
             tracker.__enter__()
         times: dict[str, float] = {}
         hook_state.reset()
-        t_step = time.perf_counter()
-        with _phase(times, "data", spec.profile):
+        t_step = clock(device)
+        with _phase(times, "data", spec.profile, device):
             x, y = corpus.batch(step, spec.global_batch, spec.cfg.seq_len)       # (B, T)
             x, y = (tiny_lm.shard_batch(t, rank, world_size) for t in (x, y))  # (B/D, T)
-        with _phase(times, "forward", spec.profile):
+        with _phase(times, "forward", spec.profile, device):
             if rank == spec.straggler_rank and spec.straggler_delay_s > 0:
                 time.sleep(spec.straggler_delay_s)  # the injected straggler: slow compute
             loss = tiny_lm.lm_loss(model, x, y)
-        with _phase(times, "backward", spec.profile):
+        with _phase(times, "backward", spec.profile, device):
             (loss / world_size if spec.scaling == "double_mean" else loss).backward()
-        with _phase(times, "wait", spec.profile):
+        with _phase(times, "wait", spec.profile, device):
             if spec.engine == "manual":
                 comm = allreduce_gradients(model, world_size, spec.scaling)
             else:  # DDP already all-reduced inside backward, in the hook: move that time here
@@ -369,13 +409,13 @@ def dp_train(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
             times["wait"] += comm["wait_s"]
         else:
             times["wait"] = comm["wait_s"]
-        with _phase(times, "optimizer", spec.profile):
+        with _phase(times, "optimizer", spec.profile, device):
             opt.step()
             if step == 0:  # persistent state, counted while the gradients still exist
                 state_opt = opt.optim if spec.optimizer == "zero1_adamw" else opt
                 state_bytes = memory.count_state_bytes(module, state_opt)
             opt.zero_grad()
-        times["step_s"] = time.perf_counter() - t_step
+        times["step_s"] = clock(device) - t_step
         if tracker is not None:
             tracker.__exit__(None, None, None)
             snap = tracker.get_tracker_snapshot("peak")
@@ -522,8 +562,9 @@ def throughput(tokens: float, seconds: float) -> float:
 def wait_fraction(wait_s: float, step_s: float) -> float:
     """Fraction of a step spent inside collectives: wait_s / step_s, from 0 to 1."""
     for name, value in (("wait_s", wait_s), ("step_s", step_s)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ValueError(f"{name} must be a non-negative number; got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value < 0):
+            raise ValueError(f"{name} must be a finite non-negative number; got {value!r}")
     if step_s == 0 or wait_s > step_s:
         raise ValueError(f"need 0 <= wait_s <= step_s and step_s > 0; got wait_s={wait_s}, "
                          f"step_s={step_s}")

@@ -297,6 +297,15 @@ def reference_step(seed: int, lr: float = 0.1) -> dict[str, torch.Tensor]:
     return out
 
 
+def _dp_rows(dp_rank: int, dp: int, batch: int = BATCH) -> slice:
+    """Rows of the global batch that DP rank ``dp_rank`` of ``dp`` takes (contiguous, nearly
+    equal: when ``dp`` does not divide ``batch`` the slices differ by one example)."""
+    if dp > batch:
+        raise ValueError(f"dp must be at most the global batch of {batch} examples (every DP "
+                         f"rank needs at least one); got dp={dp}")
+    return slice(dp_rank * batch // dp, (dp_rank + 1) * batch // dp)
+
+
 def _tp_slices(tp_rank: int, tp: int, hidden: int = HIDDEN) -> slice:
     if hidden % tp:
         raise ValueError(f"tp must divide the hidden width {hidden}; got tp={tp}")
@@ -310,8 +319,11 @@ def dp_tp_step(rank: int, world_size: int, seed: int, dp: int, tp: int,
 
     Mesh ``(dp, tp)``: TP splits ``up`` by output columns and ``down`` by input rows, so each
     TP rank makes a partial ``[B/dp, dim]`` output that an all-reduce over ``tp_group`` sums.
-    DP ranks see different slices of the batch; an all-reduce over ``dp_group`` averages the
-    gradients. Returns this rank's loss, gradient shards and updated weight shards.
+    DP ranks see different slices of the batch. Each weights its mean loss by its share of the
+    examples (``n_local / BATCH``), so an all-reduce *sum* over ``dp_group`` gives the gradient
+    of the mean over the whole batch, also when ``dp`` does not divide it (dp = 3 gives slices
+    of 2, 3 and 3; averaging the three means would weight the examples unequally: module 2's
+    mean of means). Returns this rank's loss, gradient shards and updated weight shards.
     """
     import torch.distributed as dist
 
@@ -330,23 +342,24 @@ def dp_tp_step(rank: int, world_size: int, seed: int, dp: int, tp: int,
     down_b = full.down.bias.detach().clone().requires_grad_()        # [dim], replicated over TP
 
     x, y = dp_tp_batch(seed)
-    rows = slice(dp_rank * BATCH // dp, (dp_rank + 1) * BATCH // dp)
-    x, y = x[rows], y[rows]                                            # [B/dp, dim]
-    h = torch.relu(x @ up_w.T + up_b)                                  # [B/dp, hidden/tp]
-    partial = h @ down_w.T                                             # [B/dp, dim], a TP partial sum
-    out = _AllReduceSum.apply(partial, tp_group) + down_b              # [B/dp, dim]
-    loss = torch.nn.functional.mse_loss(out, y)                        # mean over my rows
+    rows = _dp_rows(dp_rank, dp)
+    x, y = x[rows], y[rows]                                            # [n_local, dim]
+    h = torch.relu(x @ up_w.T + up_b)                                  # [n_local, hidden/tp]
+    partial = h @ down_w.T                                             # [n_local, dim], a TP partial sum
+    out = _AllReduceSum.apply(partial, tp_group) + down_b              # [n_local, dim]
+    share = (rows.stop - rows.start) / BATCH                           # my share of the examples
+    loss = torch.nn.functional.mse_loss(out, y) * share                # my mean, weighted by count
     loss.backward()
 
     result = {}
     with torch.no_grad():
         for name, p in [("up.weight", up_w), ("up.bias", up_b), ("down.weight", down_w),
                         ("down.bias", down_b)]:
-            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=dp_group)  # mean over DP
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=dp_group)  # weighted sum = mean
             result[f"grad.{name}"] = p.grad.clone()
             result[f"new.{name}"] = p - lr * p.grad
         loss_sum = loss.detach().clone()
-        dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG, group=dp_group)
+        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM, group=dp_group)
     result["loss"] = loss_sum
     return _to_numpy(result)
 
@@ -381,7 +394,8 @@ def dp_tp_step_dtensor(rank: int, world_size: int, seed: int, dp: int, tp: int,
     """Worker: the same step with torch's API: ``init_device_mesh`` + ``parallelize_module``.
 
     TP: ``ColwiseParallel`` on ``up``, ``RowwiseParallel`` on ``down`` over ``mesh["tp"]``;
-    DP: gradients averaged over ``mesh["dp"]``'s group. Returns this rank's local shards (numpy).
+    DP: each rank's mean loss weighted by its share of the examples, gradients summed over
+    ``mesh["dp"]``'s group (as in :func:`dp_tp_step`). Returns this rank's local shards (numpy).
     """
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -393,19 +407,20 @@ def dp_tp_step_dtensor(rank: int, world_size: int, seed: int, dp: int, tp: int,
                                {"up": ColwiseParallel(), "down": RowwiseParallel()})
     dp_rank = mesh.get_local_rank("dp")
     x, y = dp_tp_batch(seed)
-    rows = slice(dp_rank * BATCH // dp, (dp_rank + 1) * BATCH // dp)
-    loss = torch.nn.functional.mse_loss(model(x[rows]), y[rows])  # [B/dp, dim] replicated output
+    rows = _dp_rows(dp_rank, dp)
+    share = (rows.stop - rows.start) / BATCH                      # my share of the examples
+    loss = torch.nn.functional.mse_loss(model(x[rows]), y[rows]) * share  # [n_local, dim] output
     loss.backward()
     result = {}
     with torch.no_grad():
         for name, p in model.named_parameters():
             grad = p.grad.to_local().clone()
-            dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=mesh.get_group("dp"))
+            dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=mesh.get_group("dp"))
             result[f"grad.{name}"] = grad
             result[f"new.{name}"] = p.to_local() - lr * grad
-        loss_avg = loss.detach().clone()
-        dist.all_reduce(loss_avg, op=dist.ReduceOp.AVG, group=mesh.get_group("dp"))
-    result["loss"] = loss_avg
+        loss_sum = loss.detach().clone()
+        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM, group=mesh.get_group("dp"))
+    result["loss"] = loss_sum
     return _to_numpy(result)
 
 

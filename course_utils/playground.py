@@ -80,8 +80,13 @@ def _positive(name: str, value: Any) -> float:
     return float(value)
 
 
-def collectives(tp: int, pp: int, dp: int, zero_stage: int) -> dict[str, str]:
-    """What each axis communicates, for these degrees and ZeRO stage."""
+def collectives(tp: int, pp: int, dp: int, zero_stage: int,
+                microbatches: int = 1) -> dict[str, str]:
+    """What each axis communicates, for these degrees, ZeRO stage and microbatches per step.
+
+    ZeRO-3 gathers a layer's parameters for each forward and each backward that uses them: with
+    PP that is every microbatch, ``2 * microbatches`` all-gathers of each layer per step.
+    """
     out = {}
     out["tp"] = ("none (degree 1)" if tp == 1 else
                  f"all-reduce of activations inside every layer, forward and backward, over {tp} "
@@ -89,13 +94,17 @@ def collectives(tp: int, pp: int, dp: int, zero_stage: int) -> dict[str, str]:
     out["pp"] = ("none (degree 1)" if pp == 1 else
                  "send/recv of boundary activations forward and of their gradients backward, "
                  f"between neighbouring stages of {pp}, once per microbatch")
+    zero3 = ("all-gather of each layer's parameters before its forward and again before its "
+             "backward, reduce-scatter of its gradients")
+    if pp > 1 and microbatches > 1:
+        zero3 = (f"{zero3}, in each of the {microbatches} microbatches: {2 * microbatches} "
+                 "all-gathers of every layer per step")
     dp_text = {
         0: "all-reduce of all gradients once per step",
         1: "reduce-scatter of gradients, then all-gather of the updated parameters, once per step",
         2: "reduce-scatter of gradients (during backward), then all-gather of the updated "
            "parameters, once per step",
-        3: "all-gather of each layer's parameters before its forward and again before its "
-           "backward, reduce-scatter of its gradients",
+        3: zero3,
     }[zero_stage]
     out["dp"] = "none (degree 1)" if dp == 1 else f"{dp_text}, over {dp} ranks"
     return out
@@ -172,6 +181,11 @@ def plan(model_params_b: float = DEFAULTS["model_params_b"], layout: str = DEFAU
     if pp > 1 and microbatches < pp:
         warnings.append(f"Fewer microbatches ({microbatches}) than stages ({pp}): the pipeline "
                         "never fills.")
+    if zero_stage == 3 and pp > 1 and dp > 1:
+        warnings.append(f"ZeRO-3 with PP = {pp}: each layer is all-gathered in the forward and "
+                        f"the backward of every microbatch ({2 * microbatches} times per step). "
+                        "DeepSpeed's pipeline engine refuses ZeRO-2/3; torchtitan keeps them "
+                        "gathered between microbatches, which needs more than this estimate.")
 
     inputs = dict(model_params_b=model_params_b, layout=lay.name, tp=tp, pp=pp, dp=dp,
                   zero_stage=zero_stage, microbatches=microbatches,
@@ -183,7 +197,8 @@ def plan(model_params_b: float = DEFAULTS["model_params_b"], layout: str = DEFAU
                 params_per_shard=shard, bytes=state, bytes_by_stage=by_stage,
                 budget_bytes=budget, fits=fits, bubble=bubble_fraction(pp, microbatches),
                 effective_batch=effective_batch(microbatch_size, accumulation_steps, dp),
-                crossing=crossing, collectives=collectives(tp, pp, dp, zero_stage),
+                crossing=crossing,
+                collectives=collectives(tp, pp, dp, zero_stage, microbatches=microbatches),
                 warnings=warnings)
 
 

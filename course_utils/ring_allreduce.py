@@ -14,9 +14,15 @@ Every step a rank sends one shard, so it sends 2(D - 1) shards: 2(D - 1)/D x N x
 bytes (exactly, when D divides N; on average over ranks otherwise), independent of D for large D.
 
 Two implementations: :func:`reduce_scatter_phase` + :func:`all_gather_phase` (the textbook
-version, one blocking exchange per step) and :func:`ring_all_reduce` (the fast one: each shard is
-cut into ``pieces`` and every piece is forwarded as soon as it arrives, so sends, receives and
-additions of different pieces overlap, and the all-gather starts before the reduce-scatter ends).
+version, one blocking exchange per step) and :func:`ring_all_reduce` (the pipelined one: each shard
+is cut into ``pieces`` and every piece is forwarded as soon as it arrives, so sends, receives and
+additions of different pieces can overlap, and the all-gather starts before the reduce-scatter
+ends). Pipelining is not a guaranteed speed-up here: every piece costs Python-level calls, and on
+gloo over one CPU host the same cores move the bytes and run the interpreter, so at small sizes
+(one piece per shard, see :func:`default_pieces`) neither version is reliably faster.
+
+Time is not bytes: :func:`ring_time_s` is the alpha-beta model
+2(D - 1) alpha + 2(D - 1)/D x n / beta, whose latency term grows linearly with D.
 
 Run it under torchrun (checks the result against ``dist.all_reduce`` and prints bytes sent)::
 
@@ -25,6 +31,8 @@ Run it under torchrun (checks the result against ``dist.all_reduce`` and prints 
 
 from __future__ import annotations
 
+import math
+import numbers
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -36,9 +44,10 @@ import torch.distributed as dist
 from course_utils import launch
 from course_utils.collectives import shard_bounds
 
-__all__ = ["RingStats", "ring_bytes_per_rank", "reduce_scatter_phase", "all_gather_phase",
-           "ring_all_reduce_simple", "ring_all_reduce", "open_channels", "default_pieces", "ring_worker",
-           "ring_phases_worker", "bandwidth_worker", "ring_check_worker"]
+__all__ = ["RingStats", "ring_bytes_per_rank", "ring_time_s", "reduce_scatter_phase",
+           "all_gather_phase", "ring_all_reduce_simple", "ring_all_reduce", "open_channels",
+           "default_pieces", "ring_worker", "ring_phases_worker", "bandwidth_worker",
+           "ring_check_worker"]
 
 
 @dataclass
@@ -56,13 +65,53 @@ class RingStats:
                          self.messages_sent + other.messages_sent)
 
 
+def _check_int(arg: str, value: Any, low: int) -> None:
+    """Raise ValueError naming ``arg`` unless ``value`` is an int (not a bool) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{arg} must be an int >= {low}; got {value!r}")
+
+
+def _check_real(arg: str, value: Any, low: float, *, strict: bool = False) -> None:
+    """Raise ValueError naming ``arg`` unless ``value`` is a finite real >= (or >) ``low``."""
+    ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
+          and math.isfinite(value) and (value > low if strict else value >= low))
+    if not ok:
+        raise ValueError(f"{arg} must be a finite number {'>' if strict else '>='} {low:g}; "
+                         f"got {value!r}")
+
+
+def _check_sizes(numel: Any, world_size: Any, element_size: Any) -> None:
+    _check_int("numel", numel, 0)
+    _check_int("world_size", world_size, 1)
+    _check_int("element_size", element_size, 1)
+
+
 def ring_bytes_per_rank(numel: int, world_size: int, element_size: int = 4) -> float:
     """Bytes each rank sends in a ring all-reduce: 2(D - 1)/D x N x element size (mean over ranks)."""
-    for arg, value, low in (("numel", numel, 0), ("world_size", world_size, 1),
-                            ("element_size", element_size, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{arg} must be an int >= {low}; got {value!r}")
+    _check_sizes(numel, world_size, element_size)
     return 2 * (world_size - 1) / world_size * numel * element_size
+
+
+def ring_time_s(n_bytes: float, world_size: int, alpha_s: float,
+                bandwidth_bytes_per_s: float) -> float:
+    """Seconds for one ring all-reduce of ``n_bytes`` in the alpha-beta (Hockney) model.
+
+    The ring makes 2(D - 1) steps one after another; each step sends n/D bytes per rank and
+    costs a fixed latency ``alpha_s`` plus (n/D) / ``bandwidth_bytes_per_s``::
+
+        T = 2(D - 1) alpha + 2(D - 1)/D x n / beta
+
+    The bandwidth term stays below 2n/beta for every D; the latency term grows linearly with D.
+    ``ring_time_s(0, D, alpha, beta)`` is the latency term alone and
+    ``ring_time_s(n, D, 0, beta)`` the bandwidth term alone. The model leaves out the time of
+    the additions and any contention between links. D = 1 costs nothing.
+    """
+    _check_real("n_bytes", n_bytes, 0)
+    _check_int("world_size", world_size, 1)
+    _check_real("alpha_s", alpha_s, 0)
+    _check_real("bandwidth_bytes_per_s", bandwidth_bytes_per_s, 0, strict=True)
+    steps = 2 * (world_size - 1)
+    return steps * alpha_s + steps / world_size * n_bytes / bandwidth_bytes_per_s
 
 
 def _check_tensor(tensor: Any) -> torch.Tensor:
@@ -143,8 +192,13 @@ def ring_all_reduce_simple(tensor: torch.Tensor,
 
 
 def default_pieces(numel: int, world_size: int, element_size: int = 4) -> int:
-    """How many pieces to cut each shard into: about 1 MiB each, from 1 to 16."""
-    shard_bytes = numel * element_size / max(world_size, 1)
+    """How many pieces to cut each shard into: about 1 MiB each, from 1 to 16.
+
+    ``numel`` (int >= 0) elements of ``element_size`` (int >= 1) bytes over ``world_size``
+    (int >= 1) ranks; a shard under 1.5 MiB stays whole (one piece).
+    """
+    _check_sizes(numel, world_size, element_size)
+    shard_bytes = numel * element_size / world_size
     return int(max(1, min(16, round(shard_bytes / 2**20))))
 
 

@@ -464,7 +464,11 @@ def _build(kind: str, seed: int, c: dict) -> tuple[nn.Module, torch.Tensor, torc
 
 
 def reference(kind: str, seed: int, cfg: dict | None = None) -> dict[str, torch.Tensor]:
-    """Output and every gradient of the single-device layer (loss = sum(y * dy))."""
+    """Output and every gradient of the single-device layer (loss = sum(y * dy)).
+
+    Weight gradients are in the ``nn.Linear`` layout (h_out, h_in); :func:`compare` transposes
+    them to the ``Y = X W`` layout for the from-scratch layers (:func:`_xw_layout`).
+    """
     c = _config(cfg)
     model, x, dy = _build(kind, seed, c)
     x.requires_grad_(True)
@@ -489,11 +493,18 @@ def _from_scratch(kind: str, model: nn.Module, tp_group: dist.ProcessGroup | Non
     return TensorParallelAttention.from_attention(model, tp_group)
 
 
+def _xw_layout(ref: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A :func:`reference` with every weight gradient transposed to the ``Y = X W`` layout."""
+    return {name: t.t() if name.endswith("weight.grad") and t.dim() == 2 else t
+            for name, t in ref.items()}
+
+
 def _grads_from_scratch(kind: str, tp: nn.Module) -> dict[str, tuple[torch.Tensor, Spec]]:
-    """Local gradients in nn.Linear layout (h_out, h_in), with how they combine."""
-    col = lambda layer: {"weight.grad": (layer.weight.grad.t(), ("cat", 0)),  # noqa: E731
+    """Local gradients in the ``Y = X W`` layout, the layout the from-scratch layers store
+    (W and its gradient: (h_in, h_out) sliced), with how they combine."""
+    col = lambda layer: {"weight.grad": (layer.weight.grad, ("cat", 1)),  # noqa: E731
                          "bias.grad": (layer.bias.grad, ("cat", 0))}
-    row = lambda layer: {"weight.grad": (layer.weight.grad.t(), ("cat", 1)),  # noqa: E731
+    row = lambda layer: {"weight.grad": (layer.weight.grad, ("cat", 0)),  # noqa: E731
                          "bias.grad": (layer.bias.grad, "replicated")}
     if kind == "column":
         return col(tp)
@@ -503,10 +514,10 @@ def _grads_from_scratch(kind: str, tp: nn.Module) -> dict[str, tuple[torch.Tenso
         return ({f"up.{k}": v for k, v in col(tp.up).items()}
                 | {f"down.{k}": v for k, v in row(tp.down).items()})
     out = {}
-    w_parts = tp.qkv.weight.grad.t().chunk(3, dim=0)   # 3 x (h/t, h)
+    w_parts = tp.qkv.weight.grad.chunk(3, dim=1)       # 3 x (h, h/t)
     b_parts = tp.qkv.bias.grad.chunk(3, dim=0)         # 3 x (h/t,)
     for name, w, b in zip("qkv", w_parts, b_parts):
-        out[f"{name}.weight.grad"] = (w, ("cat", 0))
+        out[f"{name}.weight.grad"] = (w, ("cat", 1))
         out[f"{name}.bias.grad"] = (b, ("cat", 0))
     out |= {f"o.{k}": v for k, v in row(tp.o).items()}
     return out
@@ -636,14 +647,19 @@ _KIND_WORDS = {"column": "column-parallel linear", "row": "row-parallel linear",
                "dtensor_mlp": "DTensor MLP (parallelize_module)"}
 _HOW_WORDS = {"same full tensor on every rank": "same on every rank",
               "partial sums: their sum is the tensor": "partial sums, added"}
+# The layout of the weight shapes and gradient dims in a kind's table.
+_LAYOUT_WORDS = {"dtensor_mlp": "nn.Linear layout: weight and its gradient are (h_out, h_in)",
+                 "from scratch": "Y = X W layout: W and its gradient are (h_in, h_out)"}
 
 
 def comparison_table(runs: Sequence[Comparison], width: int = 96) -> str:
     """One compact table for the same layer checked on several TP degrees (one column each).
 
-    The first line says what matched; then, per degree, rank 0's local parameter shapes (with
-    DTensor's placement), its collectives per phase, and, last, how the ranks' tensors give the
-    single-device ones (same on every rank, concatenated, or added), tensors grouped by rule.
+    The first line says what matched, the second the layout in which weight shapes and the
+    dims of weight gradients are given (``Y = X W`` for the from-scratch layers, ``nn.Linear``
+    for DTensor); then, per degree, rank 0's local parameter shapes (with DTensor's placement),
+    its collectives per phase, and, last, how the ranks' tensors give the single-device ones
+    (same on every rank, concatenated, or added), tensors grouped by rule.
     Stable across runs: no floating-point noise.
     """
     runs = list(runs)
@@ -677,8 +693,10 @@ def comparison_table(runs: Sequence[Comparison], width: int = 96) -> str:
         groups.setdefault(how, []).append(name)
     label_w = max(len(label) for label in [*(lab for lab, _ in rows), *groups]) + 2
     cell_w = max(len(c) for _, cells in rows for c in cells) + 3
-    lines = [head, " " * label_w + "".join(f"{'t = ' + str(r.tp_size):<{cell_w}}"
-                                           for r in runs).rstrip()]
+    layout = _LAYOUT_WORDS.get(first.kind, _LAYOUT_WORDS["from scratch"])
+    lines = [head, f"{'weights in':<{label_w}}{layout}",
+             " " * label_w + "".join(f"{'t = ' + str(r.tp_size):<{cell_w}}"
+                                     for r in runs).rstrip()]
     lines += [f"{label:<{label_w}}" + "".join(f"{c:<{cell_w}}" for c in cells).rstrip()
               for label, cells in rows]
     for how, names in groups.items():
@@ -735,7 +753,10 @@ def compare(kind: str, tp_size: int, seeds: Sequence[int] = (0, 1), cfg: dict | 
     specs: dict[str, str] = {}
     worst = 0.0
     for i, seed in enumerate(seeds):
-        ref = reference("mlp" if kind == "dtensor_mlp" else kind, seed, c)
+        if kind == "dtensor_mlp":  # DTensor shards nn.Linear's own weight: (h_out, h_in)
+            ref = reference("mlp", seed, c)
+        else:                      # the from-scratch layers store W: (h_in, h_out)
+            ref = _xw_layout(reference(kind, seed, c))
         got = [rank_out[i]["results"] for rank_out in per_rank]
         if set(got[0]) != set(ref):
             raise AssertionError(f"compared names differ: {sorted(got[0])} vs {sorted(ref)}")
@@ -859,6 +880,7 @@ def time_comm_vs_matmul(rank: int, world_size: int, sizes: Sequence[tuple[int, i
     ``tokens`` = b * s. The matmuls are this rank's share of the forward MLP,
     (tokens, h) @ (h, ffn/t) then (tokens, ffn/t) @ (ffn/t, h); the all-reduce is of the
     (tokens, h) fp32 result, as in the forward pass of :class:`TensorParallelMLP`.
+    ``threads`` is the number of intra-op threads this rank's matmuls ran with.
     """
     _check_int("repeats", repeats)
     if not sizes:
@@ -888,7 +910,7 @@ def time_comm_vs_matmul(rank: int, world_size: int, sizes: Sequence[tuple[int, i
                     "matmul_s": _median_time(matmuls, repeats, None),
                     "all_reduce_s": _median_time(all_reduce, repeats, None),
                     "matmul_flops": 2 * 2 * tokens * h * local_ffn,
-                    "all_reduce_bytes": tokens * h * 4})
+                    "all_reduce_bytes": tokens * h * 4, "threads": torch.get_num_threads()})
     return out
 
 

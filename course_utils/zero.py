@@ -10,7 +10,8 @@ stage  name            per step
 =====  ==============  ==========================================================================
 0      replicated DP   all-reduce the gradients; every rank updates every parameter
 1      ZeRO-1          reduce-scatter the gradients, update my shard, all-gather the weights
-2      ZeRO-2          as ZeRO-1, but the full gradient is freed once it is reduce-scattered
+2      ZeRO-2          as ZeRO-1, but each layer's gradient is reduce-scattered as soon as
+                       backward has produced it (a post-accumulate-grad hook) and then freed
 3      ZeRO-3          weights sharded too: a layer is all-gathered for forward, again for
                        backward, and released each time; its gradient is reduce-scattered
 =====  ==============  ==========================================================================
@@ -45,7 +46,7 @@ __all__ = ["STAGES", "STAGE_NAMES", "REDUCE_DTYPES", "make_mlp", "unit_sizes", "
            "make_batches", "padded_state_bytes", "expected_comm_bytes", "CommLog", "ZeroDP",
            "train_worker", "all_stages_worker", "run_all_stages", "reference_train", "max_abs_diff",
            "shard_step_harness", "run_shard_step", "TIMELINE_KINDS", "TIMELINE_KEY", "short_event",
-           "timeline_peak", "draw_memory_timeline", "draw_memory_timelines"]
+           "timeline_peak", "draw_memory_timeline", "draw_memory_timelines", "sum_rounding_error"]
 
 STAGES = (0, 1, 2, 3)
 STAGE_NAMES = {0: "replicated DP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
@@ -253,9 +254,10 @@ class _Unit:
         self.shard = shard_numel(self.n, dp)
         self.padded = self.shard * dp
         self.flat_param: torch.Tensor | None = None   # (n,) bf16, stages 0-2
-        self.flat_grad: torch.Tensor | None = None    # (n,) bf16, stages 0-2 (transient at 2)
+        self.flat_grad: torch.Tensor | None = None    # (n,) bf16, stages 0-1
         self.param_shard: torch.Tensor | None = None  # (S,) bf16, stage 3 (its .grad: (S,))
         self.grad_shard: torch.Tensor | None = None   # (S,) bf16, stage 2
+        self.ready = 0                                # stage 2: params whose grad is ready
         self.master: torch.Tensor | None = None       # (S,) fp32 (stage 0: (n,))
 
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
@@ -311,10 +313,13 @@ class ZeroDP:
     """One data-parallel rank of ZeRO ``stage`` (0-3) in the 16-byte layout, for a bf16 MLP.
 
     ``model``: an ``nn.Sequential`` whose parameters all belong to bf16 ``nn.Linear`` layers
-    (with bias), e.g. :func:`make_mlp`. ``reduce_dtype``: the dtype gradients are summed in
-    ("bf16", as stored, or "fp32", FSDP's usual choice). ``prefetch`` (stage 3): start the next
-    layer's all-gather before computing the current one. ``log``: a :class:`CommLog` to record
-    collectives in. Call :meth:`step` with this rank's micro-batch.
+    (with bias), e.g. :func:`make_mlp`. At stage 2 a post-accumulate-grad hook reduce-scatters
+    each layer during backward, as soon as its weight and bias gradients exist, and frees them,
+    so at most one layer's full gradient exists at a time. ``reduce_dtype``: the dtype gradients
+    are summed in ("bf16", as stored, or "fp32", what FSDP is often configured to use).
+    ``prefetch`` (stage 3): start the next layer's all-gather before computing the current one.
+    ``log``: a :class:`CommLog` to record collectives in. Call :meth:`step` with this rank's
+    micro-batch.
 
     The engine takes the model over: its parameters become views of flat buffers (stages 0-2)
     or empty tensors (stage 3, where only slices remain); read them with :meth:`full_parameters`.
@@ -367,7 +372,12 @@ class ZeroDP:
                 unit.flat_param = flat.clone()
                 for p, view in zip(unit.params, unit.views(unit.flat_param)):
                     p.data = view  # the module computes with views of the flat buffer
-            else:
+            if stage == 2:
+                unit.grad_shard = torch.zeros(unit.shard, dtype=torch.bfloat16)  # (S,)
+                for p in unit.params:  # reduce-scatter the unit as soon as its grads are ready
+                    p.register_post_accumulate_grad_hook(
+                        lambda _p, unit=unit: self._on_grad_ready(unit))
+            elif stage == 3:
                 unit.param_shard = mine.clone().requires_grad_(True)
                 for p in unit.params:  # the full weights are gone: only shards remain
                     p.data = torch.empty(0, dtype=torch.bfloat16)
@@ -407,10 +417,19 @@ class ZeroDP:
         if mark:
             self._mark(f"{phase}: release L{unit.index}")
 
-    def _reduce_scatter_grad(self, unit: _Unit, flat_grad: torch.Tensor) -> torch.Tensor:
-        """Mean over ranks of this rank's shard of a unit's (n,) gradient: (S,) bf16."""
+    def _reduce_scatter_grad(self, unit: _Unit,
+                             grads: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+        """Mean over ranks of this rank's shard of a unit's gradient: (S,) bf16.
+
+        ``grads``: the unit's gradient as one flat (n,) tensor, or as [weight (out, in),
+        bias (out,)].
+        """
         full = torch.zeros(unit.padded, dtype=self.reduce_dtype)                # (P,)
-        full[:unit.n] = flat_grad
+        if isinstance(grads, torch.Tensor):
+            full[:unit.n] = grads
+        else:
+            for view, g in zip(unit.views(full), grads):
+                view.copy_(g)
         shard = torch.empty(unit.shard, dtype=self.reduce_dtype)                # (S,)
         dist.reduce_scatter_single(shard, full, op=dist.ReduceOp.SUM, group=self.dp_group)
         self._log("reduce_scatter", full)
@@ -418,8 +437,10 @@ class ZeroDP:
 
     # -------------------------------------------------------------------- timeline
 
-    def _hold(self, key: Any, kind: str, t: torch.Tensor) -> None:
-        self._live[key] = (kind, t.untyped_storage().nbytes())
+    def _hold(self, key: Any, kind: str, *tensors: torch.Tensor) -> None:
+        storages = {(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+                    for t in tensors}
+        self._live[key] = (kind, sum(nbytes for _, nbytes in storages), storages)
 
     def _drop(self, key: Any) -> None:
         self._live.pop(key, None)
@@ -427,18 +448,40 @@ class ZeroDP:
     def _mark(self, label: str) -> None:
         if self.timeline is None:
             return
-        row: dict[str, Any] = {"event": label, "persistent": self.state_bytes()["total"],
+        transient: set = set()  # held storages are counted under their kind, not as persistent
+        for _, _, storages in self._live.values():
+            transient |= storages
+        row: dict[str, Any] = {"event": label,
+                               "persistent": self._state_bytes(transient)["total"],
                                "gathered weights": 0, "unsharded grads": 0}
-        for kind, nbytes in self._live.values():
+        for kind, nbytes, _ in self._live.values():
             row[kind] += nbytes
         self.timeline.append(row)
 
     # -------------------------------------------------------------------- one step
 
+    def _on_grad_ready(self, unit: _Unit) -> None:
+        """ZeRO-2, during backward: once a unit's weight and bias gradients both exist,
+        reduce-scatter them into the unit's gradient shard and free them."""
+        unit.ready += 1
+        if unit.ready < len(unit.params):
+            return
+        grads = [p.grad for p in unit.params]                     # (out, in), (out,) bf16
+        self._hold(("grad", unit.index), "unsharded grads", *grads)
+        self._mark(f"backward: grads of L{unit.index}")
+        unit.grad_shard.copy_(self._reduce_scatter_grad(unit, grads))  # (S,) bf16, the mean
+        del grads
+        for p in unit.params:  # the full gradient is gone before the next layer's exists
+            p.grad = None
+        self._drop(("grad", unit.index))
+        self._mark(f"backward: reduce-scatter L{unit.index}")
+
     def _zero_grads(self) -> None:
         for unit in self.units:
-            if self.stage <= 2:
-                if unit.flat_grad is None:  # stage 2 allocates it afresh every step
+            if self.stage == 2:
+                unit.ready = 0  # no full gradient yet: backward creates it, the hook frees it
+            elif self.stage <= 1:
+                if unit.flat_grad is None:
                     unit.flat_grad = torch.zeros(unit.n, dtype=torch.bfloat16)  # (n,)
                     for p, view in zip(unit.params, unit.views(unit.flat_grad)):
                         p.grad = view  # backward accumulates into the flat buffer in place
@@ -468,15 +511,14 @@ class ZeroDP:
                 unit.flat_grad.copy_(buf.div_(self.dp))
                 unit.master.grad = unit.flat_grad.float()  # (n,) fp32, transient
                 continue
-            if self.stage <= 2:
+            if self.stage == 1:
                 grad_shard = self._reduce_scatter_grad(unit, unit.flat_grad)
+            elif self.stage == 2:  # already reduce-scattered during backward, by the hook
+                if unit.ready != len(unit.params):
+                    raise RuntimeError(f"ZeRO-2: layer {unit.index} got no gradient in backward")
+                grad_shard = unit.grad_shard
             else:
                 grad_shard = unit.param_shard.grad
-            if self.stage == 2:
-                unit.grad_shard = grad_shard  # persistent (S,) bf16
-                for p in unit.params:  # the full gradient was transient
-                    p.grad = None
-                unit.flat_grad = None
             unit.master.grad = grad_shard.float()  # (S,) fp32, transient
 
     @torch.no_grad()
@@ -519,7 +561,11 @@ class ZeroDP:
         counters (4 bytes each), which a bytes-per-parameter layout leaves out; ``total``
         excludes it.
         """
-        seen: set = set()
+        return self._state_bytes(set())
+
+    def _state_bytes(self, exclude: set) -> dict[str, int]:
+        """:meth:`state_bytes`, leaving out the storages in ``exclude`` ((data_ptr, nbytes))."""
+        seen: set = set(exclude)
         params = list(self.model.parameters())
         shards = [u.param_shard for u in self.units]
         weights = _storage_bytes(params + shards, seen)
@@ -586,12 +632,12 @@ def train_worker(rank: int, world_size: int, stage: int, sizes: Sequence[int], s
 def all_stages_worker(rank: int, world_size: int, sizes: Sequence[int], seed: int = 0,
                       n_steps: int = 3, micro_batch: int = 4, lr: float = 1e-2,
                       reduce_dtype: str = "bf16") -> dict[Any, dict[str, Any]]:
-    """:func:`train_worker` for stages 0-3 (stage 3 with its memory timeline) and for ZeRO-3 with
-    prefetch (key ``"3+prefetch"``), one after another in the same process group."""
+    """:func:`train_worker` for stages 0-3 (2 and 3 with their memory timelines) and for ZeRO-3
+    with prefetch (key ``"3+prefetch"``), one after another in the same process group."""
     out: dict[Any, dict[str, Any]] = {}
     for stage in STAGES:
         out[stage] = train_worker(rank, world_size, stage, sizes, seed, n_steps, micro_batch, lr,
-                                  reduce_dtype, record_timeline=stage == 3)
+                                  reduce_dtype, record_timeline=stage >= 2)
     out["3+prefetch"] = train_worker(rank, world_size, 3, sizes, seed, n_steps, micro_batch, lr,
                                      reduce_dtype, prefetch=True, record_timeline=True)
     return out
@@ -641,6 +687,29 @@ def reference_train(sizes: Sequence[int], seed: int = 0, n_steps: int = 3, dp: i
         opt.step()
         losses.append(sum(step_losses) / dp)
     return {"losses": losses, "params": [p.detach().clone() for p in params]}
+
+
+def sum_rounding_error(n_ranks: int, reduce_dtype: str, numel: int = 4096,
+                       seed: int = 0) -> float:
+    """Relative error of a data-parallel mean gradient whose sum is taken in ``reduce_dtype``.
+
+    ``n_ranks`` bf16 gradients (``numel`` standard-normal elements each, from ``seed``) are added
+    one rank at a time in ``reduce_dtype``, as a ring adds partial sums (each addition rounds to
+    that dtype), divided by ``n_ranks`` and rounded to bf16, the dtype the gradient is stored in.
+    Returns mean |result - exact mean| / mean |exact mean|, the exact mean computed in float64.
+    """
+    _check_int("n_ranks", n_ranks, 1)
+    _check_int("numel", numel, 1)
+    reduce = _check_reduce_dtype(reduce_dtype)
+    g = torch.randn(n_ranks, numel, generator=torch.Generator().manual_seed(seed)).bfloat16()
+    total = torch.zeros(numel, dtype=reduce)                  # (numel,) the running partial sum
+    exact = torch.zeros(numel, dtype=torch.float64)
+    for row in g:                                             # rank by rank, in order
+        total = total + row.to(reduce)
+        exact = exact + row.double()
+    mean = (total / n_ranks).to(torch.bfloat16).double()
+    exact = exact / n_ranks
+    return ((mean - exact).abs().mean() / exact.abs().mean()).item()
 
 
 def max_abs_diff(params: Sequence[Any], reference: Sequence[torch.Tensor]) -> float:
@@ -699,11 +768,11 @@ def timeline_peak(rows: Sequence[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
 def draw_memory_timeline(rows: Sequence[dict[str, Any]], ax: Any = None, *,
                          title: str | None = None, bottom: float | None = None,
                          top: float | None = None) -> Any:
-    """Draw one rank's ZeRO-3 memory timeline: the bytes it holds after each event of a step.
+    """Draw one rank's ZeRO-2 or ZeRO-3 memory timeline: the bytes it holds after each event.
 
-    ``rows`` is :func:`train_worker`'s ``timeline``. Stacked steps: persistent slices (grey),
+    ``rows`` is :func:`train_worker`'s ``timeline``. Stacked steps: persistent state (grey),
     gathered weights and unsharded gradients (the course's state colours), in kB (10³ bytes).
-    The y-axis starts at ``bottom`` bytes (default: a little under the persistent slices, so the
+    The y-axis starts at ``bottom`` bytes (default: a little under the persistent state, so the
     per-layer gathers are not a thin band on a huge block; a break mark on the axis says so).
     Forward and backward are shaded, each event is a tick (:func:`short_event`, key in
     :data:`TIMELINE_KEY`), and the peak is marked. Returns the Axes.
@@ -722,7 +791,7 @@ def draw_memory_timeline(rows: Sequence[dict[str, Any]], ax: Any = None, *,
     stacks = [s + s[-1:] for s in stacks]  # step="post": the last level lasts to x = n
     colors = [style.STATE_COLORS["buffers"], style.STATE_COLORS["weights"],
               style.STATE_COLORS["grads"]]
-    labels = ["persistent slices", "gathered weights", "unsharded gradients"]
+    labels = ["persistent state", "gathered weights", "unsharded gradients"]
     persistent = min(r["persistent"] for r in rows)
     peak_i, peak = timeline_peak(rows)
     peak_total = sum(peak[k] for k in TIMELINE_KINDS)
@@ -742,7 +811,7 @@ def draw_memory_timeline(rows: Sequence[dict[str, Any]], ax: Any = None, *,
     ax.set_yticks([t for t in ax.get_yticks() if bottom <= t <= top])
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e3:g}"))
     if bottom < persistent:
-        ax.text(0.2, (bottom + persistent) / 2, f"persistent slices: {persistent:,} B",
+        ax.text(0.2, (bottom + persistent) / 2, f"persistent state: {persistent:,} B",
                 va="center", fontsize=10, color="0.15")
     ax.set_xticks([i + 0.5 for i in range(n)], [short_event(r["event"]) for r in rows],
                   fontsize=10)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import torch
+import torch.distributed as dist
 
 from course_utils import data_parallel as D
-from course_utils import launch
+from course_utils import launch, measure
 
 # ---------------------------------------------------------------------- one update, two ranks
 
@@ -144,6 +147,34 @@ def test_straggler_makes_the_fast_rank_wait():
 def test_throughput_worker_returns_examples_per_second():
     (single,) = launch.run(D.throughput_worker, 1, 16, 2, 32, show_output=False)
     assert single > 0  # speed itself is measured in the notebook, never asserted here
+
+
+@pytest.fixture
+def solo_group():
+    """A one-rank gloo group in this process, so that a worker's clock readings can be watched."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=timedelta(seconds=60))
+    yield
+    dist.destroy_process_group()
+
+
+def test_timing_workers_read_the_clock_through_measure(monkeypatch, solo_group):
+    """straggler_worker and throughput_worker time with measure.clock (which synchronizes a CUDA
+    device before reading perf_counter; a no-op on CPU), on the device of the timed tensors."""
+    devices, real = [], measure.clock
+
+    def watched(device="cpu"):
+        devices.append(torch.device(device.device if isinstance(device, torch.Tensor)
+                                    else device))
+        return real(device)
+
+    monkeypatch.setattr(measure, "clock", watched)
+    out = D.straggler_worker(0, 1, 0, 0.01, steps=3)
+    assert devices == [torch.device("cpu")] * 3 * 3  # before compute, before and after the wait
+    assert out["compute_s"] >= 0.01 and out["step_s"] >= out["compute_s"]
+    devices.clear()
+    assert D.throughput_worker(0, 1, per_rank_batch=4, steps=2, width=8) > 0
+    assert devices == [torch.device("cpu")] * 2
 
 
 # --------------------------------------------------------------------------------- bad input

@@ -119,3 +119,44 @@ def test_draw_token_routing_shows_each_experts_load():
         ticks = [t.get_text() for t in ax.get_xticklabels()]
         assert ticks[2].endswith("1 token") and ticks[3].endswith("10 tokens")
         plt.close(fig)
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 8])
+def test_draw_all_to_all_transposes_the_grid(world_size):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from course_utils import style
+    from course_utils.expert_parallel import draw_all_to_all
+
+    n = world_size
+    with matplotlib.rc_context():
+        style.use()
+        fig = draw_all_to_all(world_size=n)
+        fig.canvas.draw()
+        assert style.problems(fig, fig.canvas.get_renderer()) == []
+        before, after = fig.get_axes()
+        for ax, flipped in ((before, False), (after, True)):
+            cells = {(round(t.get_position()[1] - 0.5), round(t.get_position()[0] - 0.5)):
+                     t.get_text() for t in ax.texts}                      # (row, col) -> "i→j"
+            assert len(cells) == n * n
+            for (row, col), text in cells.items():                       # row = the rank
+                src, dst = (col, row) if flipped else (row, col)
+                assert text == f"{src}→{dst}"
+        faces = lambda ax: [to_hex(p.get_facecolor()) for p in ax.patches]  # noqa: E731
+        left, right = faces(before), faces(after)                        # row-major squares
+        assert [left[r * n + c] for r in range(n) for c in range(n)] == \
+               [right[c * n + r] for r in range(n) for c in range(n)]   # shade travels with chunk
+        assert len(set(left)) == n                                       # one shade per sender
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("world_size", [1, 9, 2.0])
+def test_draw_all_to_all_rejects_bad_world_size(world_size):
+    from course_utils.expert_parallel import draw_all_to_all
+
+    with pytest.raises(ValueError, match="world_size"):
+        draw_all_to_all(world_size=world_size)

@@ -103,3 +103,16 @@ def test_fsdp2_bf16_close_to_from_scratch_zero3(fsdp2):
 def test_fsdp2_rejects_bad_reshard_flag():
     with pytest.raises(launch.RankError, match="reshard_after_forward"):
         launch.run(fsdp.fsdp2_worker, 2, SIZES, 0, "yes", timeout_s=120, show_output=False)
+
+
+def test_mixed_precision_policy_defaults_and_reduce_dtype():
+    """What lecture 3 states about FSDP2's MixedPrecisionPolicy in the installed torch: the
+    defaults change no dtype, and param_dtype=bf16 alone makes the reduce-scatter run in bf16."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    policy = MixedPrecisionPolicy()
+    assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype,
+            policy.cast_forward_inputs) == (None, None, None, True)
+    for r in launch.run(fsdp.reduce_dtype_worker, 2, timeout_s=120):
+        assert r == {"default": ["float32"], "param_dtype=bf16": ["bfloat16"],
+                     "param_dtype=bf16, reduce_dtype=fp32": ["float32"]}

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 import os
+import types
 from dataclasses import asdict, replace
+from datetime import timedelta
 
 import matplotlib
 import pytest
 import torch
+import torch.distributed as dist
 
 from course_utils import launch, measure, memory, style, tiny_lm
 from course_utils.measure import RunSpec
@@ -265,6 +268,11 @@ def test_throughput_wait_fraction_and_prediction():
         measure.wait_fraction(-1, 1)
     with pytest.raises(ValueError, match="wait_s <= step_s"):
         measure.wait_fraction(2, 1)
+    for bad in (math.nan, math.inf, -math.inf):  # nan used to come back as the fraction
+        with pytest.raises(ValueError, match="wait_s"):
+            measure.wait_fraction(bad, 1.0)
+        with pytest.raises(ValueError, match="step_s"):
+            measure.wait_fraction(0.5, bad)
     with pytest.raises(ValueError, match="n_bytes"):
         measure.predicted_allreduce_bytes(-1, 2)
     with pytest.raises(ValueError, match="world_size"):
@@ -384,3 +392,75 @@ def test_bytes_written_counts_writes(tmp_path):
         f.write(b"x" * 10_000)
     assert measure.bytes_written() - before >= 10_000
     assert isinstance(os.getpid(), int) and not math.isnan(before)
+
+
+# ---------------------------------------------------------------------------------- clocks
+
+
+def test_synchronize_waits_for_cuda_only(monkeypatch):
+    """CPU: nothing to wait for. CUDA: torch.cuda.synchronize(device), before the clock read."""
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(
+        ("cuda", device)))
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: events.append(
+        ("accelerator", device)))
+    for device in ("cpu", torch.device("cpu"), torch.ones(2), torch.device("meta")):
+        measure.synchronize(device)
+    assert events == []  # a no-op on CPU
+    measure.synchronize("cuda:1")
+    measure.synchronize("mps")
+    assert events == [("cuda", torch.device("cuda:1")), ("accelerator", torch.device("mps"))]
+    with pytest.raises(ValueError, match="device"):
+        measure.synchronize(1.5)
+    with pytest.raises(ValueError, match="device"):
+        measure.synchronize("gpu")
+    # clock: on CPU it is perf_counter; on CUDA it waits for the device, then reads the clock
+    events.clear()
+    t0 = measure.clock()
+    assert measure.clock(torch.ones(1)) >= t0 and events == []
+    monkeypatch.setattr(measure, "time", types.SimpleNamespace(
+        perf_counter=lambda: events.append("clock") or 12.5))
+    assert measure.clock("cuda") == 12.5
+    assert events == [("cuda", torch.device("cuda")), "clock"]
+
+
+@pytest.fixture
+def solo_group():
+    """A one-rank gloo group in this process, so that a worker's clock readings can be watched."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=timedelta(seconds=60))
+    yield
+    dist.destroy_process_group()
+
+
+def _watch_clock(monkeypatch):
+    """Replace measure.clock by a wrapper that records the device of every reading."""
+    devices, real = [], measure.clock
+
+    def watched(device="cpu"):
+        devices.append(torch.device(device.device if isinstance(device, torch.Tensor)
+                                    else device))
+        return real(device)
+
+    monkeypatch.setattr(measure, "clock", watched)
+    return devices
+
+
+def test_every_timer_reads_the_clock_of_its_tensors(monkeypatch, solo_group):
+    """The timers go through measure.clock (so they synchronize on CUDA) with the device the
+    timed work runs on: twice per all-reduce, twice per phase and twice per step."""
+    devices = _watch_clock(monkeypatch)
+    model = tiny_lm.build()
+    x, y = measure._corpus(SPEC).batch(0, 2, SPEC.cfg.seq_len)
+    tiny_lm.lm_loss(model, x, y).backward()
+    comm = measure.allreduce_gradients(model, 1)
+    assert devices == [torch.device("cpu")] * 2 and comm["wait_s"] >= 0
+    devices.clear()
+    spec = replace(SPEC, steps=2, global_batch=2)
+    out = measure.dp_train(0, 1, spec)
+    assert devices == [torch.device("cpu")] * spec.steps * (2 + 2 * len(measure.PHASES) + 2)
+    assert all(rec["step_s"] >= rec["wait"] >= 0 for rec in out["steps"])
+    devices.clear()
+    measure.dp_train(0, 1, replace(spec, engine="ddp"))  # DDP: the comm hook reads it too
+    per_step = 2 + 2 * len(measure.PHASES)
+    assert len(devices) >= spec.steps * (per_step + 2) and set(devices) == {torch.device("cpu")}

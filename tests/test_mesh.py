@@ -105,6 +105,28 @@ def test_dp_tp_step_equals_one_device(seed):
             torch.testing.assert_close(torch.as_tensor(torch_api[rank][key]), value)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("worker", [dp_tp_step, dp_tp_step_dtensor])
+def test_dp_tp_step_weights_unequal_slices_by_example_count(worker, seed):
+    """dp = 3 does not divide the batch of 8: the DP ranks get 2, 3 and 3 examples. Averaging
+    their three means (module 2's mean of means) would weight the examples unequally; weighted
+    by example count, every rank's loss, gradients and new weights equal one device's."""
+    ref = reference_step(seed)
+    got = launch.run(worker, 3, seed, 3, 1, timeout_s=180)   # mesh (dp=3, tp=1)
+    for rank in range(3):
+        for key, value in ref.items():
+            torch.testing.assert_close(torch.as_tensor(got[rank][key]), value)
+
+
+def test_dp_larger_than_the_batch_is_refused_naming_dp():
+    from course_utils.mesh import BATCH, _dp_rows
+
+    assert [_dp_rows(r, 3).stop - _dp_rows(r, 3).start for r in range(3)] == [2, 3, 3]
+    assert _dp_rows(7, BATCH) == slice(7, 8)                 # one example each is fine
+    with pytest.raises(ValueError, match="dp must be at most the global batch"):
+        _dp_rows(0, BATCH + 1)
+
+
 def test_dp_tp_other_shapes_and_helper():
     assert len(check_dp_tp(seeds=(3,), dp=4, tp=1)) == 1
     assert len(check_dp_tp(seeds=(4,), dp=1, tp=4)) == 1

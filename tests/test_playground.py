@@ -16,6 +16,10 @@ from course_utils.playground import (DEFAULTS, OMITTED, Playground, collectives,
                                      figure, plan, summary)
 
 LESSON = dict(model_params_b=70, tp=4, pp=2, dp=4, zero_stage=3, devices=32)
+ZERO3_PP = ("ZeRO-3 with PP = 2: each layer is all-gathered in the forward and the backward of "
+            "every microbatch (32 times per step). DeepSpeed's pipeline engine refuses ZeRO-2/3; "
+            "torchtitan keeps them gathered between microbatches, which needs more than this "
+            "estimate.")
 
 
 def test_lesson_70b_example():
@@ -25,7 +29,7 @@ def test_lesson_70b_example():
     assert p.gb["total"] == pytest.approx(35.0)              # 8.75 x 16 / 4
     assert p.gb["weights"] == pytest.approx(8.75 * 2 / 4)
     assert p.gb["optimizer"] == pytest.approx(8.75 * 12 / 4)
-    assert p.fits and p.warnings == []
+    assert p.fits and p.warnings == [ZERO3_PP]                # the only warning: ZeRO-3 x PP
     # the two likely mistakes give other numbers
     assert 70 / 32 * 16 / 4 == pytest.approx(8.75)           # DP counted in the shard
     assert 8.75 * 16 / 32 == pytest.approx(4.375)            # ZeRO-3 over all 32 devices
@@ -55,7 +59,7 @@ def test_bubble_and_effective_batch():
 def test_defaults_are_the_lesson_plan():
     p = plan(**{k: v for k, v in DEFAULTS.items()})
     assert p.gb["total"] == pytest.approx(35.0) and p.bubble == pytest.approx(1 / 17)
-    assert p.effective_batch == 128 and p.warnings == []
+    assert p.effective_batch == 128 and p.warnings == [ZERO3_PP]
 
 
 @pytest.mark.parametrize("change, needle", [
@@ -74,8 +78,31 @@ def test_each_warning(change, needle):
     assert sum(needle in w for w in p.warnings) == 1, p.warnings
 
 
+@pytest.mark.parametrize("change, times", [
+    (dict(), 32), (dict(microbatches=4, accumulation_steps=4), 8), (dict(pp=4, num_layers=80), 32)])
+def test_zero3_with_pipeline_warns_about_gathers_per_microbatch(change, times):
+    """ZeRO-3 gathers each layer for every microbatch's forward and backward when PP > 1."""
+    p = plan(**{**LESSON, **change})
+    found = [w for w in p.warnings if w.startswith("ZeRO-3 with PP")]
+    assert len(found) == 1 and f"({times} times per step)" in found[0]
+    assert "DeepSpeed's pipeline engine refuses ZeRO-2/3" in found[0]
+    assert "torchtitan keeps them gathered between microbatches" in found[0]
+    assert f"{times} all-gathers of every layer per step" in p.collectives["dp"]
+
+
+@pytest.mark.parametrize("change", [
+    dict(zero_stage=2), dict(zero_stage=1), dict(zero_stage=0, device_memory_gb=200),
+    dict(pp=1, tp=8, devices=32),                      # ZeRO-3 without PP: gathered per step
+    dict(model_params_b=1, dp=1, devices=8),           # ZeRO-3 over one DP rank shards nothing
+])
+def test_no_zero3_pipeline_warning_otherwise(change):
+    p = plan(**{**LESSON, **change})
+    assert not any(w.startswith("ZeRO-3 with PP") for w in p.warnings), p.warnings
+    assert "all-gathers of every layer per step" not in p.collectives["dp"]
+
+
 def test_no_false_warnings():
-    assert plan(**LESSON, num_layers=80, num_heads=64).warnings == []
+    assert plan(**{**LESSON, "zero_stage": 1}, num_layers=80, num_heads=64).warnings == []
     assert plan(tp=8, pp=1, dp=1, devices_per_node=8).crossing["tp"] == []
     assert plan(model_params_b=1, tp=1, pp=1, dp=1, microbatches=1,
                 accumulation_steps=3).warnings == []
@@ -83,6 +110,9 @@ def test_no_false_warnings():
 
 def test_collectives_name_each_axis():
     c = collectives(4, 2, 4, 3)
+    assert c["dp"].endswith("reduce-scatter of its gradients, over 4 ranks")  # one microbatch
+    assert "in each of the 16 microbatches: 32 all-gathers" in collectives(
+        4, 2, 4, 3, microbatches=16)["dp"]
     assert "all-reduce of activations" in c["tp"]
     assert "send/recv" in c["pp"]
     assert "all-gather" in c["dp"] and "reduce-scatter" in c["dp"]
@@ -201,6 +231,23 @@ def test_figure_passes_the_course_check_and_uses_the_course_colours(kwargs):
 
 def test_summary_is_a_short_table():
     text = summary(plan(**LESSON))
+    assert len(text.splitlines()) == 6 and text.splitlines()[-1] == f"{'WARNING':18s}{ZERO3_PP}"
+    text = summary(plan(**{**LESSON, "zero_stage": 1}))
     assert len(text.splitlines()) == 6 and text.splitlines()[-1].split() == ["warnings", "none"]
     bad = summary(plan(**LESSON, devices_per_node=2))
     assert "WARNING" in bad and "crosses a node boundary" in bad
+
+
+def test_torch_pipeline_stage_keeps_fsdp_parameters_gathered_between_microbatches():
+    """Lecture 6's claim about the installed torch (2.13): a pipeline stage that wraps an FSDP
+    module turns off the reshard after each microbatch's backward and reshards (and reduces the
+    gradients) once, after all microbatches."""
+    import inspect
+
+    import torch
+    from torch.distributed.pipelining import stage
+
+    assert torch.__version__.startswith("2.13")
+    backward = inspect.getsource(stage._PipelineStageBase.backward_maybe_with_nosync)
+    assert "FSDPModule" in backward and "set_reshard_after_backward(False)" in backward
+    assert "set_reshard_after_backward(True)" in inspect.getsource(stage)

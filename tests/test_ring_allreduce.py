@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -116,6 +117,67 @@ def test_ring_bytes_formula_numbers():
 def test_default_pieces_bounds():
     assert R.default_pieces(10, 2) == 1
     assert R.default_pieces(64 * 2**20 // 4, 2) == 16
+    assert R.default_pieces(0, 3) == 1  # an empty tensor is a valid input to the ring
+
+
+def test_default_pieces_for_the_lecture_sizes():
+    """Lecture 2 times 64 KiB, 1 MiB and 4 MiB on 2 ranks: only 4 MiB is cut into pieces."""
+    assert [R.default_pieces(nbytes // 4, 2) for nbytes in (2**16, 2**20, 2**22)] == [1, 1, 2]
+
+
+@pytest.mark.parametrize("args, message", [
+    ((-1, 2), "numel must be an int >= 0; got -1"),
+    ((float("nan"), 2), "numel must be an int >= 0; got nan"),
+    (("1000", 2), "numel must be an int >= 0; got '1000'"),
+    ((1000.0, 2), "numel must be an int >= 0; got 1000.0"),
+    ((1000, 0), "world_size must be an int >= 1; got 0"),
+    ((1000, -2), "world_size must be an int >= 1; got -2"),
+    ((1000, 2.5), "world_size must be an int >= 1; got 2.5"),
+    ((1000, 2, 0), "element_size must be an int >= 1; got 0"),
+    ((1000, 2, -4), "element_size must be an int >= 1; got -4"),
+])
+def test_default_pieces_rejects_bad_sizes_naming_the_argument(args, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        R.default_pieces(*args)
+
+
+# ------------------------------------------------------------------------- alpha-beta time model
+
+
+def test_ring_time_numbers():
+    alpha, beta, n = 10e-6, 10e9, 10**9  # 10 us per message, 10 GB/s, 1 GB
+    assert R.ring_time_s(n, 2, alpha, beta) == pytest.approx(2 * alpha + 0.1)  # 2 steps of n/2
+    assert R.ring_time_s(n, 8, alpha, beta) == pytest.approx(14 * alpha + 2 * 7 / 8 * 0.1)
+    assert R.ring_time_s(n, 1, alpha, beta) == 0.0  # one rank: nothing to send
+    assert R.ring_time_s(0, 1, alpha, beta) == 0.0
+
+
+def test_ring_time_latency_grows_with_d_bandwidth_does_not():
+    alpha, beta, n = 10e-6, 10e9, 10**9
+    for d in (2, 3, 8, 64, 1024, 8192):
+        latency, bandwidth = R.ring_time_s(0, d, alpha, beta), R.ring_time_s(n, d, 0, beta)
+        assert latency == pytest.approx(2 * (d - 1) * alpha)  # linear in D
+        assert bandwidth == pytest.approx(R.ring_bytes_per_rank(n, d, element_size=1) / beta)
+        assert bandwidth < 2 * n / beta  # bounded, whatever D
+        assert R.ring_time_s(n, d, alpha, beta) == pytest.approx(latency + bandwidth)
+    assert R.ring_time_s(0, 8192, alpha, beta) > R.ring_time_s(n, 8192, 0, beta) / 2
+
+
+@pytest.mark.parametrize("args, word", [
+    ((-1, 2, 1e-5, 1e10), "n_bytes must be a finite number >= 0; got -1"),
+    ((float("nan"), 2, 1e-5, 1e10), "n_bytes must be a finite number >= 0; got nan"),
+    (("1e9", 2, 1e-5, 1e10), "n_bytes must be a finite number >= 0; got '1e9'"),
+    ((True, 2, 1e-5, 1e10), "n_bytes must be a finite number >= 0; got True"),
+    ((1e9, 0, 1e-5, 1e10), "world_size must be an int >= 1; got 0"),
+    ((1e9, 2.0, 1e-5, 1e10), "world_size must be an int >= 1; got 2.0"),
+    ((1e9, 2, -1e-5, 1e10), "alpha_s must be a finite number >= 0; got -1e-05"),
+    ((1e9, 2, float("inf"), 1e10), "alpha_s must be a finite number >= 0; got inf"),
+    ((1e9, 2, 1e-5, 0), "bandwidth_bytes_per_s must be a finite number > 0; got 0"),
+    ((1e9, 2, 1e-5, float("nan")), "bandwidth_bytes_per_s must be a finite number > 0; got nan"),
+])
+def test_ring_time_rejects_bad_input_naming_the_argument(args, word):
+    with pytest.raises(ValueError, match=re.escape(word)):
+        R.ring_time_s(*args)
 
 
 def test_bandwidth_worker_smoke():

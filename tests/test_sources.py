@@ -100,3 +100,24 @@ def test_builder_turns_nbval_markers_into_tags(tmp_path):
     assert nb.cells[1].source == "# a comment\nprint(2)" and "tags" not in nb.cells[1].metadata
     for path in (ROOT / "notebooks").glob("*.ipynb"):
         assert "NBVAL_" not in "".join(c.source for c in nbformat.read(path, 4).cells), path
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_every_manual_question_has_a_rubric_that_adds_up(name):
+    """Each manually graded cell's solution ends with "**Rubric** (N points):" and bullets
+    "* k point(s): ..." that add up to the cell's points; the release never shows it."""
+    import re
+
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    manual = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+              and c.metadata["nbgrader"].get("solution") and c.cell_type == "markdown"]
+    for cell in manual:
+        gid, points = cell.metadata["nbgrader"]["grade_id"], cell.metadata["nbgrader"]["points"]
+        head = re.search(r"\*\*Rubric\*\* \((\d+) points?\):", cell.source)
+        assert head, f"{name} {gid}: no rubric"
+        assert int(head.group(1)) == points, f"{name} {gid}: rubric for {head.group(1)} points"
+        bullets = re.findall(r"^\* (\d+) points?:", cell.source[head.end():], flags=re.M)
+        assert sum(map(int, bullets)) == points, f"{name} {gid}: bullets give {bullets}"
+        assert re.search(r"^\* 0 points?:", cell.source[head.end():], flags=re.M), gid
+    release = (ROOT / "assignments" / name / f"{name}.ipynb").read_text()
+    assert "Rubric" not in release

@@ -203,8 +203,8 @@ def _comparison(t: int, kind: str = "mlp") -> tp.Comparison:
     names = ["y", "x.grad", "up.weight.grad", "up.bias.grad", "down.weight.grad",
              "down.bias.grad"]
     specs = dict(zip(names, ["same full tensor on every rank"] * 2
-                     + ["slices: concatenated along dim 0"] * 2
-                     + ["slices: concatenated along dim 1", "same full tensor on every rank"]))
+                     + ["slices: concatenated along dim 1", "slices: concatenated along dim 0"]
+                     + ["slices: concatenated along dim 0", "same full tensor on every rank"]))
     shapes = {"up.weight": (16, 32 // t), "up.bias": (32 // t,), "down.weight": (32 // t, 16),
               "down.bias": (16,)}
     comms = [tp.CommEvent("all_reduce", phase, (2, 4, 16), 512)
@@ -217,15 +217,34 @@ def test_comparison_table_puts_degrees_side_by_side():
     lines = table.splitlines()
     assert len(lines) <= 12
     assert lines[0].startswith("Megatron MLP: all 6 tensors match one device")
-    assert lines[1].split() == ["t", "=", "2", "t", "=", "4"]
+    assert lines[1].split()[:2] == ["weights", "in"] and "Y = X W layout" in lines[1]
+    assert lines[2].split() == ["t", "=", "2", "t", "=", "4"]
     up = next(line for line in lines if line.startswith("rank 0 up.weight"))
     assert "(16, 16)" in up and "(16, 8)" in up
     backward = next(line for line in lines if line.startswith("backward collectives"))
     assert backward.count("all_reduce (2, 4, 16) 512 B") == 2
-    assert any(line.startswith("concatenated along dim 0") and "up.weight.grad, up.bias.grad"
+    assert any(line.startswith("concatenated along dim 1") and line.split()[-1] == "up.weight.grad"
+               for line in lines)
+    assert any(line.startswith("concatenated along dim 0") and "up.bias.grad, down.weight.grad"
                in line for line in lines)
     assert any(line.startswith("same on every rank") and "down.bias.grad" in line
                for line in lines)
+
+
+@pytest.mark.parametrize("kind, split_dims", [
+    ("column", {"weight": 1}), ("row", {"weight": 0}),
+    ("mlp", {"up.weight": 1, "down.weight": 0}),
+    ("dtensor_mlp", {"up.weight": 0, "down.weight": 1})])
+def test_weight_shapes_and_gradient_dims_share_one_layout(kind, split_dims):
+    """The table gives rank 0's weight shapes and the dim its weight gradients are concatenated
+    along in the same layout (Y = X W from scratch, nn.Linear for DTensor), and says which: the
+    dim a rank's weight is cut along is the dim the gradient slices are concatenated along."""
+    c = tp.compare(kind, 4, (0,))
+    layout = "nn.Linear layout" if kind == "dtensor_mlp" else "Y = X W layout"
+    assert layout in tp.comparison_table([c]).splitlines()[1]
+    for name, dim in split_dims.items():
+        assert c.shapes[0][name][dim] == 8  # 32 / 4 (h = 16, ffn = 32): the cut dim
+        assert c.specs[name + ".grad"] == f"slices: concatenated along dim {dim}"
 
 
 def test_comparison_table_rejects_mixed_layers():
@@ -386,9 +405,11 @@ def test_pictures_draw_and_reject_bad_sizes(draw):
 
 def test_timing_worker_reports_positive_times_and_counted_work():
     """Only the structure: speed is measured in benchmarks/, never asserted in tests."""
-    rows = launch.run(tp.time_comm_vs_matmul, 2, [(8, 16, 64)], 2, timeout_s=120)
+    rows = launch.run(tp.time_comm_vs_matmul, 2, [(8, 16, 64)], 2, timeout_s=120,
+                      threads_per_rank=1)
     for rank_rows in rows:
         (row,) = rank_rows
         assert row["matmul_s"] > 0 and row["all_reduce_s"] > 0
         assert row["matmul_flops"] == 2 * 2 * 8 * 16 * 32  # two matmuls with ffn/t = 32
         assert row["all_reduce_bytes"] == 8 * 16 * 4
+        assert row["threads"] == 1  # what the lecture prints beside the machine's core count

@@ -1,6 +1,7 @@
 """course_utils.zero: the lesson's ZeRO table, from-scratch ZeRO-1/2/3 on real gloo ranks against
 an unsharded single-process reference, measured bytes == formula, communication volumes, the
-ZeRO-3 memory timeline and bad inputs (a3's feedback: tests/test_reference_answers.py)."""
+ZeRO-2 and ZeRO-3 memory timelines, bf16 against fp32 gradient sums, and bad inputs (a3's
+feedback: tests/test_reference_answers.py)."""
 
 from __future__ import annotations
 
@@ -197,6 +198,52 @@ def test_zero3_timeline_peak_and_prefetch(runs):
             assert (persistent, peak) == (14912, 20224)
 
 
+@pytest.mark.parametrize("dp", [2, 3])
+def test_zero2_peak_holds_one_layer_of_full_gradients_not_all(runs, dp):
+    """ZeRO-2 reduce-scatters each layer in backward, as soon as its gradient is accumulated:
+    its peak is the persistent state plus the largest layer's full bf16 gradient, below the
+    persistent state plus every full gradient at once (reduce-scattering after backward)."""
+    results, _ = runs[dp, 0]
+    persistent = zero.padded_state_bytes(UNITS, dp, 2)["total"]
+    all_full_grads = 2 * sum(UNITS)
+    for r in results[2]:
+        rows = r["timeline"]
+        assert rows is not None
+        # measured: the p.grad storages alive at each event; none outside the one layer held
+        assert {row["persistent"] for row in rows} == {persistent}
+        assert [row["event"] for row in rows] == [
+            "step start", "loss", "backward: grads of L2", "backward: reduce-scatter L2",
+            "backward: grads of L1", "backward: reduce-scatter L1", "backward: grads of L0",
+            "backward: reduce-scatter L0", "optimizer step"]
+        assert max(row["unsharded grads"] for row in rows) == 2 * max(UNITS)
+        assert all(row["gathered weights"] == 0 for row in rows)
+        _, peak = zero.timeline_peak(rows)
+        total = sum(peak[k] for k in zero.TIMELINE_KINDS)
+        assert total < persistent + all_full_grads
+        assert (peak["event"], total) == ("backward: grads of L1", persistent + 2 * 1056)
+    if dp == 2:  # the figures lecture 3 prints
+        assert (persistent, total, persistent + all_full_grads) == (16776, 18888, 20504)
+
+
+def test_sum_rounding_error_bf16_grows_with_ranks_fp32_does_not():
+    bf16 = [zero.sum_rounding_error(d, "bf16") for d in (2, 8, 64)]
+    fp32 = [zero.sum_rounding_error(d, "fp32") for d in (2, 8, 64)]
+    assert bf16[0] == fp32[0]                    # two ranks: one rounding either way
+    assert bf16[0] < bf16[1] < bf16[2] and bf16[2] > 3 * fp32[2]
+    assert max(fp32) < 2 ** -8 and max(fp32) < 1.3 * min(fp32)  # one final bf16 rounding
+    for seed in (1, 2):
+        assert zero.sum_rounding_error(64, "bf16", seed=seed) > 3 * zero.sum_rounding_error(
+            64, "fp32", seed=seed)
+    with pytest.raises(ValueError, match="reduce_dtype"):
+        zero.sum_rounding_error(4, "fp16")
+
+
+def test_bf16_arithmetic_stated_in_the_lecture():
+    assert torch.finfo(torch.bfloat16).eps == 2 ** -7  # 8 significant bits
+    assert torch.finfo(torch.float32).eps == 2 ** -23  # 24
+    assert (torch.tensor(256.0, dtype=torch.bfloat16) + 1).item() == 256.0
+
+
 def test_timeline_peak_and_short_events(runs):
     results, _ = runs[2, 0]
     i, row = zero.timeline_peak(results[3][0]["timeline"])
@@ -208,7 +255,7 @@ def test_timeline_peak_and_short_events(runs):
 
 
 def test_memory_timelines_figure_passes_the_course_check(runs):
-    """The lecture's figure: gathers visible above the persistent slices, no clipped, overlapping
+    """The lecture's figure: gathers visible above the persistent state, no clipped, overlapping
     or tiny text (course_utils.style's check)."""
     import warnings
 
@@ -223,7 +270,7 @@ def test_memory_timelines_figure_passes_the_course_check(runs):
     with matplotlib.rc_context():
         style.use()
         fig = zero.draw_memory_timelines({
-            "ZeRO-3": results[3][0]["timeline"],
+            "ZeRO-2": results[2][0]["timeline"], "ZeRO-3": results[3][0]["timeline"],
             "ZeRO-3 + prefetch": results["3+prefetch"][0]["timeline"]})
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

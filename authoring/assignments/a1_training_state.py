@@ -291,7 +291,20 @@ for _bad in [(0, 16), (64, 0), (-1, 16)]:
 # approach that would.
 
 # %% [manual q6_explain points=2]
+# ### BEGIN SOLUTION
 # Plain data parallelism keeps a full replica of the state on every device: each of the eight
 # devices would still need 112 GB, more than its 64 GB. Replicas add throughput, not capacity.
 # Sharding the state instead (ZeRO-3 / FSDP: 112 / 8 = 14 GB per device, before activations),
 # or splitting the model with tensor or pipeline parallelism, would make it fit.
+#
+# **Rubric** (2 points):
+# * 1 point: says that plain data parallelism keeps a full copy of the state on every device,
+#   so each of the eight devices still needs the whole 112 GB, more than its 64 GB (the 512 GB
+#   is not pooled).
+# * 1 point: names one approach that brings the per-device state under 64 GB: sharding it
+#   (ZeRO-3 / FSDP, 112 / 8 = 14 GB; ZeRO-1 or ZeRO-2 also fit, about 38.5 GB and 26 GB),
+#   tensor or pipeline parallelism, or offloading the optimizer state to CPU memory.
+# * 0 points: treats the 512 GB as one pool (the 112 GB split over eight devices) and names no
+#   approach that shrinks the per-device state, only ones that leave it at 112 GB (more
+#   devices with plain DP, a smaller batch, gradient accumulation, activation checkpointing).
+# ### END SOLUTION

@@ -422,4 +422,21 @@ None
 # The global batch doubled from 512 to 1024 examples. Past some size a larger batch no longer
 # cuts the number of steps to reach a given loss proportionally, and learning rate and warm-up
 # need retuning, so examples per second can overstate the gain in time-to-result.
+#
+# **Rubric** (2 points):
+# * 1 point: two different reasons from the lecture, each with what to measure and what to
+#   change. Communication (about 2 x the gradient bytes per rank, a ring latency that grows
+#   with D, slower links between more nodes, not hidden by a 16-example backward): measure the
+#   time each rank waits in the all-reduce (about equal on all ranks); change to a bigger
+#   per-rank batch, `no_sync` accumulation, bigger buckets / overlap or bf16 gradients. A
+#   straggler or slow input pipeline (the slowest of 64 ranks sets every step): measure
+#   per-rank compute and data-loading time (one rank waits much less than the others); add
+#   loader workers / prefetch or replace the slow host. Both reasons needed, each complete;
+#   the global batch is not one of them (it does not lower examples per second).
+# * 1 point: says the global batch doubled from 16 x 32 = 512 to 16 x 64 = 1024 examples, and
+#   that past some size a larger batch no longer cuts the steps to a given loss in proportion
+#   (learning rate and warm-up need retuning), so examples per second overstates the speed-up.
+# * 0 points: reasons with nothing to measure or change (only "communication overhead" or
+#   "Amdahl's law"), and the global batch missed or misstated (said to stay at 512, or given
+#   as the reason the examples per second fell short).
 # ### END SOLUTION

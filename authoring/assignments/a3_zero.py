@@ -153,8 +153,10 @@ checks.check_choice("practice_smallest_stage", practice_smallest_stage, 2, [0, 1
 #
 # A 13B-parameter model trains on 16 devices of 40 GB each (1 GB = 10^9 bytes). You must keep
 # 4 GB per device free for activations and temporary buffers. Set `smallest_stage` to the
-# smallest ZeRO stage (an int: 0, 1, 2 or 3) whose persistent state fits in what is left. The
-# lower stages communicate less, so the smallest stage that fits is the one to try first.
+# smallest ZeRO stage (an int: 0, 1, 2 or 3) whose persistent state fits in what is left.
+# Stages 0, 1 and 2 send the same bytes per step and ZeRO-3 sends 1.5 times as much (Module 3):
+# staying below stage 3 when a lower stage fits saves traffic, while among stages 0 to 2 the
+# bytes sent do not decide.
 
 # %% [answer q3]
 ### BEGIN SOLUTION
@@ -328,4 +330,17 @@ None
 # prefetch off (or limit it), wrap smaller units so that one gathered unit is smaller, reduce
 # the micro-batch or use activation checkpointing, and measure the real peak with the memory
 # profiler (e.g. torch.cuda.max_memory_allocated / FSDP's memory tracker) rather than the formula.
+#
+# **Rubric** (2 points):
+# * 1 point: names what else is in memory during a ZeRO-3 step: each layer (unit) gathered in
+#   full while it computes, in forward and again in backward, its full-size gradient until it is
+#   reduce-scattered, and the activations saved for backward (buffers and fragmentation may be
+#   added), so the peak is about the slices + the largest gathered unit (+ its gradient) +
+#   activations.
+# * 1 point: explains that prefetching keeps two gathered units alive at once (memory traded for
+#   overlap), and gives a first change and a measurement: prefetch off or limited, smaller wrap
+#   units, a smaller micro-batch or activation checkpointing; the real peak measured with the
+#   memory tracker or max_memory_allocated.
+# * 0 points: repeats 16N/D, or blames fragmentation alone, with no account of the gathered
+#   parameters or the activations.
 # ### END SOLUTION

@@ -551,4 +551,19 @@ None
 # per second, the time spent waiting in collectives (profiler), the achieved all-reduce
 # bandwidth and latency at the real message sizes, and peak memory, since latency, topology,
 # contention, overlap and the efficiency of the smaller matmuls are not in the estimate.
+#
+# **Rubric** (2 points):
+# * 1 point: says that TP all-reduces a full activation tensor of shape (b, s, h), four times
+#   per block per micro-batch (two forward, two backward; Q3: about 23 GB sent per rank per
+#   micro-batch), and that the next matmul needs the result, so it sits on the critical path
+#   and can hardly be hidden behind computation; over the slower network between nodes the
+#   all-reduces then take a large share of, or longer than, the matmuls.
+# * 1 point: names at least two concrete things to measure with both layouts on the real
+#   cluster, such as step time or tokens per second, the time spent in collectives (profiler),
+#   the achieved all-reduce bandwidth and latency at the real message sizes, or peak memory;
+#   and says why the estimate can be wrong (latency, topology, contention, overlap, smaller
+#   matmuls running less efficiently).
+# * 0 points: only "the network between nodes is slower", with nothing about what TP sends,
+#   how often or why it cannot be overlapped (or DP's once-per-step gradient all-reduce
+#   described instead), and nothing to measure beyond "benchmark it".
 # ### END SOLUTION

@@ -569,4 +569,16 @@ None
 # synchronisation. Stages are rarely perfectly balanced, and the slowest sets the pace. Smaller
 # microbatches also run matmuls less efficiently. All of these add to the formula's idealized
 # bubble.
+#
+# **Rubric** (2 points):
+# * 1 point: says that 1F1B leaves the bubble the same, (P-1)/(m+P-1) = 7/23, about 30 %, and
+#   changes memory: each stage holds the activations of at most P = 8 microbatches (P - r on
+#   rank r) instead of all m = 16 under GPipe; so it fixes the memory problem, not the bubble.
+# * 1 point: says that interleaved 1F1B with v = 2 shrinks the bubble to (P-1)/(v*m+P-1) =
+#   7/39, about 18 %, and names one cost (v times as many boundary sends per microbatch, more
+#   activation memory in warm-up, m a multiple of P); and gives one reason the measured bubble
+#   is larger (send/recv latency and synchronisation, unbalanced stages where the slowest sets
+#   the pace, smaller microbatches running matmuls less efficiently).
+# * 0 points: agrees that 1F1B shrinks the bubble and says nothing correct about memory,
+#   interleaving or real hardware.
 # ### END SOLUTION

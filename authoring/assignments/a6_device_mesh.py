@@ -533,6 +533,19 @@ None
 # layers/stages (embeddings, output layer). Measure peak memory per rank, step time, throughput
 # and time waiting at collectives, after checking the loss and gradient scaling.
 # EP need not multiply the device count: experts can be spread over the existing DP ranks
-# (each DP rank holds different experts, the other weights stay replicated), so the 4 expert
+# (each DP rank holds different experts; the non-expert weights stay as DP keeps them, which
+# under this plan's ZeRO-3 means sharded over the 4 DP ranks, not replicated), so the 4 expert
 # groups reuse the DP = 4 axis; tokens then travel by all-to-all within each DP group.
+#
+# **Rubric** (2 points):
+# * 1 point: names at least three things the 35 GB leaves out (activations saved for backward;
+#   the layers ZeRO-3 gathers, communication buffers and workspaces; allocator fragmentation;
+#   imbalance between stages such as the embedding and output layers) and at least one thing to
+#   measure in a first run (peak memory per rank, step time or throughput, time waiting in
+#   collectives).
+# * 1 point: says EP need not multiply the device count: the expert groups can reuse an existing
+#   axis (the DP = 4 ranks hold different experts), the non-expert weights stay as DP keeps them
+#   (sharded over DP under this plan's ZeRO-3), and tokens move by all-to-all within the group.
+# * 0 points: agrees that 45 GB are free for sure, or says EP needs 4 x 32 devices, with no
+#   correct account of either part.
 # ### END SOLUTION

@@ -434,6 +434,11 @@ None
 # 2. return the **seconds spent inside the collective** as a plain `float`
 #    (use `time.perf_counter()`).
 #
+# `perf_counter` around the call works here because the ranks are gloo processes on CPU:
+# `dist.all_reduce` returns only when the mean is in place. With NCCL on GPUs the call returns
+# once the collective is enqueued, so you would call `torch.cuda.synchronize()` before each
+# clock reading (`course_utils.measure.clock(tensor)` does it) or time with CUDA events.
+#
 # The test cell runs your function on real ranks with `launch.run` (2 ranks with rank 1 late
 # by 0.3 s, and 3 ranks on time), compares each rank's tensor with the mean computed in one
 # process and checks the returned seconds: the on-time rank must report the extra waiting, the
@@ -552,4 +557,22 @@ None
 # on faster links. To check: per-rank wait time and wait fraction, step time and global
 # tokens/s, the achieved bus bandwidth, and again that loss and gradients still match a
 # single-process run after the change.
+#
+# **Rubric** (3 points):
+# * 1 point: says the bytes each rank sends grow from 1.5 x 2.8 GB = 4.2 GB to 1.75 x 2.8 GB =
+#   4.9 GB (they do not shrink with more ranks), so the wait grows from about 262 ms (measured
+#   270 ms) to about 306 ms at 16 GB/s (or 270 x 1.75 / 1.5 = 315 ms), more on slower links.
+# * 1 point: says compute stays about 140 ms per rank, so the step grows to about 450 ms while
+#   the global batch doubles: throughput rises about 2 x 412 / 450 = 1.8x (1.8x to 1.85x
+#   accepted), not 2x, and run B stays communication-bound (about two thirds of each step
+#   waiting).
+# * 1 point: names two changes that attack the communication (overlap the all-reduce with
+#   backward through bucketing, gradient accumulation or a larger per-rank batch since 38 of
+#   80 GB is used, gradients compressed below BF16, faster links) and what to measure
+#   to check them: per-rank wait time or wait fraction, step time, global tokens/s, or the
+#   achieved bus bandwidth.
+# * 0 points: expects a 2x speed-up (the bytes per rank said to stay the same or shrink) and
+#   names only fixes for the other runs' problems (run A's straggler: data loader; run C's
+#   memory pressure: allocator, activation checkpointing), which do not fit run B's balanced
+#   ranks at 38 of 80 GB.
 # ### END SOLUTION

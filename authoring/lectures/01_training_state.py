@@ -120,7 +120,8 @@ print(f"{'step counters (B)':18s} {results[0]['other']:>9,} {results[1]['other']
 #
 # The plot shows persistent state against parameter count for three layouts, with some common
 # device budgets (grey lines). Each dot marks the largest model whose 16-byte state fits a
-# budget. The state alone of a 7B model overflows every budget below 141 GB.
+# budget. The state alone of a 7B model is 112 GB, so it overflows every budget below 112 GB:
+# of the four shown, the 24, 64 and 80 GB ones. Only the 141 GB budget holds it.
 
 # %%
 budgets = {"24 GB": 24, "64 GB (lesson)": 64, "80 GB": 80, "141 GB": 141}
@@ -129,9 +130,11 @@ fig = memory.plot_state_vs_size(budgets, names=("mixed_adam16", "bf16_adam_no_ma
 plt.show()
 
 # %%
+print(f"7B model, 16-byte layout: {memory.format_bytes(total, 'GB')}")
 for label, gb in budgets.items():
     n_max = gb * memory.GB / lay.total
-    print(f"{label:15s}: at most {n_max / 1e9:.2f}B parameters in the 16-byte layout")
+    print(f"{label:15s}: at most {n_max / 1e9:.2f}B parameters in the 16-byte layout; "
+          f"7B fits: {memory.fits(total, device_gb=gb)}")
 
 # %% [markdown]
 # ## Exercises

@@ -13,6 +13,7 @@
 
 # %%
 import functools
+import os
 
 import matplotlib.pyplot as plt
 import torch
@@ -65,9 +66,9 @@ plt.show()
 # %% [markdown]
 # * **all-reduce**: every rank ends with the combination (here the sum) of everyone's tensor.
 #   This is the gradient synchronization of data parallelism.
-# * **reduce**: only the root ends with the sum. Other ranks' buffers are scratch space
-#   afterwards: gloo leaves partial sums there (rank 0's first entry above is not its input),
-#   so never read them.
+# * **reduce**: only the root ends with the sum. PyTorch documents nothing about the other
+#   ranks' buffers afterwards, so treat them as scratch (grey in the picture) and never read
+#   them. In this run gloo happened to leave rank 1's buffer as it was, [11, 12] above.
 # * **broadcast**: every rank ends with the root's tensor (DDP uses it for the initial weights).
 # * **all-gather**: each rank contributes a shard; every rank ends with all shards in rank order.
 # * **reduce-scatter**: each rank contributes a full tensor; rank r ends with shard r of the sum.
@@ -86,9 +87,13 @@ print("all-reduce:                    ", collectives.reference("all_reduce", x)[
 #
 # The loss is a mean over examples, so the gradient we want is a mean too. A SUM all-reduce
 # returns D times the mean; the division has to happen exactly once, either after the sum or
-# inside the collective with the AVG op (gloo supports `ReduceOp.AVG`; NCCL too). Two bugs are
-# common: forgetting the division (gradients D times too large, like a learning rate D times
-# too high) and dividing again after AVG (D times too small). Each mode on two real ranks:
+# inside the collective with `ReduceOp.AVG`. Whether AVG is accepted depends on backend and
+# version: the NCCL backend needs NCCL 2.10 or later; gloo gained it in PyTorch 2.8 (pull
+# request #149781, a SUM followed by a division), and gloo in PyTorch 2.7 and earlier raises
+# "Cannot use ReduceOp.AVG with Gloo". The `ReduceOp` docstring, even in 2.13, still says
+# NCCL only. Two bugs are common: forgetting the division (gradients D times too large, like
+# a learning rate D times too high) and dividing again after AVG (D times too small). Each mode
+# on two real gloo ranks (the AVG rows check that this install's gloo accepts AVG):
 
 # %%
 synced = launch.run(functools.partial(data_parallel.all_normalizations_worker,
@@ -96,6 +101,8 @@ synced = launch.run(functools.partial(data_parallel.all_normalizations_worker,
 for mode in data_parallel.NORMALIZATIONS:
     assert synced[0][mode] == synced[1][mode]
     print(f"{style.label(mode):>16}: every rank uses {synced[0][mode]}")
+print(f"torch {torch.__version__.split('+')[0]}: gloo all_reduce with ReduceOp.AVG ran and gave "
+      f"the mean: {synced[0]['avg_op'] == synced[0]['sum_then_divide']}")
 
 # %% [markdown]
 # With D = 2 the bugs are a factor of 2 either way; with D = 64 they are a factor of 64. Plain
@@ -236,17 +243,69 @@ per_rank = ring_allreduce.ring_bytes_per_rank(numel=7 * 10**9, world_size=8, ele
 print(f"{per_rank / 1e9:.2f} GB per rank per step (2 x 7/8 x 14 GB of gradients)")
 
 # %% [markdown]
+# ### Bytes are not time: the alpha-beta model
+#
+# The bytes each rank sends barely depend on D; the time does. The alpha-beta model charges
+# every message a fixed latency α (start-up, synchronization, software) plus its size over the
+# link bandwidth β. The ring's 2(D − 1) steps run one after another, each sending n/D bytes:
+#
+# $$T_\text{ring} \approx 2(D-1)\,\alpha + \frac{2(D-1)}{D}\,\frac{n}{\beta}$$
+#
+# The bandwidth term stays below 2n/β for every D; the latency term grows linearly with D.
+# `ring_allreduce.ring_time_s` computes it; with α = 10 µs, β = 10 GB/s and n = 1 GB:
+
+# %%
+alpha, beta, n_bytes = 10e-6, 10e9, 10**9
+model = functools.partial(ring_allreduce.ring_time_s, bandwidth_bytes_per_s=beta)
+print(f"{'D':>5}  {'sent per rank':>13}  {'latency term':>12}  {'bandwidth term':>14}  "
+      f"{'total':>9}  {'latency share':>13}")
+for d in [2, 8, 64, 1024, 8192]:
+    sent = ring_allreduce.ring_bytes_per_rank(numel=n_bytes, world_size=d, element_size=1)
+    latency = model(n_bytes=0, world_size=d, alpha_s=alpha)
+    bandwidth = model(n_bytes=n_bytes, world_size=d, alpha_s=0)
+    print(f"{d:>5}  {sent / 1e9:>10.3f} GB  {latency * 1e3:>9.2f} ms  {bandwidth * 1e3:>11.2f} ms  "
+          f"{(latency + bandwidth) * 1e3:>6.1f} ms  {latency / (latency + bandwidth):>13.0%}")
+bucket = 25 * 2**20  # DDP's default bucket size, in bytes
+crossover = next(d for d in range(2, 10**5) if model(n_bytes=0, world_size=d, alpha_s=alpha)
+                 > model(n_bytes=bucket, world_size=d, alpha_s=0))
+print(f"25 MiB bucket: the latency term is the larger one from D = {crossover}")
+
+# %% [markdown]
+# At 8192 ranks almost half of the 1 GB all-reduce is latency, and a small message (one DDP
+# bucket) is latency-bound from a few hundred ranks on. That is why NCCL does not only use
+# rings: since NCCL 2.4 it also has a double binary tree, whose latency term grows with log₂ D
+# instead of D, and it picks an algorithm for each call from the message size, the number of
+# ranks and the hardware (on suitable hardware also NVLink SHARP and in-network reductions).
+
+# %% [markdown]
 # ### Timing the ring against gloo
 #
-# A textbook ring waits for each whole shard before adding it. The library's fast version cuts
-# each shard into pieces and forwards every piece the moment it arrives, so transfers, additions
-# and both phases overlap. Timings on this shared machine vary from run to run (the cell's
-# output is not checked); `benchmarks/ring_allreduce.py` measures 1, 16 and 64 MiB with more
-# repeats.
+# A textbook ring waits for each whole shard before adding it. The library's pipelined
+# version cuts each shard into pieces of about 1 MiB (at most 16) and forwards every piece as
+# soon as it arrives, so that transfers, additions and both phases can overlap. At the three
+# sizes timed below, on 2 ranks, a shard is cut into:
+
+# %%
+sizes = [2**16, 2**20, 2**22]  # bytes: 64 KiB, 1 MiB, 4 MiB of float32
+for nbytes in sizes:
+    pieces = ring_allreduce.default_pieces(numel=nbytes // 4, world_size=2)
+    print(f"{nbytes // 2**10:>5} KiB: shard of {nbytes // 2**11:>5} KiB -> {pieces} piece(s)")
+
+# %% [markdown]
+# So at 64 KiB and 1 MiB there is nothing to pipeline: both rings send the same two whole
+# shards per rank and differ only in bookkeeping (how they post the messages, which buffers
+# receive them); at 4 MiB two pieces leave little to overlap. Do not expect the pipelined ring
+# to win here. On gloo over one CPU host every piece costs its own Python-level `isend`,
+# `irecv`, `wait` and slice addition, and the same few cores run the interpreter, copy the
+# bytes through TCP sockets and add them, so there is no idle link for the overlap to hide
+# work behind. In our runs, at each of the three sizes, the pipelined ring was faster than the
+# textbook one in some runs and slower in others. Pipelining pays where each piece is cheap to
+# issue and the links are otherwise idle, as inside NCCL's GPU kernels. Timings on a shared
+# machine vary from run to run (the cell's output is not checked); `benchmarks/ring_allreduce.py`
+# measures 1, 16 and 64 MiB with more repeats.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-sizes = [2**16, 2**20, 2**22]  # bytes: 64 KiB, 1 MiB, 4 MiB of float32
 times = launch.run(functools.partial(ring_allreduce.bandwidth_worker, sizes_bytes=sizes,
                                      repeats=3, include_simple=True), 2, show_output=False)[0]
 print(f"{'tensor size':>24}: " + ", ".join(f"{s // 2**10:>5} KiB" for s in sizes))
@@ -332,8 +391,18 @@ for use_no_sync in [False, True]:
 #
 # More replicas process more examples per second only while each rank stays busy. Here each
 # rank trains on a fixed 256 examples per step (the global batch grows with D), one CPU thread
-# per rank. This machine has 2 cores, shared with other jobs: 4 ranks must share them, so
-# expect the curve to flatten or drop there (the output is not checked, since it varies).
+# per rank. Once D exceeds the CPUs this process may use, ranks take turns on them (and any
+# other jobs on the machine take their share), so expect the curve to flatten or drop from
+# there. What the machine running this notebook has (logical CPUs; a container's CPU quota can
+# allow less than either number):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+print(f"os.cpu_count(): {os.cpu_count()}, usable by this process: {usable}")
+
+# %% [markdown]
+# The throughput at D = 1, 2 and 4 (the output is not checked, since it varies):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -356,7 +425,7 @@ _ = ax.set_xlim(0.7, 4.3)
 _ = ax.set_ylim(0, scaling[1] * 4 / 1e3 * 1.1)
 _ = ax.set_xlabel("data-parallel ranks D")
 _ = ax.set_ylabel("thousand examples / s")
-_ = ax.set_title("Throughput at 256 examples per rank, 2 shared cores")
+_ = ax.set_title(f"Throughput at 256 examples per rank, {usable} usable CPUs")
 _ = ax.legend(loc="upper left")
 plt.show()
 
@@ -421,6 +490,8 @@ plt.show()
 #   different objective.
 # * A ring all-reduce is a reduce-scatter then an all-gather, built from sends and receives;
 #   each rank sends 2(D − 1)/D × N × element size bytes.
+# * Those bytes barely depend on D, but the time does: the ring's latency term 2(D − 1)α grows
+#   with D, which is why NCCL also has trees (latency growing with log₂ D) for large D.
 # * From-scratch DP, DDP and single-process training on the global batch compute the same
 #   weights; `no_sync` cuts communication during gradient accumulation.
 # * Scaling is limited by communication, stragglers, input loading and how large a global batch

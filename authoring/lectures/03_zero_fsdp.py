@@ -20,8 +20,11 @@
 
 # %%
 import functools
+import math
 
 import matplotlib.pyplot as plt
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from course_utils import collectives, fsdp, launch, memory, style, zero
 
@@ -114,9 +117,15 @@ plt.show()
 # the bf16 weights (ZeRO-3). One step:
 #
 # * **replicated DP**: backward, all-reduce the gradients, every rank updates everything.
-# * **ZeRO-1/2**: backward, reduce-scatter the gradients (rank r receives the mean of slice r),
-#   Adam on my slice of the master copy, round it to bf16, all-gather the new weights. ZeRO-2
-#   frees the full gradient once it is reduce-scattered; ZeRO-1 keeps it.
+# * **ZeRO-1**: backward into full bf16 gradients (kept between steps), then reduce-scatter them
+#   (rank r receives the mean of slice r), Adam on my slice of the master copy, round it to
+#   bf16, all-gather the new weights.
+# * **ZeRO-2**: the same collectives, but a layer's gradient is reduce-scattered *during*
+#   backward, as soon as autograd has accumulated it: a hook registered with
+#   `register_post_accumulate_grad_hook` on the layer's weight and bias fires, reduce-scatters
+#   the layer into its gradient slice and frees the full gradient before the next layer's
+#   exists. Reduce-scattering after the whole backward would save nothing at the peak: every
+#   layer's full gradient would exist at once.
 # * **ZeRO-3**: no full weights at all. Before a layer's forward its slices are all-gathered,
 #   used, and released; backward gathers them again, computes the layer's gradient and
 #   reduce-scatters it straight into the rank's gradient slice.
@@ -151,16 +160,51 @@ for stage in zero.STAGES:
     print(f"{zero.STAGE_NAMES[stage]:<14} {losses:<32}{same_loss!s:<13}{worst}")
 
 # %% [markdown]
-# Bit for bit the same model. With 2 ranks a bf16 sum of two numbers has one rounding, in any
-# order. With more ranks the order of a bf16 sum depends on the collective's algorithm, so
-# FSDP usually reduces gradients in fp32 (`reduce_dtype`); the 3-rank runs do that, and match
-# their reference too:
+# Bit for bit the same model. With 2 ranks a bf16 sum of two numbers has one rounding, whichever
+# rank adds; dividing by 2 is exact. With more ranks each partial sum of a ring is rounded to
+# bf16 again, and the result depends on the order the collective adds in. So the 3-rank runs
+# reduce in fp32 (`reduce_dtype="fp32"`), like their reference, and match it too:
 
 # %%
 reference3 = zero.reference_train(SIZES, seed=0, n_steps=3, dp=3, reduce_dtype="fp32")
 for stage in zero.STAGES:
     worst = max(zero.max_abs_diff(r["params"], reference3["params"]) for r in runs[3][stage])
     print(f"D=3 {zero.STAGE_NAMES[stage]:<14} max |weight - reference| = {worst}")
+
+# %% [markdown]
+# Order is the smaller problem; precision is the larger. bf16 keeps 8 significant bits (fp32
+# keeps 24), so every addition rounds to about 2 to 3 decimal digits, and the rounding errors of
+# a long sum add up. `zero.sum_rounding_error` adds D bf16 gradients one rank at a time, in bf16
+# or in fp32, and rounds the mean to bf16 (where it is stored) once at the end:
+
+# %%
+for dtype in (torch.bfloat16, torch.float32):
+    eps = torch.finfo(dtype).eps  # the gap between 1 and the next number
+    print(f"{str(dtype):<15} eps = 2^{math.log2(eps):.0f}: {1 - math.log2(eps):.0f} significant bits")
+print("in bf16, 256 + 1 =", (torch.tensor(256.0, dtype=torch.bfloat16) + 1).item())
+print(f"{'ranks D':<9}{'summed in bf16':>16}{'summed in fp32':>16}   mean relative error")
+for d in (2, 8, 64):
+    print(f"{d:<9}{zero.sum_rounding_error(d, 'bf16'):>16.1e}"
+          f"{zero.sum_rounding_error(d, 'fp32'):>16.1e}")
+
+# %% [markdown]
+# With 2 ranks both give the same single rounding. Summed in fp32, the error stays at that one
+# final rounding for any D; summed in bf16, it grows with the number of ranks. That is why FSDP
+# is often configured to reduce gradients in fp32 while it computes in bf16. FSDP2 makes this a
+# field of `MixedPrecisionPolicy`, and its defaults are worth knowing:
+
+# %%
+print(MixedPrecisionPolicy())
+
+# %% [markdown]
+# By default (torch 2.13) the policy changes no dtype at all: `param_dtype=None` all-gathers
+# and computes in the parameters' own dtype, `reduce_dtype=None` reduces the gradients in the
+# dtype they were computed in, `output_dtype=None` leaves the forward outputs as they are, and
+# `cast_forward_inputs=True` casts floating-point inputs to `param_dtype`, which does nothing
+# while `param_dtype` is `None`. So setting only `param_dtype=torch.bfloat16` also makes the
+# reduce-scatter run in bf16; fp32 reduction has to be asked for with
+# `reduce_dtype=torch.float32`. (FSDP2 then casts the reduced slice back to the parameters' own
+# dtype for the optimizer.)
 
 # %% [markdown]
 # ## 5. Measured bytes per rank against the formula
@@ -219,36 +263,52 @@ for stage in zero.STAGES:
     print(f"{zero.STAGE_NAMES[stage]:<14}{sent / 1e9:6.2f} GB sent per rank per step")
 
 # %% [markdown]
-# ## 7. ZeRO-3's peak is not its persistent state
+# ## 7. The peak is not the persistent state
 #
-# A ZeRO-3 rank holds only slices between steps, but it cannot compute with a slice: each
-# layer is gathered in full for forward, released, gathered again for backward, and its
-# full-size gradient exists until it is reduce-scattered. The engine records the bytes it holds
-# at each event of the last step (persistent slices, gathered weights, unsharded gradients;
-# activations come on top and are not counted here).
+# Between steps a ZeRO-2 rank holds full weights and gradient slices, a ZeRO-3 rank only
+# slices. During the step both hold more. ZeRO-2's backward produces each layer's full-size
+# gradient, which exists until its hook reduce-scatters it. ZeRO-3 cannot compute with a
+# slice: each layer is gathered in full for forward, released, gathered again for backward,
+# and its full-size gradient exists until it is reduce-scattered. The engine records the bytes
+# it holds at each event of the last step (persistent state, gathered weights, unsharded
+# gradients; activations and the collectives' temporary buffers come on top and are not
+# counted here).
 #
-# The y-axis starts just under the persistent slices, so that the layers coming and going are
+# The y-axis starts just under the persistent state, so that the layers coming and going are
 # visible. Each tick is one event, labelled by what happened and to which layer: `g1` gathers
 # layer 1, `p1` prefetches it, `r1` releases it, `∇1` computes its gradient, `rs1`
-# reduce-scatters that gradient (and frees the layer).
+# reduce-scatters that gradient (and frees it, and under ZeRO-3 the layer).
 
 # %%
-timeline = runs[2][3][0]["timeline"]
-prefetched = runs[2]["3+prefetch"][0]["timeline"]
-fig = zero.draw_memory_timelines({"ZeRO-3": timeline, "ZeRO-3 + prefetch": prefetched})
+timelines = {"ZeRO-2": runs[2][2][0]["timeline"], "ZeRO-3": runs[2][3][0]["timeline"],
+             "ZeRO-3 + prefetch": runs[2]["3+prefetch"][0]["timeline"]}
+fig = zero.draw_memory_timelines(timelines)
 plt.show()
-for name, rows in [("ZeRO-3", timeline), ("ZeRO-3 + prefetch", prefetched)]:
+for name, rows in timelines.items():
     _, peak = zero.timeline_peak(rows)
     total = sum(peak[kind] for kind in zero.TIMELINE_KINDS)
     print(f"{name:<18} persistent {rows[0]['persistent']} B, peak {total} B at '{peak['event']}'")
+zero2 = timelines["ZeRO-2"][0]["persistent"]
+print(f"ZeRO-2 holding every full gradient at once: {zero2} + 2 x {sum(units)} = "
+      f"{zero2 + 2 * sum(units)} B")
 
 # %% [markdown]
-# The peak is the persistent slices plus the largest layer gathered in full plus its unsharded
-# gradient. Prefetching (starting the next layer's all-gather before computing this one, so
-# the transfer overlaps the compute) raises the peak by one more gathered layer. Overlap only
-# pays when there is enough independent compute to hide the transfer *and* the memory
-# headroom to hold two layers at once; on a device that is already full, prefetch is the
-# first thing to switch off.
+# ZeRO-2's peak is its persistent state plus one layer's full gradient, the largest (layer 1:
+# 1056 elements, 2112 B), never all of them. ZeRO-3's peak is the persistent slices plus the
+# largest layer gathered in full plus its unsharded gradient. Prefetching (starting the next
+# layer's all-gather before computing this one, so the transfer overlaps the compute) raises
+# the peak by one more gathered layer. Overlap only pays when there is enough independent
+# compute to hide the transfer *and* the memory headroom to hold two layers at once; on a
+# device that is already full, prefetch is the first thing to switch off.
+#
+# **Gradient accumulation and ZeRO-2.** With several micro-batches per optimizer step, the
+# gradients of all micro-batches must be summed before the update, and ZeRO-2 must choose at
+# every micro-batch. Either it keeps the full gradients until the last micro-batch (2N bytes on
+# every rank, as ZeRO-1 holds, and the saving is gone), or it reduce-scatters each layer after
+# every micro-batch and adds the result into its gradient slice (the memory stays at ZeRO-2's,
+# but the reduce-scatter is sent once per micro-batch instead of once per step). FSDP2 offers
+# both: by default every backward reduce-scatters and adds into the sharded gradient;
+# `set_requires_gradient_sync(False)` skips the reduce-scatter and keeps unsharded gradients.
 #
 # ## 8. The real APIs: `ZeroRedundancyOptimizer`
 #
@@ -278,7 +338,8 @@ for rank, r in enumerate(zro):
 # `fully_shard` on each Linear, then on the whole model, turns every parameter into a DTensor
 # split by rows. It keeps fp32 weights, fp32 gradients and fp32 Adam moments sharded:
 # 4 + 4 + 8 = 16 bytes per parameter, all divided by D, the same total as ZeRO-3 in the
-# 16-byte layout (with bf16 compute copies made on the fly by its `MixedPrecisionPolicy`).
+# 16-byte layout. (The runs below use the default `MixedPrecisionPolicy()`, so they compute in
+# fp32; with `param_dtype=torch.bfloat16` the bf16 compute copies are made on the fly.)
 # `reshard_after_forward` chooses the schedule: `True` frees the gathered weights after forward
 # and gathers again for backward (ZeRO-3); `False` keeps them until backward, one all-gather
 # fewer but full weights held through the step, as ZeRO-2 holds them.
@@ -332,8 +393,13 @@ print("from-scratch ZeRO-3: ", [round(v, 4) for v in runs[2][3][0]["losses"]])
 # * The bytes a rank keeps match (4 + 12/D)N, (2 + 14/D)N and 16N/D, plus at most D − 1
 #   padding elements per sharded buffer.
 # * ZeRO-1/2 send what an all-reduce sends; ZeRO-3 sends 1.5× as much.
+# * ZeRO-2 reduce-scatters each layer's gradient as backward produces it, so its peak holds one
+#   layer's full gradient, not all of them; gradient accumulation forces a choice between
+#   keeping full gradients and reduce-scattering every micro-batch.
 # * ZeRO-3's peak is the slices plus a gathered layer and its gradient, plus activations;
 #   prefetching adds another gathered layer.
+# * A bf16 sum loses precision as D grows, so gradients are often reduced in fp32. FSDP2's
+#   `MixedPrecisionPolicy()` changes no dtype by default; fp32 reduction needs `reduce_dtype`.
 # * `ZeroRedundancyOptimizer` shards whole parameters (uneven); FSDP2 shards every parameter by
 #   rows, and `reshard_after_forward` trades an all-gather for memory.
 

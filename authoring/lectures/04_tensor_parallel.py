@@ -26,6 +26,7 @@
 # %%
 import functools
 import inspect
+import os
 
 import matplotlib.pyplot as plt
 import torch
@@ -55,19 +56,22 @@ plt.show()
 # and the backward pass (loss `sum(Y * dY)` for a random `dY`), and returns its local tensors.
 # The parent process runs the unsplit layer and compares every tensor: outputs, the gradient of
 # the input, and the gradients of the weight shards (concatenated back in rank order).
-# `tp.comparison_table` puts the runs on 2 and on 4 ranks side by side: rank 0's parameter
-# shapes, the collectives rank 0 issued (with the shape and bytes of their result), and, in the
-# last rows, how the ranks' tensors give the single-device tensor.
+# `tp.comparison_table` puts the runs on 2 and on 4 ranks side by side: the layout its weight
+# shapes are given in, rank 0's parameter shapes, the collectives rank 0 issued (with the shape
+# and bytes of their result), and, in the last rows, how the ranks' tensors give the
+# single-device tensor.
 
 # %%
 columns = [tp.compare("column", t) for t in (2, 4)]
 print(tp.comparison_table(columns))
 
 # %% [markdown]
-# Read the table: with `t = 2` each rank's weight is `(16, 16)` in `Y = X W` layout (half of 32
-# output features); with `t = 4` it is `(16, 8)`. `y_local` (each rank's own features,
-# concatenated) already equals the single-device output before any communication: the
-# all-gather only moves data. The backward pass needs one all-reduce for `dL/dX`: each rank's
+# Read the table: the from-scratch layers store `W` itself, so shapes and weight-gradient dims
+# are in the `Y = X W` layout. With `t = 2` each rank's weight is `(16, 16)` (half of 32 output
+# features); with `t = 4` it is `(16, 8)`, cut along dim 1, the columns, and the weight
+# gradient's slices are concatenated along that same dim 1. `y_local` (each rank's own
+# features, concatenated) already equals the single-device output before any communication:
+# the all-gather only moves data. The backward pass needs one all-reduce for `dL/dX`: each rank's
 # output features depend on *all* of `X`, so each rank holds only part of the input gradient, and
 # the parts are summed.
 
@@ -184,13 +188,14 @@ dtensor_runs = {t: tp.compare("dtensor_mlp", t) for t in (2, 4)}
 print(tp.comparison_table(dtensor_runs.values()))
 
 # %% [markdown]
-# DTensor's local shards are the from-scratch shards, transposed: `ColwiseParallel` puts
-# `Shard(0)` on `up.weight` because `nn.Linear.weight` is `W1` transposed, `(ffn, h)`, so
-# splitting its dim 0 is splitting `W1` by columns. `RowwiseParallel` puts `Shard(1)` on
-# `down.weight` and keeps `down.bias` replicated (added once, after the all-reduce). It issues
-# the same one all-reduce forward and one backward (the collective rows, as counted by
-# `CommDebugMode`). The cell below checks that the shapes are the from-scratch shapes
-# transposed:
+# This table is in the `nn.Linear` layout (its second line says so): DTensor's local shards are
+# the from-scratch shards, transposed. `ColwiseParallel` puts `Shard(0)` on `up.weight` because
+# `nn.Linear.weight` is `W1` transposed, `(ffn, h)`, so splitting its dim 0 is splitting `W1` by
+# columns, and the gradient's slices are concatenated along dim 0 here where the from-scratch
+# table said dim 1. `RowwiseParallel` puts `Shard(1)` on `down.weight` and keeps `down.bias`
+# replicated (added once, after the all-reduce). It issues the same one all-reduce forward and
+# one backward (the collective rows, as counted by `CommDebugMode`). The cell below checks that
+# the shapes are the from-scratch shapes transposed:
 
 # %%
 print(f"{'rank 0':<16} {'from scratch (Y = X W layout)':<31} DTensor to_local() (nn.Linear)")
@@ -270,6 +275,8 @@ print(f"pipeline boundary, one direction: {b * s * h * 2 / 2**20:.0f} MiB per bo
 sizes = [(256, 128, 512), (256, 256, 1024), (256, 512, 2048)]  # (tokens, h, ffn)
 timings = launch.run(functools.partial(tp.time_comm_vs_matmul, sizes=sizes, repeats=3), 2,
                      timeout_s=120)[0]
+print(f"this machine: {os.cpu_count()} CPU cores; threads per rank for its matmuls: "
+      f"{timings[0]['threads']} (2 ranks)")
 for row in timings:
     flops, ratio = row["matmul_flops"] / row["matmul_s"], row["all_reduce_s"] / row["matmul_s"]
     print(f"h={row['h']:>4}: matmuls {row['matmul_s'] * 1e3:7.2f} ms "
@@ -283,10 +290,12 @@ plt.show()
 # Per token, the matmuls grow with `h * ffn` (here `4h^2`) while the all-reduce grows with `h`,
 # so larger layers hide communication better. The batch and sequence length cancel out of the
 # ratio: `tp.mlp_comm_to_compute` writes it as `(t-1) * bytes * FLOP/s / (8 * h * link B/s)` for
-# `ffn = 4h`. On this CPU the matmuls are slow (tens of GFLOP/s per rank at best, see above), so
-# the all-reduce is usually a small fraction of the matmul time. For the smallest layer it can
-# come close to it or exceed it: a small all-reduce costs mostly its fixed start-up time
-# (latency), which the bytes-over-bandwidth model leaves out.
+# `ffn = 4h`. The measured numbers belong to whichever machine runs this notebook: its core
+# count (printed above), the threads each rank gets, and whatever else is running on it, so
+# read the ratio in your own output. A CPU computes far fewer FLOP/s than an accelerator, which
+# tends to leave the all-reduce a small share of the time at the larger sizes. For the smallest
+# layer it can come close to the matmul time or exceed it: a small all-reduce costs mostly its
+# fixed start-up time (latency), which the bytes-over-bandwidth model leaves out.
 #
 # An accelerator changes the balance. Suppose, as round assumptions rather than measurements, a
 # device sustaining 10^15 FLOP/s, and two kinds of link: 450 GB/s inside a node and 50 GB/s

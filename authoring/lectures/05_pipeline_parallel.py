@@ -10,7 +10,7 @@
 # In this notebook you will:
 #
 # 1. derive the idealized bubble fraction (P - 1)/(m + P - 1) and relate it to the ratio
-#    (P - 1)/m that some papers quote instead;
+#    (P - 1)/m that the Megatron-LM interleaving paper quotes instead;
 # 2. simulate three schedules (GPipe, 1F1B, interleaved 1F1B), draw them as Gantt charts and see
 #    what imbalanced stages and a slower backward pass change;
 # 3. count the activations each schedule keeps in flight;
@@ -25,9 +25,12 @@
 
 # %%
 import functools
+import os
+import textwrap
 
 import matplotlib.pyplot as plt
 import torch
+from torch.distributed import pipelining
 
 from course_utils import launch, style
 from course_utils import pipeline_parallel as pp
@@ -75,10 +78,14 @@ print(f"idle fraction: {one.idle_fraction():.1%}")
 #
 # $$\text{bubble fraction} = \frac{P - 1}{m + P - 1}.$$
 #
-# Some sources (the GPipe and Megatron-LM papers among them) quote instead the *ratio* of bubble
-# time to useful compute time, (P - 1)/m. The two describe the same bubble: with ratio r, the
-# fraction is r / (1 + r), and with fraction f the ratio is f / (1 - f). The ratio is always the
-# larger number and can exceed 1; the fraction is a share of wall-clock time and never reaches 1.
+# The GPipe paper (Huang et al., 2019, section 2.3) states this fraction, as
+# O((K - 1)/(M + K - 1)) in its letters: K partitions, M micro-batches. The paper that
+# introduced interleaved 1F1B (Narayanan et al., 2021, "Efficient large-scale language model
+# training on GPU clusters using Megatron-LM") measures the bubble differently: as the *ratio* of
+# bubble time to ideal compute time, (p - 1)/m in its letters. The two describe the same bubble:
+# with ratio r, the fraction is r / (1 + r), and with fraction f the ratio is f / (1 - f). The
+# ratio is always the larger number and can exceed 1; the fraction is a share of wall-clock time
+# and never reaches 1.
 
 # %%
 for m in (8, 32):
@@ -147,6 +154,19 @@ print(f"formula (P-1)/(v*m+P-1), v=2 = {ps.interleaved_bubble_fraction(p=P, m=M,
 # formulas are checked against the simulator over many P, m and v in
 # `tests/test_pipeline_schedule.py`.)
 #
+# So (P - 1)/(m + P - 1) is the bubble of GPipe and 1F1B, not a floor for every schedule.
+# Interleaving goes below it, and *zero-bubble* schedules (Qi et al., "Zero Bubble Pipeline
+# Parallelism", ICLR 2024) go lower still: they split each backward into the gradient with
+# respect to the stage's input, which the previous stage is waiting for, and the gradient with
+# respect to its weights, which no other stage needs, and run the weight-gradient work in slots
+# that would otherwise be idle. `torch.distributed.pipelining` ships such schedules too:
+
+# %%
+names = [name for name in sorted(dir(pipelining)) if name.startswith("Schedule")]
+print(textwrap.fill(f"torch {torch.__version__.split('+')[0]}, torch.distributed.pipelining: "
+                    + ", ".join(names), width=90, subsequent_indent="    "))
+
+# %% [markdown]
 # The text view of the 1F1B timeline shows its warm-up, its steady one-forward-one-backward
 # phase and its drain:
 
@@ -268,15 +288,17 @@ for schedule in ("gpipe", "1f1b"):
 # bubble is 1 - (busy time summed over ranks) / (P x makespan). Time a rank spends waiting in
 # `recv` counts as idle.
 #
-# One detail of this machine: it has 2 CPU cores, shared with other users. If stages did their
-# work as CPU matmuls, P = 4 ranks would compete for 2 cores, and we would measure that
-# contention rather than the schedule. So we do what a GPU pipeline does. Each forward is
-# stretched to `op_time_s` = 10 ms and each backward to twice that, by sleeping (the host
-# waiting for its device), while the real, small math still runs. Communication, waiting
-# and scheduling stay real. The measurement takes several seconds.
+# One detail of the machine: the ranks are processes sharing this machine's CPU cores, which may
+# be fewer than the ranks and may be busy with other programs (the first line below says how many
+# there are). If stages did their work as CPU matmuls, a rank without a free core would wait for
+# one, and we would measure that contention rather than the schedule. So we do what a GPU
+# pipeline does. Each forward is stretched to `op_time_s` = 10 ms and each backward to twice
+# that, by sleeping (the host waiting for its device), while the real, small math still runs.
+# Communication, waiting and scheduling stay real. The measurement takes several seconds.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+print(f"this machine: {os.cpu_count()} logical CPUs for up to 4 ranks")
 measured = {p: pp.measure_bubble(p, [1, 2, 4, 8, 16], op_time_s=0.01, steps=2) for p in (2, 4)}
 print(f"{'':5s}{'P=2 formula':>12s}{'measured':>10s}{'P=4 formula':>14s}{'measured':>10s}")
 for row2, row4 in zip(measured[2], measured[4]):
@@ -382,8 +404,11 @@ print("measured - formula:", "   ".join(
 # %% [markdown]
 # What to take away:
 #
-# * The formula (P - 1)/(m + P - 1) is a lower bound for a balanced pipeline. The ratio
-#   (P - 1)/m describes the same bubble relative to compute time.
+# * (P - 1)/(m + P - 1) is the idle fraction of GPipe and 1F1B with balanced stages and free
+#   communication; imbalanced stages raise it, and so do the messages and wake-ups of a real
+#   run. It is not a floor for every schedule: interleaving went down to 15.8 % where they had
+#   27.3 % (P = 4, m = 8, v = 2), and zero-bubble schedules go lower still. The ratio (P - 1)/m
+#   describes the same bubble relative to compute time.
 # * GPipe and 1F1B have the same bubble. 1F1B holds about P microbatches of activations
 #   instead of m. Interleaving divides the bubble by about v and costs v times more messages.
 # * The slowest stage sets the pace. Balance the stages before adding microbatches.

@@ -10,8 +10,9 @@
 # * turn a rank into its (dp, pp, tp) coordinates and list the ranks it talks to on each axis,
 # * say why the axis order decides which groups share a node,
 # * build the same mesh with PyTorch's `init_device_mesh` and run a 2-D (DP x TP) step on it,
-# * explain what sequence/context parallelism and mixture-of-experts (MoE) parallelism move with
-#   their all-to-all, and
+# * say how often DP talks under ZeRO-1 and ZeRO-3, and why ZeRO-3 and PP combine badly,
+# * draw an all-to-all, say what mixture-of-experts (MoE) parallelism and Ulysses move with it,
+#   and how ring attention and Megatron sequence parallelism communicate instead, and
 # * use the device-mesh playground, and say what its estimate leaves out.
 
 # %%
@@ -22,9 +23,26 @@ import matplotlib.pyplot as plt
 from course_utils import expert_parallel, launch, memory, style
 from course_utils.mesh import (Mesh, check_dp_tp, draw_rank_groups, hand_mesh_groups,
                                torch_mesh_groups)
-from course_utils.playground import OMITTED, Playground, figure, plan, summary
+from course_utils.playground import OMITTED, Playground, collectives, figure, plan, summary
 
 style.use()
+
+# %% [markdown]
+# ## The three axes side by side
+#
+# Before combining them, here is what each of the three basic axes cuts, what it has to send,
+# and what limits it:
+#
+# | axis | what each device gets | what crosses devices | what limits it |
+# |---|---|---|---|
+# | DP | different examples, the whole model | gradients (or their shards; parameters too under ZeRO-3) | every device keeps the whole state unless it is sharded (ZeRO/FSDP) |
+# | TP | a slice of each layer's tensors | partial activations or results, inside every layer | communication in every layer, on the critical path |
+# | PP | a run of consecutive layers | activations at stage boundaries forward, their gradients backward | unequal stages and the idle bubble |
+#
+# TP talks the most often, so it usually goes on the fastest links, inside a node; but the
+# topology you have and what you measure decide the placement, not a rule. PP sends fewer kinds
+# of tensors, only at stage boundaries, yet one boundary activation can be large (batch x
+# sequence x hidden) and a slow link makes even that exchange expensive.
 
 # %% [markdown]
 # ## Multiply the degrees, then size one device
@@ -105,9 +123,34 @@ for order in [("dp", "pp", "tp"), ("tp", "pp", "dp")]:
           f"groups crossing nodes: {crossing}")
 
 # %% [markdown]
-# (DP groups crossing nodes is expected and fine: DP communicates once per step and can
-# overlap that with the backward pass. Whether PP or DP should sit in the middle depends on
-# measured traffic: PP sends activations each microbatch, DP sends gradients each step.)
+# In the lesson's order every DP group spans nodes. What that costs depends on the ZeRO stage.
+# Plain DP and ZeRO-1 reduce the gradients once per step, after the last microbatch, and can
+# overlap that with the backward pass. The lesson's plan uses **ZeRO-3**, which all-gathers
+# every layer's parameters before its forward and again before its backward. With PP, each
+# microbatch runs its own forward and backward through the stage, so each gather happens once
+# per microbatch: with 16 microbatches, 32 times per layer per step, over groups that span
+# nodes.
+
+# %%
+for stage in (1, 3):
+    sends = collectives(tp=4, pp=2, dp=4, zero_stage=stage, microbatches=16)["dp"]
+    print(f"ZeRO-{stage}, PP = 2, 16 microbatches - DP: {sends}")
+print(f"kept gathered through a step, a stage's weights take "
+      f"{memory.format_bytes(per_device['weights'] * dp, 'GB')} per device, not "
+      f"{memory.format_bytes(per_device['weights'], 'GB')}")
+
+# %% [markdown]
+# Frameworks avoid paying this. DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3: it stops
+# with an assertion at start-up, so with its pipeline DP uses ZeRO-1 at most. torchtitan runs
+# FSDP (PyTorch's ZeRO-3) under PP, but its default sets `reshard_after_forward=False` when PP
+# is on, and the pipeline stage of `torch.distributed.pipelining` (torch 2.13) turns off the
+# reshard after each microbatch's backward, resharding once all microbatches are done. The
+# parameters are then gathered once and stay gathered between microbatches: the communication
+# is bought back with memory (the last line above), which the 35 GB estimate does not count.
+# The playground below warns when a plan combines ZeRO-3 with PP.
+#
+# Whether PP or DP should sit in the middle of the order depends on measured traffic: PP sends
+# activations each microbatch, DP with ZeRO-1 sends gradients each step.
 #
 # ## The same mesh, built by PyTorch on real ranks
 #
@@ -130,11 +173,14 @@ for sizes, names in [((2, 2), ("dp", "tp")), ((2, 1, 2), ("dp", "pp", "tp"))]:
 #
 # Now use the (dp=2, tp=2) mesh for one training step of a two-layer MLP. TP splits the hidden
 # width: `up` by output columns, `down` by input rows; each TP rank produces a partial output
-# that an all-reduce over its **TP group** sums. DP gives each TP pair half of the batch; an
-# all-reduce over the **DP group** averages the gradients. Every rank's loss, gradient shard
-# and updated weight shard must equal the matching slice of one device's step on the full batch.
-# The same step written with torch's API (`init_device_mesh`, `parallelize_module` with
-# `ColwiseParallel`/`RowwiseParallel` on `mesh["tp"]`, gradients averaged over `mesh["dp"]`)
+# that an all-reduce over its **TP group** sums. DP gives each TP pair its slice of the batch.
+# Each DP rank weights its mean loss by its share of the examples, and an all-reduce over the
+# **DP group** sums the gradients: that is the whole batch's mean gradient even when DP does not
+# divide the batch (DP = 3 on 8 examples gives slices of 2, 3 and 3; averaging the three means
+# would be module 2's mean of means). Every rank's loss, gradient shard and updated weight
+# shard must equal the matching slice of one device's step on the full batch. The same step
+# written with torch's API (`init_device_mesh`, `parallelize_module` with
+# `ColwiseParallel`/`RowwiseParallel` on `mesh["tp"]`, gradients summed over `mesh["dp"]`)
 # must match too.
 
 # %%
@@ -144,15 +190,33 @@ for line in check_dp_tp(seeds=(0, 1), dp=2, tp=2):
 # %% [markdown]
 # ## Other axes: sequence/context parallelism and experts
 #
-# Two more axes appear in long-context and mixture-of-experts models. Both move **activations**
-# with an **all-to-all**: each rank sends a different slice to every other rank of its group.
+# Two more axes appear in long-context and mixture-of-experts models. Expert parallelism, and
+# one of the sequence-parallel schemes (Ulysses), rest on the **all-to-all**: each rank cuts
+# its tensor into one chunk per rank of its group and sends chunk j to rank j, so it ends with
+# one chunk from every rank. On 4 ranks:
+
+# %%
+expert_parallel.draw_all_to_all(world_size=4)
+plt.show()
+
+# %% [markdown]
+# Rank 1 starts with four chunks, one for each rank (its row on the left), and ends with chunk 1
+# of every rank (its row on the right): the grid is transposed. Each rank keeps its diagonal
+# chunk (outlined) and sends the other three.
 #
 # **Sequence/context parallelism** splits a long sequence over ranks, so each holds the
-# activations of its own tokens. Attention needs every token, so the DeepSpeed-Ulysses scheme
-# swaps the split: an all-to-all turns "my tokens, all heads" into "all tokens, my heads",
-# attention runs per head over the whole sequence, and a second all-to-all swaps back. (Ring
-# attention, another context-parallel scheme, instead passes key/value blocks around a ring.)
-# On 4 ranks, 8 tokens, 4 heads:
+# activations of its own tokens. The name covers schemes that move different things:
+#
+# | scheme | what crosses devices | collective | what limits the degree |
+# | --- | --- | --- | --- |
+# | DeepSpeed-Ulysses | q, k, v into attention, its output back | all-to-all, twice per attention layer | the attention heads: one rank per head at most (per KV head with grouped-query attention, unless K and V are copied) |
+# | ring attention | key/value blocks, handed to the next rank while each rank works on the block it holds | point-to-point send/recv around a ring | not the heads |
+# | Megatron sequence parallelism | the activations outside the TP regions (layer norm, dropout), split along the sequence | all-gather into each TP region, reduce-scatter out of it (instead of TP's all-reduce) | it is the TP group |
+#
+# Ulysses swaps the split: an all-to-all turns "my tokens, all heads" into "all tokens, my
+# heads", attention runs per head over the whole sequence, and a second all-to-all swaps back.
+# On 4 ranks, 8 tokens, 4 heads, each rank ends with one head, so this model allows at most 4
+# Ulysses ranks:
 
 # %%
 for seed in (0, 1):
@@ -188,9 +252,10 @@ plt.show()
 #
 # **Reusing device groups.** These axes need not multiply the device count. Expert parallelism
 # commonly reuses the DP groups: DP ranks already hold different examples, so each can hold
-# different experts too (the non-expert weights stay replicated across DP). On the 2 x 2
-# (dp, tp) mesh, the two DP groups {0, 2} and {1, 3} each run their own all-to-all, with the 4
-# experts split two per rank:
+# different experts too. The non-expert weights stay as DP keeps them: replicated under plain
+# DP, sharded over the DP ranks under the lesson's ZeRO-3. On the 2 x 2 (dp, tp) mesh, the two
+# DP groups {0, 2} and {1, 3} each run their own all-to-all, with the 4 experts split two per
+# rank (Ulysses can reuse the TP groups the same way):
 
 # %%
 res = expert_parallel.check_moe(seed=0, world_size=4, tokens_per_rank=6, n_experts=4,
@@ -200,7 +265,7 @@ for r, out in enumerate(res):
           f"sends {out['sent']}, receives {out['received']}")
 res = expert_parallel.check_ulysses(seed=0, world_size=4, seq=8, heads=4, mesh_sizes=(2, 2),
                                     mesh_names=("dp", "tp"), sp_axis="tp")
-print(f"sequence parallel over the TP groups {res[0]['sp_ranks']} and {res[2]['sp_ranks']}: "
+print(f"Ulysses over the TP groups {res[0]['sp_ranks']} and {res[2]['sp_ranks']}: "
       "equals one device")
 
 # %% [markdown]
@@ -210,12 +275,14 @@ print(f"sequence parallel over the TP groups {res[0]['sp_ranks']} and {res[2]['s
 # | --- | --- | --- |
 # | TP | partial activations (all-reduce, or all-gather + reduce-scatter) | every layer, forward and backward |
 # | PP | boundary activations forward, their gradients backward (send/recv) | every microbatch, between neighbouring stages |
-# | DP / ZeRO | gradients (all-reduce or reduce-scatter), ZeRO-3 also parameters (all-gather) | once per step (ZeRO-3: every layer) |
-# | SP/CP (Ulysses) | q, k, v and attention output (all-to-all) | every attention layer, forward and backward |
+# | DP / ZeRO | gradients (all-reduce or reduce-scatter), ZeRO-3 also parameters (all-gather) | ZeRO-0/1: once per step; ZeRO-3: every layer, in each microbatch's forward and backward |
+# | CP (Ulysses) | q, k, v and attention output (all-to-all) | every attention layer, forward and backward |
+# | CP (ring attention) | key/value blocks (send/recv around a ring) | every attention layer, forward and backward |
+# | SP (Megatron, on the TP group) | activations into and out of the TP regions (all-gather, reduce-scatter) | every layer, forward and backward |
 # | EP (MoE) | the tokens themselves, to experts and back (all-to-all, uneven) | every MoE layer, forward and backward |
 #
-# Sequence parallelism in the Megatron sense reuses the TP group (same ranks, with the
-# activations between layers split along the sequence); context parallelism is usually a
+# Megatron sequence parallelism reuses the TP group (same ranks, with the activations between
+# the TP regions split along the sequence); context parallelism (Ulysses or ring) is usually a
 # separate axis whose ranks also reduce gradients together with DP; expert parallelism is
 # usually a factor of the DP axis. So define the mesh explicitly, axis by axis, *before*
 # multiplying degrees.
@@ -224,7 +291,7 @@ print(f"sequence parallel over the TP groups {res[0]['sp_ranks']} and {res[2]['s
 #
 # The playground puts all of this in one place. Its arithmetic is a plain function, `plan`,
 # with tests; the widget below only wires controls to it (and also lists what each axis
-# sends). The lesson's plan:
+# sends). The lesson's plan, whose one warning is the ZeRO-3 x PP cost from above:
 
 # %%
 p = plan(model_params_b=70, layout="mixed_adam16", tp=4, pp=2, dp=4, zero_stage=3,

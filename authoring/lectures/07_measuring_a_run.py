@@ -12,12 +12,15 @@
 # 3. **Profile** one run with `torch.profiler` and read its summary.
 # 4. **Compare** the measurements with the course's predictions.
 #
-# Everything runs on CPU with the gloo backend. Timings on a shared 2-core machine vary by about
-# 2x between runs, so cells that print times are not compared by the tests; the claims made
-# about them are checked in `tests/test_measure.py`.
+# Everything runs on CPU with the gloo backend, the ranks sharing this machine's cores (the cell
+# after the imports says how many there are). Timings depend on the machine and on whatever else
+# it runs, and on a small shared machine they can vary by 2x between runs, so cells that print
+# times are not compared by the tests; the claims made about them are checked in
+# `tests/test_measure.py`.
 
 # %%
 import functools
+import os
 import textwrap
 from dataclasses import replace
 
@@ -27,7 +30,12 @@ import torch
 from course_utils import launch, measure, memory, style, tiny_lm
 
 style.use()
-torch.set_num_threads(1)  # like each rank; on a shared 2-core machine more threads only contend
+torch.set_num_threads(1)  # like each rank: with several ranks per machine, more threads contend
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"this machine: {os.cpu_count()} logical CPUs for 2 to 4 ranks, "
+      f"{torch.get_num_threads()} torch thread per process")
 
 # %% [markdown]
 # ## The model and its data
@@ -152,13 +160,27 @@ for opt, name in (("adamw", "AdamW"), ("sgd", "SGD")):
 # ## 2. Measure a run
 #
 # `measure.dp_train` trains on every rank and times five phases of each step with
-# `time.perf_counter`: building the batch (`data`), `forward`, `backward`, `wait` (the time
-# inside the gradient all-reduce) and `optimizer`. It also records the bytes the process wrote
-# during the all-reduce (from `/proc/self/io`, which counts socket writes, so this is what gloo
-# really sent), the persistent state bytes after the first step (`memory.count_state_bytes`)
-# and, on the last step, the peak by category from torch's `MemTracker`. Rank 0 prints its
-# progress as it trains (`live_rank=0`). The first step is a warm-up and is left out of the
-# averages.
+# `time.perf_counter` (read through `measure.clock`, see below): building the batch (`data`),
+# `forward`, `backward`, `wait` (the time inside the gradient all-reduce) and `optimizer`. It
+# also records the bytes the process wrote during the all-reduce (from `/proc/self/io`, which
+# counts socket writes, so this is what gloo really sent), the persistent state bytes after the
+# first step (`memory.count_state_bytes`) and, on the last step, the peak by category from
+# torch's `MemTracker`. Rank 0 prints its progress as it trains (`live_rank=0`). The first
+# step is a warm-up and is left out of the averages.
+#
+# A clock read before and after a call measures the call only if the call returns when its work
+# is done. On CPU it does: torch computes on the calling thread, and `dist.all_reduce` on CPU
+# tensors (gloo) returns once the reduced values are in place, so the two `perf_counter` readings
+# around it enclose the whole collective. On GPUs it does not: CUDA kernels and NCCL collectives
+# are queued on a stream, and the call returns as soon as the work is enqueued (torch's
+# documentation: a synchronous collective on CUDA tensors is not guaranteed to be complete when
+# it returns). `perf_counter` around an NCCL `all_reduce` measures little more than the launch,
+# and the real wait lands in whatever next waits for the GPU. On CUDA, call
+# `torch.cuda.synchronize()` before each clock reading, or time on the device with CUDA events
+# (`torch.cuda.Event(enable_timing=True)`) or the profiler's CUDA activity. The course's timers
+# read the clock through `measure.clock(device)`, which synchronizes first when `device` (or the
+# tensor passed) is on CUDA and does nothing more than `perf_counter` on CPU;
+# `tests/test_measure.py` checks both, and that every timer in `measure` uses it.
 
 # %%
 run_spec = replace(spec, steps=10, log_every=3, track_memory=True)
@@ -337,6 +359,8 @@ print(measure.profile_table(prof_res, top=3))
 #   (`c10d::allreduce_`) and then **blocks** until it is done; that blocking is not an operator,
 #   so it appears as self time of the `wait` region, not in any operator row. On the fast rank
 #   `wait` is large; on the straggler `forward` is (its `time.sleep` is not an operator either).
+#   With NCCL the calling thread does not wait for the collective: it runs as a GPU kernel, and
+#   its time appears only in the GPU part of a profile (`ProfilerActivity.CUDA`).
 # * Profiling itself costs time: compare the totals with the unprofiled run above.
 #
 # `prof.key_averages().table(...)` prints the full table; `prof.export_chrome_trace(path)` writes
@@ -368,7 +392,9 @@ print(measure.profile_table(prof_res, top=3))
 #    accumulation steps or the loss normalization change.
 # 2. Time each phase per rank; report tokens/s for the global batch, not per rank.
 # 3. Measure time inside collectives per rank. Equal, large waits on every rank: the run is
-#    communication-bound. One rank waiting much less than the others: it is the straggler.
+#    communication-bound. One rank waiting much less than the others: it is the straggler. On
+#    GPUs, synchronize before each clock reading (`measure.clock`) or use CUDA events: an NCCL
+#    call returns once the collective is enqueued, not when it has finished.
 # 4. Measure peak memory, not only persistent state.
 # 5. Profile one or two steps, after a warm-up, to see which operators or waits dominate.
 
@@ -377,5 +403,10 @@ print(measure.profile_table(prof_res, top=3))
 # practises reading a run's measurements: verify the scaling, compute throughput and wait
 # fractions, find the straggler, and time a collective's wait yourself on real ranks. This is the
 # course's last module. After it, take the checklist to a real multi-GPU run (NCCL instead of
-# gloo, `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline), and read
-# the papers listed under *References* in the course README.
+# gloo, a synchronize or CUDA events around everything you time,
+# `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline), and read the
+# papers listed under *References* in the course README. Where to go next: **quantization**
+# (weights, and then activations and optimizer state, stored in 8 bits or fewer: Module 1's bytes
+# per parameter, cut again), then **model serving** (running a trained model for many users at
+# once: batching requests, the KV cache, and this course's tensor and pipeline splits applied
+# to inference).
