@@ -9,7 +9,8 @@ import torch
 import torch.distributed as dist
 
 from course_utils import data_parallel as D
-from course_utils import launch, measure
+from course_utils import launch
+from test_measure import _watch_clock
 
 # ---------------------------------------------------------------------- one update, two ranks
 
@@ -161,14 +162,7 @@ def solo_group():
 def test_timing_workers_read_the_clock_through_measure(monkeypatch, solo_group):
     """straggler_worker and throughput_worker time with measure.clock (which synchronizes a CUDA
     device before reading perf_counter; a no-op on CPU), on the device of the timed tensors."""
-    devices, real = [], measure.clock
-
-    def watched(device="cpu"):
-        devices.append(torch.device(device.device if isinstance(device, torch.Tensor)
-                                    else device))
-        return real(device)
-
-    monkeypatch.setattr(measure, "clock", watched)
+    devices = _watch_clock(monkeypatch)
     out = D.straggler_worker(0, 1, 0, 0.01, steps=3)
     assert devices == [torch.device("cpu")] * 3 * 3  # before compute, before and after the wait
     assert out["compute_s"] >= 0.01 and out["step_s"] >= out["compute_s"]
