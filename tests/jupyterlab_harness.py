@@ -6,7 +6,7 @@ Reusable pieces (see ``/work/shared/notes/jupyterlab-in-a-browser.md`` for why e
   JUPYTER_* and settings folders, a random token, a port the OS picks, the news pop-up turned
   off) serving a fresh temporary folder; :meth:`LabServer.add_file` / :meth:`add_notebook` put
   files there (never serve the repository itself: JupyterLab autosaves what it opens). On exit
-  it shuts the server down through its REST API and checks that no kernel or other child
+  it shuts the server down through its REST API (then SIGTERM, if that is not heard) and checks that no kernel or other child
   process survives (:attr:`LabServer.survivors`; the fixture fails the test if any did).
 * :func:`chromium` - a context manager yielding a Playwright ``Browser`` on /usr/bin/chromium.
 * :func:`open_notebook`, :func:`wait_kernel_ready` (guards against the "false idle": toolbar
@@ -207,12 +207,22 @@ class LabServer:
                     self.api("POST", "api/shutdown", timeout=10)
                 except (urllib.error.URLError, ConnectionError, OSError):
                     pass
-            try:
-                self.returncode = self.proc.wait(30)
-            except subprocess.TimeoutExpired:
+            # api/shutdown first; on a loaded machine the request itself can time out, so a
+            # SIGTERM (the server's own graceful stop: it shuts its kernels down) follows it.
+            # Only a server that ignores both is a survivor.
+            for stop in (None, self.proc.terminate):
+                if stop is not None and self.proc.poll() is None:
+                    stop()
+                try:
+                    self.returncode = self.proc.wait(30)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            else:
                 self.proc.kill()
                 self.returncode = self.proc.wait(10)
-                self.survivors.append(f"jupyter lab server pid {self.proc.pid} (killed)")
+                self.survivors.append(f"jupyter lab server pid {self.proc.pid} (killed); "
+                                      f"its log ends:\n{self.log()[-1500:]}")
             gone, alive = psutil.wait_procs(children, timeout=15)
             for p in alive:  # only processes this server started
                 with contextlib.suppress(psutil.Error):
