@@ -6,7 +6,7 @@ ASSIGNMENT ?= all
 # Jupyter refuses to run as root unless told to (containers, CI machines).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup lab test test-fast notebooks lint bench bench-suite clean
+.PHONY: setup lab test test-fast notebooks site lint bench bench-suite clean
 
 setup:
 	@scripts/setup.sh
@@ -30,6 +30,9 @@ test-fast: setup  ## the inner loop: no notebooks, nbgrader or browser (under 3 
 
 notebooks: setup  ## rebuild notebooks/, solutions/ and assignments/ from authoring/
 	$(PY) scripts/build_notebooks.py
+
+site: setup  ## the course website from the committed notebooks (not re-executed): build/site
+	$(PY) scripts/build_site.py --out build/site
 
 bench: setup  ## launcher start-up, notebook run times (module benchmarks: see benchmarks/)
 	$(PY) benchmarks/launch_startup.py

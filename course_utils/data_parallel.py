@@ -95,8 +95,9 @@ def two_replica_update_worker(rank: int, world_size: int,
     """Rank ``rank`` all-reduces its gradient ``local_grads[rank]`` (sum, then / D) and takes an
     SGD step from ``w0``; prints each stage and returns the new weights."""
     grads = _check_grads(local_grads, world_size)
-    g = torch.tensor(grads[rank])  # (P,) this rank's mean gradient over its local batch
-    w = torch.tensor([float(v) for v in w0])  # (P,) same starting weights on every replica
+    dev = launch.device()  # this rank's GPU under NCCL, else the CPU
+    g = torch.tensor(grads[rank], device=dev)  # (P,) this rank's mean gradient over its batch
+    w = torch.tensor([float(v) for v in w0], device=dev)  # (P,) same start on every replica
     print(f"local mean gradient {_fmt(g)}")
     dist.all_reduce(g, op=dist.ReduceOp.SUM)  # every rank now holds the sum
     print(f"after all_reduce(SUM): {_fmt(g)}")

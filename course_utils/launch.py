@@ -1,7 +1,10 @@
-"""Start a function on several gloo ranks on this machine: the one launcher the course uses.
+"""Start a function on several ranks on this machine: the one launcher the course uses.
 
 ``run(fn, world_size, *args)`` calls ``fn(rank, world_size, *args)`` in ``world_size`` fresh
-processes joined into one gloo process group, and returns the ranks' return values in rank order.
+processes joined into one process group, and returns the ranks' return values in rank order.
+The group is NCCL with one CUDA device per rank when the machine has enough GPUs, gloo on CPU
+otherwise (:func:`resolve_backend`; ``backend=`` overrides). A worker puts its tensors on
+:func:`device`, so the same worker code runs on a laptop and on a GPU box.
 
 Guarantees (each one has a test in ``tests/test_launch.py``):
 
@@ -27,6 +30,13 @@ The same worker runs under torchrun (the real launcher used on clusters)::
     torchrun --standalone --nproc-per-node 2 -m course_utils.launch course_utils.launch:ping
 
 which calls :func:`torchrun_main`; demo modules also call it from their ``__main__`` block.
+Across nodes, start the same command on every node with a shared rendezvous instead of
+``--standalone``::
+
+    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 --rdzv-backend c10d \
+        --rdzv-endpoint HOST:29500 -m course_utils.launch course_utils.launch:ping
+
+(``scripts/cluster.sbatch`` does this under Slurm.)
 """
 
 from __future__ import annotations
@@ -48,7 +58,8 @@ import time
 import traceback
 from typing import Any, Callable, Sequence
 
-__all__ = ["run", "RankError", "LaunchTimeout", "torchrun_main", "ping", "MAX_WORLD_SIZE"]
+__all__ = ["run", "RankError", "LaunchTimeout", "torchrun_main", "ping", "MAX_WORLD_SIZE",
+           "BACKENDS", "resolve_backend", "device"]
 
 MAX_WORLD_SIZE = 16
 # Modules the forkserver imports once, so each rank starts with them already loaded.
@@ -62,6 +73,61 @@ PRELOAD_LIGHT = ["torch", "torch.distributed", "torch.nn", "cloudpickle", "cours
 
 _HOST = "127.0.0.1"
 _contexts: dict[str, mp.context.BaseContext] = {}
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+def _cuda_devices() -> int:
+    """CUDA devices this process can see (0 without CUDA; never initialises CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_backend(backend: str, world_size: int) -> str:
+    """The process-group backend for ``world_size`` ranks on this machine.
+
+    ``"auto"``: ``"nccl"`` when NCCL is built in and there is one CUDA device per rank,
+    ``"gloo"`` (CPU) otherwise. ``"nccl"`` or ``"gloo"``: that one, or ValueError saying why
+    this machine cannot give it.
+    """
+    import torch.distributed as dist
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+    gpus = _cuda_devices()
+    nccl_ok = dist.is_nccl_available() and gpus >= world_size
+    if backend == "auto":
+        return "nccl" if nccl_ok else "gloo"
+    if backend == "nccl" and not nccl_ok:
+        raise ValueError(f"backend='nccl' needs NCCL and one CUDA device per rank: "
+                         f"{world_size} rank(s), {gpus} CUDA device(s) here"
+                         + ("" if dist.is_nccl_available() else ", and this torch has no NCCL")
+                         + "; use backend='gloo' (CPU) or fewer ranks")
+    return backend
+
+
+def device() -> Any:
+    """This rank's device: its CUDA device under NCCL, the CPU under gloo (or outside a group).
+
+    Workers create their tensors and models on it, so one worker serves both backends.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _init_group(backend: str, local_rank: int, **kwargs: Any) -> None:
+    """Join the default process group; under NCCL bind this rank to its CUDA device first."""
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        kwargs["device_id"] = torch.device("cuda", local_rank)
+    dist.init_process_group(backend, **kwargs)
 
 
 class RankError(RuntimeError):
@@ -103,7 +169,7 @@ def _watch_parent(lifeline: mp.connection.Connection, deadline: float) -> None:
 
 def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_conn,
                lifeline, log_path: str, pg_timeout_s: float, hard_deadline: float,
-               threads: int) -> None:
+               threads: int, backend: str = "gloo") -> None:
     """Body of one rank process: capture output, join the group, call fn, report, exit."""
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log_fd, 1)
@@ -128,8 +194,8 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
         timeout = datetime.timedelta(seconds=pg_timeout_s)
         status = "init_error"  # a failure while joining the group is worth one retry
         store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=timeout)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                                timeout=timeout)
+        _init_group(backend, rank, store=store, rank=rank, world_size=world_size,
+                    timeout=timeout)
         if fault and fault.get("rank") == rank and fault.get("stage") == "init_error":
             if not os.path.exists(fault["marker"]):  # test hook: fail the first rendezvous
                 open(fault["marker"], "w").close()
@@ -368,8 +434,8 @@ def _kill(procs: Sequence[mp.process.BaseProcess], dump_stacks: bool = False) ->
 def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 60.0,
         threads_per_rank: int | None = None, show_output: bool = True,
         start_method: str | None = None, live_rank: int | None = None,
-        _fault: dict | None = None) -> list[Any]:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; return results by rank.
+        backend: str = "auto", _fault: dict | None = None) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` ranks; return results by rank.
 
     ``timeout_s`` bounds the whole job (start-up included). ``threads_per_rank`` sets torch's
     intra-op threads in each rank (default: the CPU count shared out, at least 1).
@@ -377,6 +443,8 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
     ``start_method``: "forkserver" (default where available: fast) or "spawn".
     ``live_rank``: print that rank's output as it happens (progress of a long job); the other
     ranks' output still follows the join, in rank order.
+    ``backend``: "auto" (NCCL with one GPU per rank where there are enough, else gloo), "gloo"
+    or "nccl" (:func:`resolve_backend`); ``fn`` finds its device with :func:`device`.
     Raises :class:`RankError` (a rank failed) or :class:`LaunchTimeout` (time ran out); in both
     cases, and on KeyboardInterrupt, every rank has been killed before ``run`` returns.
     """
@@ -388,6 +456,7 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
                          f"got {live_rank!r}")
     import cloudpickle
 
+    backend = resolve_backend(backend, world_size)
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
     payload = cloudpickle.dumps((fn, args, _fault, _code_origins(fn, args)))
     ctx = _get_context(start_method)
@@ -395,7 +464,7 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
     for attempt in range(1, _RENDEZVOUS_ATTEMPTS + 1):
         try:
             results, logs = _launch_once(ctx, payload, world_size, timeout_s, deadline, threads,
-                                         live_rank if show_output else None)
+                                         live_rank if show_output else None, backend)
         except _RendezvousFailed as failed:
             # Joining the group can fail spuriously on a loaded machine (gloo's
             # "connectFullMesh failed"): fn has not run anywhere yet, so start again once.
@@ -418,8 +487,8 @@ class _RendezvousFailed(Exception):
 
 
 def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, timeout_s: float,
-                 deadline: float, threads: int,
-                 live_rank: int | None) -> tuple[list[Any], list[str]]:
+                 deadline: float, threads: int, live_rank: int | None,
+                 backend: str = "gloo") -> tuple[list[Any], list[str]]:
     """Start the ranks, wait for every result; return (results, logs not yet printed) or raise."""
     __tracebackhide__ = True
     import torch.distributed as dist
@@ -443,7 +512,7 @@ def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, t
             life_recv, life_send = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True, args=(
                 rank, world_size, store.port, payload, send_end, life_recv, log_paths[rank],
-                pg_timeout_s, hard_deadline, threads))
+                pg_timeout_s, hard_deadline, threads, backend))
             p.start()
             send_end.close()
             life_recv.close()
@@ -531,15 +600,20 @@ def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, t
 
 
 def torchrun_main(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run ``fn(rank, world_size, *args)`` as one rank of a torchrun job (gloo, env:// rendezvous).
+    """Run ``fn(rank, world_size, *args)`` as one rank of a torchrun job (env:// rendezvous).
 
-    Prints ``rank r returned: <value>`` and returns the value.
+    The backend is ``$COURSE_BACKEND`` (default "auto": NCCL when every local rank has its own
+    CUDA device, gloo otherwise), so the same command runs on a laptop, a GPU box and, with
+    ``--nnodes``, a cluster. Prints ``rank r returned: <value>`` and returns the value.
     """
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group("gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    _init_group(resolve_backend(os.environ.get("COURSE_BACKEND", "auto"), local_world),
+                local_rank)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     try:
         value = fn(rank, world_size, *args)
@@ -557,7 +631,7 @@ def ping(rank: int, world_size: int) -> int:
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([rank])
+    t = torch.tensor([rank], device=device())
     dist.all_reduce(t)
     return int(t.item())
 

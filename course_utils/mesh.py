@@ -334,16 +334,22 @@ def dp_tp_step(rank: int, world_size: int, seed: int, dp: int, tp: int,
     tp_group, _ = axis_group(mesh, rank, "tp")
     dp_rank, tp_rank = mesh.coords(rank)["dp"], mesh.coords(rank)["tp"]
 
+    from course_utils import launch
+
+    dev = launch.device()  # this rank's GPU under NCCL, else the CPU
     full = _model(seed)  # every rank builds the same model, then keeps its shard
     cols = _tp_slices(tp_rank, tp)
-    up_w = full.up.weight[cols].detach().clone().requires_grad_()     # [hidden/tp, dim]
-    up_b = full.up.bias[cols].detach().clone().requires_grad_()       # [hidden/tp]
-    down_w = full.down.weight[:, cols].detach().clone().requires_grad_()  # [dim, hidden/tp]
-    down_b = full.down.bias.detach().clone().requires_grad_()        # [dim], replicated over TP
+
+    def shard(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to(dev, copy=True).requires_grad_()
+    up_w = shard(full.up.weight[cols])                                 # [hidden/tp, dim]
+    up_b = shard(full.up.bias[cols])                                   # [hidden/tp]
+    down_w = shard(full.down.weight[:, cols])                          # [dim, hidden/tp]
+    down_b = shard(full.down.bias)                                     # [dim], replicated over TP
 
     x, y = dp_tp_batch(seed)
     rows = _dp_rows(dp_rank, dp)
-    x, y = x[rows], y[rows]                                            # [n_local, dim]
+    x, y = x[rows].to(dev), y[rows].to(dev)                            # [n_local, dim]
     h = torch.relu(x @ up_w.T + up_b)                                  # [n_local, hidden/tp]
     partial = h @ down_w.T                                             # [n_local, dim], a TP partial sum
     out = _AllReduceSum.apply(partial, tp_group) + down_b              # [n_local, dim]
@@ -370,7 +376,7 @@ def _to_numpy(result: dict[str, torch.Tensor]) -> dict:
     A torch tensor is sent through a shared-memory file descriptor that can vanish when the
     rank exits first (seen: "Connection reset by peer" in 4 of 10 launches).
     """
-    return {k: v.detach().numpy().copy() for k, v in result.items()}
+    return {k: v.detach().cpu().numpy().copy() for k, v in result.items()}
 
 
 class _AllReduceSum(torch.autograd.Function):
@@ -459,10 +465,25 @@ def check_dp_tp(seeds: Sequence[int] = (0, 1), dp: int = 2, tp: int = 2,
     return lines
 
 
-__all__ += ["shard_of", "check_dp_tp", "draw_rank_groups"]
+def torchrun_worker(rank: int, world_size: int, seed: int = 0) -> float:
+    """Worker for torchrun: one DP x TP step (dp = 2, tp = world_size / 2: TP inside a node, DP
+    across two nodes) checked against the one-device step; returns this rank's largest
+    difference from its shard of the reference (loss, gradients, new weights)."""
+    if world_size % 2:
+        raise ValueError(f"world_size must be even (dp = 2); got {world_size}")
+    dp, tp = 2, world_size // 2
+    got = dp_tp_step(rank, world_size, seed, dp, tp)
+    want = shard_of(reference_step(seed), Mesh((dp, tp), ("dp", "tp")).coords(rank)["tp"], tp)
+    return max(float((torch.as_tensor(got[k]) - v).abs().max()) for k, v in want.items())
+
+
+__all__ += ["shard_of", "check_dp_tp", "draw_rank_groups", "torchrun_worker"]
 
 
 if __name__ == "__main__":
+    # one node:  torchrun --standalone --nproc-per-node 4 -m course_utils.mesh
+    # two nodes: torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \
+    #                --rdzv-endpoint HOST:29500 -m course_utils.mesh      (on each node)
     from course_utils import launch
 
-    launch.torchrun_main(lambda rank, ws: float(dp_tp_step(rank, ws, 0, 2, ws // 2)["loss"]))
+    launch.torchrun_main(torchrun_worker)

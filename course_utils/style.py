@@ -8,6 +8,9 @@ with pyplot is checked when it is drawn. A figure with a problem emits a
 * text cut by the axes it is clipped to (a label drawn past the plot's edge);
 * texts that overlap each other (two labels on top of one another);
 * a marker cut by the edge of its axes (a point on the axis limit);
+* data outside its axes: a line's points, a bar or other patch, or a collection (scatter,
+  ``broken_barh``, ``fill_between``) that reaches past the axes limits, so the figure hides
+  part of what it plots;
 * text smaller than :data:`MIN_FONT_PT`.
 
 ``tests/test_sources.py`` fails if any committed lecture output carries such a warning.
@@ -42,7 +45,7 @@ MIN_FONT_PT = 8.0
 
 
 class FigureWarning(UserWarning):
-    """A course figure has clipped, overlapping or too small text, or a clipped marker."""
+    """A course figure has clipped, overlapping or too small text, or data cut by its axes."""
 
 
 def label(name: str) -> str:
@@ -154,4 +157,53 @@ def problems(fig: Any, renderer: Any | None = None) -> list[str]:
                     found.append(f"a marker of {line.get_label()!r} is cut by the axes edge "
                                  "(widen the limits or set clip_on=False)")
                     break
+        found += _data_outside(ax, box, renderer)
     return list(dict.fromkeys(found))
+
+
+def _name(artist: Any) -> str:
+    label = str(artist.get_label() or "")
+    return repr(label) if label and not label.startswith("_") else type(artist).__name__
+
+
+def _data_outside(ax: Any, box: Any, renderer: Any, tol: float = 1.0) -> list[str]:
+    """Artists of ``ax`` that reach past its edges (more than ``tol`` pixels): line points, bars
+    and other patches, collections. Only clipped artists count: one drawn with
+    ``clip_on=False`` is meant to leave its axes."""
+    import numpy as np
+    from matplotlib.lines import AxLine
+
+    def beyond(x0: float, y0: float, x1: float, y1: float) -> bool:
+        return (x0 < box.x0 - tol or x1 > box.x1 + tol or y0 < box.y0 - tol
+                or y1 > box.y1 + tol)
+
+    found = []
+    for line in ax.get_lines():
+        if not (line.get_visible() and line.get_clip_on()) or isinstance(line, AxLine):
+            continue  # (an axline is infinite by design)
+        xy = line.get_transform().transform(line.get_xydata())
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if len(xy) and beyond(*xy.min(axis=0), *xy.max(axis=0)):
+            found.append(f"line {_name(line)} has points outside its axes (widen the limits)")
+    for patch in ax.patches:
+        if not (patch.get_visible() and patch.get_clip_on()):
+            continue
+        ext = patch.get_window_extent(renderer)
+        if ext.width > 0 and ext.height > 0 and beyond(ext.x0, ext.y0, ext.x1, ext.y1):
+            found.append(f"a bar or patch ({_name(patch)}) reaches past its axes "
+                         "(widen the limits)")
+    for coll in ax.collections:
+        if not (coll.get_visible() and coll.get_clip_on()):
+            continue
+        points = [p.vertices for p in coll.get_paths() if len(p.vertices)]
+        if not points:
+            continue
+        offsets = coll.get_offsets()
+        if len(offsets) > 1 or (len(offsets) == 1 and np.any(offsets)):  # scatter-like
+            xy = coll.get_offset_transform().transform(np.asarray(offsets, float))
+        else:
+            xy = coll.get_transform().transform(np.concatenate(points))
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if len(xy) and beyond(*xy.min(axis=0), *xy.max(axis=0)):
+            found.append(f"a collection ({_name(coll)}) reaches past its axes (widen the limits)")
+    return found

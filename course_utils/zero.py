@@ -773,12 +773,13 @@ def draw_memory_timeline(rows: Sequence[dict[str, Any]], ax: Any = None, *,
     ``rows`` is :func:`train_worker`'s ``timeline``. Stacked steps: persistent state (grey),
     gathered weights and unsharded gradients (the course's state colours), in kB (10³ bytes).
     The y-axis starts at ``bottom`` bytes (default: a little under the persistent state, so the
-    per-layer gathers are not a thin band on a huge block; a break mark on the axis says so).
+    per-layer gathers are not a thin band on a huge block; a break mark on the axis says so):
+    the grey band is drawn from ``bottom`` up, so nothing plotted lies outside the axes.
     Forward and backward are shaded, each event is a tick (:func:`short_event`, key in
     :data:`TIMELINE_KEY`), and the peak is marked. Returns the Axes.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import MaxNLocator
 
     from course_utils import style
 
@@ -798,27 +799,33 @@ def draw_memory_timeline(rows: Sequence[dict[str, Any]], ax: Any = None, *,
     extra = max(peak_total - persistent, 1)
     bottom = persistent - 0.35 * extra if bottom is None else bottom
     top = peak_total + 0.45 * extra if top is None else top
+    if not bottom <= persistent <= peak_total <= top:
+        raise ValueError(f"bottom={bottom} and top={top} must satisfy bottom <= the persistent "
+                         f"state ({persistent} B) and top >= the peak ({peak_total} B)")
+    # Drawn in bytes above `bottom` (the axis break): the grey band is the persistent state
+    # above the break, and the tick labels give the real bytes.
+    stacks[0] = [v - bottom for v in stacks[0]]
     for phase in ("forward", "backward"):  # shading first: the stacks are drawn over it
         idx = [i for i, r in enumerate(rows) if r["event"].startswith(phase + ":")]
         if idx:
             ax.axvspan(idx[0], idx[-1] + 1, color=style.PHASE_COLORS[phase], alpha=0.10, lw=0)
-            ax.text((idx[0] + idx[-1] + 1) / 2, top, phase, ha="center", va="top",
+            ax.text((idx[0] + idx[-1] + 1) / 2, top - bottom, phase, ha="center", va="top",
                     color=style.PHASE_COLORS[phase], fontsize=11)
     ax.stackplot(xs, *stacks, step="post", colors=colors, labels=labels)
     ax.set_xlim(0, n)
-    ax.set_ylim(bottom, top)
-    # only ticks inside the limits (out-of-range tick labels are never placed, but exist)
-    ax.set_yticks([t for t in ax.get_yticks() if bottom <= t <= top])
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e3:g}"))
+    ax.set_ylim(0, top - bottom)
+    ticks = [t for t in MaxNLocator(nbins=5).tick_values(bottom, top) if bottom <= t <= top]
+    ax.set_yticks([t - bottom for t in ticks], [f"{t / 1e3:g}" for t in ticks])
     if bottom < persistent:
-        ax.text(0.2, (bottom + persistent) / 2, f"persistent state: {persistent:,} B",
+        ax.text(0.2, (persistent - bottom) / 2, f"persistent state: {persistent:,} B",
                 va="center", fontsize=10, color="0.15")
     ax.set_xticks([i + 0.5 for i in range(n)], [short_event(r["event"]) for r in rows],
                   fontsize=10)
     ax.tick_params(axis="x", length=0)
-    ax.annotate(f"peak {peak_total:,} B", xy=(peak_i + 0.5, peak_total),
-                xytext=(peak_i + 0.5 - 0.06 * n, peak_total + 0.22 * extra), ha="right",
-                va="center", fontsize=10, arrowprops={"arrowstyle": "->", "color": "0.3"})
+    ax.annotate(f"peak {peak_total:,} B", xy=(peak_i + 0.5, peak_total - bottom),
+                xytext=(peak_i + 0.5 - 0.06 * n, peak_total - bottom + 0.22 * extra),
+                ha="right", va="center", fontsize=10,
+                arrowprops={"arrowstyle": "->", "color": "0.3"})
     # a break mark at the foot of the y-axis: it does not start at zero
     for y in (0.0, 0.025):
         ax.plot([-0.012, 0.012], [y, y + 0.03], transform=ax.transAxes, color="0.2", lw=1,

@@ -321,6 +321,62 @@ def scan_source(source: str) -> list[str]:
     return sorted(set(flags), key=flags.index)
 
 
+def _course_modules() -> list[str]:
+    return sorted(p.stem for p in (ROOT / "course_utils").glob("*.py") if p.stem != "__init__")
+
+
+def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
+    """Which of ``helpers`` (``"memory.zero_state_bytes"``: a ``course_utils`` function) the
+    code in ``source`` refers to: called or named through any import alias, or named in a
+    string (``getattr(memory, "zero_state_bytes")``). ``setup``: code that ran before it (the
+    release's import cells), whose import aliases count too."""
+    wanted = {h: h.split(".") for h in helpers}
+    aliases = {m: m for m in _course_modules()} | {"course_utils": ""}
+    star: set[str] = set()
+    found: list[str] = []
+
+    def trees(code: str):
+        try:
+            return [ast.parse(_python_source(code))]
+        except SyntaxError:
+            return []
+
+    for tree in trees(setup) + trees(source):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "course_utils":
+                        inner = a.name.partition(".")[2]
+                        aliases[a.asname or "course_utils"] = inner if a.asname else ""
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "course_utils":
+                inner = node.module.partition(".")[2]
+                for a in node.names:
+                    if a.name == "*":
+                        star.add(inner)
+                    else:
+                        aliases[a.asname or a.name] = f"{inner}.{a.name}".strip(".")
+    for tree in trees(source):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Attribute, ast.Name)):
+                dotted = _dotted(node).split(".")
+                head = aliases.get(dotted[0])
+                if head is None:
+                    if not (isinstance(node, ast.Name) and star):
+                        continue
+                    resolved = [[m, node.id] for m in star]
+                else:
+                    resolved = [[x for x in head.split(".") if x] + dotted[1:]]
+                for path in resolved:
+                    for h, parts in wanted.items():
+                        if path == parts and h not in found:
+                            found.append(h)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for h, parts in wanted.items():
+                    if node.value in (parts[-1], h) and h not in found:
+                        found.append(h)
+    return found
+
+
 def scan_files(submission: Path, notebooks: list[str]) -> list[str]:
     """Flags for files in the submission folder beside the notebooks (shadowing attempts)."""
     flags = []
@@ -338,10 +394,16 @@ def scan_files(submission: Path, notebooks: list[str]) -> list[str]:
     return flags
 
 
-def scan_notebook(nb, release) -> list[str]:
-    """Flags for one submitted notebook: tampering in its code and edited/deleted test cells."""
+def scan_notebook(nb, release, not_allowed: dict[str, list[str]] | None = None) -> list[str]:
+    """Flags for one submitted notebook: tampering in its code, edited/deleted test cells, and
+    course helpers an answer may not use (``not_allowed``: answer grade_id -> helpers, the
+    judge's ``HELPERS_NOT_ALLOWED``; an added cell may use none of them)."""
     flags = []
+    not_allowed = not_allowed or {}
     release_tests = {_meta(c)["grade_id"]: c for c in release.cells if is_test_cell(c)}
+    setup = "\n".join(c.source for c in release.cells
+                      if c.get("cell_type") == "code" and not _meta(c).get("grade_id"))
+    every_helper = sorted({h for hs in not_allowed.values() for h in hs})
     seen = {}
     for cell in nb.cells:
         m = _meta(cell)
@@ -353,6 +415,10 @@ def scan_notebook(nb, release) -> list[str]:
             continue
         where = f"cell {gid}" if gid else "an added cell"
         flags += [f"{where}, {f}" for f in scan_source(cell.source)]
+        helpers = not_allowed.get(gid, []) if gid else every_helper
+        for h in helper_uses(cell.source, helpers, setup):
+            flags.append(f"{where}, uses course_utils.{h}, which computes a graded answer "
+                         f"(the question asks for the reasoning: review it)")
     for gid, cell in release_tests.items():
         if gid not in seen:
             flags.append(f"test cell {gid} was deleted (restored by the grader)")
@@ -491,6 +557,7 @@ def verify_student(assignment: str, student: str, data: Path) -> StudentResult:
         result.status = "not graded: no submission"
         return result
     result.flags += scan_files(sub, names)
+    rules = judge.load(assignment)
     for name in names:
         release = nbformat.read(ROOT / "assignments" / assignment / name, as_version=4)
         if not (sub / name).exists():
@@ -503,7 +570,8 @@ def verify_student(assignment: str, student: str, data: Path) -> StudentResult:
         except Exception as err:  # malformed JSON, not a notebook
             result.status = f"not graded: {name} is not a valid notebook ({str(err)[:80]})"
             return result
-        result.flags += scan_notebook(submitted, release)
+        result.flags += scan_notebook(submitted, release,
+                                      getattr(rules, "HELPERS_NOT_ALLOWED", {}))
         if not (auto / name).exists():
             result.status = "not graded: autograde failed (see the autograde log)"
             return result

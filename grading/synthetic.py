@@ -41,15 +41,15 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
                           "that is GiB (2**30 bytes)"),
     "a2_data_parallel": ("q1", "w_new_0 = 2 - 0.5 * (1 + 3 + 5)\nw_new_1 = 0 - 0.5 * (5 - 1 + 2)",
                          "you used the SUM of the gradients"),
-    "a3_zero": ("q1", "zero2_gb = 112 / 8", "that is ZeRO-3"),
+    "a3_zero": ("q1", "zero2_gb = 96 / 16", "that is ZeRO-3"),
     "a4_tensor_parallel": ("q3", "b, s, h, t, L = 4, 2048, 5120, 8, 40\n"
                            "mlp_forward_bytes = 8 * h * h * 2\n"
                            "step_payload_gb = L * 4 * b * s * h * 2 / 1e9\n"
                            "ring_gb_per_rank = 2 * (t - 1) / t * step_payload_gb\n"
                            "naive_over_megatron = 4.0",
                            "TP all-reduces activations"),
-    "a5_pipeline": ("q1", "bubble_p8_m24 = 7 / 24\nbubble_p4_m4 = 3 / 7\n"
-                          "bubble_interleaved = 3 / 19",
+    "a5_pipeline": ("q1", "bubble_p8_m24 = 7 / 24\nbubble_p6_m8 = 5 / 13\n"
+                          "bubble_interleaved = 3 / 39",
                     "that is the ratio (P-1)/m"),
     "a6_device_mesh": ("q1", "coords_21 = (2, 1, 1)\ntp_group_21 = [20, 21, 22, 23]\n"
                              "pp_group_21 = [17, 21]\ndp_group_21 = [5, 13, 21, 29]\n"
@@ -57,6 +57,14 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
                        "TP is not innermost here"),
     "a7_measuring": ("q2", "q2_tokens_per_s = BATCH_PER_RANK * SEQ_LEN / (RUN_A['step_ms'] / 1000)",
                      "the global batch is BATCH_PER_RANK x D sequences"),
+    "a8_jax_sharding": ("q2", 'collective_a = "all-reduce"\ncollective_b = "none"\n'
+                        'collective_c = "all-gather"\nw_bytes_a = 640 * 1536 * 4 // 8\n'
+                        'y_bytes_b = 96 * 1536 * 4\nw_bytes_2d = 768 * 3072 * 4 // 8',
+                        "instead of the local shard"),
+    "a9_activations": ("q1", "q1_gpt_gb = 4096 * 2 * 5120 * 34 * 40 / 1e9\n"
+                             "q1_block_bytes = 4 * (8 * 4 * 64 * 128 + 2 * 4 * 64 * 512 + 4 * 4 * 64"
+                             " + 8 * 4 * 64 * 64)",
+                       "leaves out the attention term"),
 }
 
 
@@ -167,6 +175,10 @@ _WRONG = textwrap.dedent('''
             return type(v)(_syn_wrong(x) for x in v)
         if isinstance(v, dict):
             return {k: _syn_wrong(x) for k, x in v.items()}
+        if type(v).__module__.split(".")[0] in ("jax", "jaxlib"):  # PartitionSpec, array, tracer
+            if hasattr(v, "shape"):
+                return v * 3 + 7
+            return type(v)(*(_syn_wrong(x) for x in v))
         if callable(v) and not isinstance(v, type):
             @functools.wraps(v)
             def wrapped(*args, **kwargs):
@@ -552,6 +564,14 @@ def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Cas
     add("huge_output", full, _notebook(model, {**correct, first: _HUGE_OUTPUT + correct[first]}))
     add("memory_hog", full - lost, _notebook(model, {**correct,
                                                      first: _MEMORY_HOG + correct[first]}))
+    not_allowed = getattr(judge.load(assignment), "HELPERS_NOT_ALLOWED", {})
+    if not_allowed:  # a right answer that names a helper computing it: flagged, not penalised
+        gid = next(g for g in correct if g in not_allowed)
+        helper = not_allowed[gid][0]
+        module, _, fn = helper.partition(".")
+        add("uses_helper", full, _notebook(model, {**correct, gid: (
+            f"{correct[gid]}\nfrom course_utils import {module} as _syn_mod\n"
+            f"_syn_helper = _syn_mod.{fn}")}), flags=[f"uses course_utils.{helper}"])
     if assignment in TYPICAL_MISTAKES:
         gid, code, words = TYPICAL_MISTAKES[assignment]
         add("typical_mistake", full - model.points_of(gid), _notebook(model, {**correct, gid: code}),

@@ -28,7 +28,7 @@ INCLUDE = ["notebooks", "assignments", "course_utils", "scripts/setup.sh", "scri
 # Tests that need solutions/, authoring/ or the grading machinery stay with the instructor.
 INSTRUCTOR_TESTS = ["test_assignments.py", "test_grading_integrity.py", "test_sources.py",
                     "test_setup.py", "test_browser_course.py", "test_student_copy.py",
-                    "test_reference_answers.py"]
+                    "test_reference_answers.py", "test_site.py"]
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
 
 MAKEFILE = """\

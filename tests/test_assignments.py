@@ -116,3 +116,179 @@ def test_autograde_round_trip(name, graded):
     plain = re.sub(r"<[^>]+>", "", html)
     leaked = [line for line in _hidden_lines(name) if line in plain and "check_" in line]
     assert not leaked, f"feedback shows hidden test code: {leaked[:3]}"
+
+
+# ------------------------------------------------------------- graded answers are not in lectures
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.])", re.IGNORECASE)
+
+# Graded values that also appear in a lecture by coincidence, not as the answer to the same
+# question: (assignment, submitted name, value) -> why it gives nothing away. Every entry must
+# still match (test_no_graded_answer_is_shown_in_a_lecture fails on a stale one).
+COINCIDENCES: dict[tuple[str, str, float], str] = {
+    ("a1_training_state", "q3_state_gb", 182.0):
+        "182 is a slice size in elements in lecture 3 (ZeRO with D = 3: [182, 352, 88])",
+    ("a2_data_parallel", "w_new_0", 0.5): "0.500 is a column of lecture 5's bubble table",
+    ("a2_data_parallel", "global_mean_grad", 3.5):
+        "3.5 is a per-rank bubble in lecture 5's interleaved schedule",
+    **{("a4_tensor_parallel", name, v): "a shard's shape from the question's givens (h = 512, "
+       "ffn = 2048, TP = 2); powers of two appear throughout the lectures as sizes"
+       for name, v in [("w1_local[0]", 1024), ("w1_local[1]", 512), ("w2_local[0]", 512),
+                       ("w2_local[1]", 1024), ("partial_local[2]", 1024),
+                       ("partial_local[1]", 128), ("dtensor_up_local[0]", 512),
+                       ("dtensor_up_local[1]", 1024)]},
+}
+
+
+def _distinctive(value: object) -> bool:
+    """A graded number worth looking for: not a bool, not a small integer (a rank, a count of
+    stages: such values occur everywhere and a student cannot copy them)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not (float(value).is_integer() and abs(value) <= 16)
+
+
+def _shows(text: str, value: float) -> bool:
+    """Whether ``text`` writes ``value``: exactly, or rounded to 3 or more significant digits."""
+    for token in _NUMBER.findall(text):
+        plain = token.replace(",", "")
+        try:
+            number = float(plain)
+        except ValueError:
+            continue
+        if number == value:
+            return True
+        if "." in plain and "e" not in plain.lower():
+            digits = len(plain.lstrip("-").replace(".", "").lstrip("0"))
+            if digits >= 3 and round(value, len(plain.split(".")[1])) == number:
+                return True
+    return False
+
+
+def _lecture_texts() -> list[tuple[str, str]]:
+    """(where, text) for every markdown cell and every output of every lecture notebook, except
+    the outputs of measurements (cells tagged ``nbval-ignore-output``: timings that differ on
+    every run, so a match there is chance, not a printed answer)."""
+    texts = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "markdown":
+                texts.append((f"{path.stem} cell {i}", cell.source))
+            if "nbval-ignore-output" in cell.metadata.get("tags", []):
+                continue
+            for out in cell.get("outputs", []):
+                text = out.get("text") or out.get("data", {}).get("text/plain", "")
+                texts.append((f"{path.stem} cell {i} output", "".join(text)))
+    return texts
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_no_graded_answer_is_shown_in_a_lecture(name, reference):
+    """Every value the reference solution submits as a graded answer (what the judge expects)
+    is absent from every lecture's text and outputs, unless listed in COINCIDENCES with why.
+
+    Values a student's function returns on hidden inputs (names with a call in them) are left
+    out: those are computed by the student's code, not typed in."""
+    shown, used = [], set()
+    texts = _lecture_texts()
+    for run in reference(name).values():
+        for pairs in run["submissions"].values():
+            for sub_name, value in pairs:
+                if "(" in sub_name or not _distinctive(value):
+                    continue
+                where = [w for w, text in texts if _shows(text, float(value))]
+                key = (name, sub_name, float(value))
+                if where and key in COINCIDENCES:
+                    used.add(key)
+                elif where:
+                    shown.append(f"{sub_name} = {value:g} is shown in {', '.join(where[:3])}")
+    assert not shown, "graded answers a student can copy from a lecture:\n" + "\n".join(shown)
+    stale = [k for k in COINCIDENCES if k[0] == name and k not in used]
+    assert not stale, f"COINCIDENCES entries that no longer match anything: {stale}"
+
+
+def test_the_lecture_scan_finds_numbers_as_written():
+    """The matcher behind test_no_graded_answer_is_shown_in_a_lecture."""
+    assert _shows("ZeRO-2 per rank: 26.25 GB", 26.25)
+    assert _shows("= 208 GB = 193.7 GiB", 193.71)
+    assert _shows("idle 0.1579", 3 / 19)
+    assert _shows("1,024 bytes", 1024)
+    assert not _shows("0.12 s", 0.125)          # two digits: too coarse to count
+    assert not _shows("layer 27b", 27) and not _shows("x3.5e9", 3.5)
+    assert not _shows("280 GB", 28) and not _shows("v1.27", 27)
+    assert _distinctive(27) and _distinctive(0.5) and not _distinctive(8) and not _distinctive(True)
+
+
+# ------------------------------------------------------------------- a5 Q4's graded timelines
+
+# What a5 Q4's graded timelines are: name -> (schedule, P, m, v). The question draws them from
+# course_utils.pipeline_schedule; lecture 5 prints and draws other ones (P = 4, m = 8).
+A5_Q4_TIMELINES = {"A": ("1f1b", 5, 7, 1), "B": ("gpipe", 5, 7, 1), "C": ("interleaved", 2, 4, 2)}
+
+
+def _drawn_timelines(text: str) -> dict[str, list[list[str]]]:
+    """Timeline name -> its cells, one list per rank, from text that writes ``Timeline X``
+    headers and ``rank r | F0 ...`` rows; a timeline written in parts (halves) is joined."""
+    timelines: dict[str, list[list[str]]] = {}
+    current = None
+    for line in text.splitlines():
+        line = line.removeprefix("#").strip()
+        header = re.match(r"Timeline ([A-Z])\b", line)
+        row = re.match(r"rank (\d+) \|(.*)$", line)
+        if header:
+            current = timelines.setdefault(header.group(1), [])
+        elif row and current is not None:
+            rank = int(row.group(1))
+            while len(current) <= rank:
+                current.append([])
+            current[rank] += row.group(2).split()
+    return timelines
+
+
+def _rows(timeline_text: str) -> list[list[str]]:
+    """The cells of each rank of a ``format_timeline`` chart."""
+    return [line.split("|", 1)[1].split() for line in timeline_text.splitlines()]
+
+
+def test_a5_graded_timelines_are_simulated_and_not_shown_in_lecture_5():
+    """a5 Q4's graded timelines are what pipeline_schedule simulates for the stated schedule,
+    P and m; the reference answers and the judge agree with the simulation; and no lecture
+    prints any of them (lecture 5 prints its own 1F1B timeline, which a student could copy)."""
+    from course_utils import pipeline_schedule as ps
+    from grading import judge
+
+    source = (ROOT / "authoring" / "assignments" / "a5_pipeline.py").read_text(encoding="utf-8")
+    q4 = source[source.index("## Q4."):source.index("## Q5.")]
+    graded_text = q4[q4.index("Now the graded question"):q4.index("[answer q4]")]
+    assert "P = 5 stages and m = 7 microbatches in timelines A and B" in graded_text
+    assert "P = 2\n# and m = 4 in timeline C" in graded_text
+    drawn = _drawn_timelines(graded_text)
+    assert sorted(drawn) == sorted(A5_Q4_TIMELINES)
+
+    answer = q4[q4.index("[answer q4]"):q4.index("[test q4_test")]
+    got = {}
+    for name, (schedule, p, m, v) in A5_Q4_TIMELINES.items():
+        timeline = ps.simulate(schedule, p=p, m=m, v=v)
+        assert drawn[name] == _rows(ps.format_timeline(timeline)), (
+            f"timeline {name} is not what pipeline_schedule simulates for {schedule}, P={p}, "
+            f"m={m}, v={v}")
+        assert f'schedule_{name.lower()} = "{schedule}"' in answer
+        got[f"schedule_{name.lower()}"] = schedule
+        peak = timeline.peak_activations()[0]
+        if v == 1:  # the question asks for rank 0's peak in A and B
+            assert peak.is_integer()
+            assert f"peak_{name.lower()}_rank0 = {int(peak)}\n" in answer
+            got[f"peak_{name.lower()}_rank0"] = int(peak)
+        if name == "A":  # and which rank holds the most microbatches at its peak
+            peaks = timeline.peak_activations()
+            most = max(range(p), key=lambda r: peaks[r])
+            assert f"most_activations_rank_a = {most}\n" in answer
+            got["most_activations_rank_a"] = most
+    judge.load("a5_pipeline").q4_test(got, got)  # the judge expects the simulated answers
+
+    for where, text in _lecture_texts():
+        for rows in _drawn_timelines("Timeline Z\n" + text).values():
+            for name, graded in drawn.items():
+                assert not any(row and row == g for row in rows for g in graded), (
+                    f"a row of a5's graded timeline {name} is printed in {where}")

@@ -35,10 +35,53 @@ KINDS = ["correct", "wrong", "raises", "infinite_loop", "swallows_interrupt", "e
          "patch_builtins", "shadow_course_utils", "malformed_json", "missing_notebook",
          "stderr_noise", "unanswered", "typical_mistake", "reads_solutions", "writes_library",
          "writes_course_data", "late_process", "huge_output", "memory_hog", "reads_expected",
-         "rewrites_tests", "hidden_payload"]
+         "rewrites_tests", "hidden_payload", "uses_helper"]
 
 
 # ------------------------------------------------------------------------------ fast
+
+_HELPERS = ["memory.zero_state_bytes", "pipeline_schedule.bubble_fraction"]
+
+
+@pytest.mark.parametrize("code, setup, found", [
+    ("x = memory.zero_state_bytes(7e9, 8, 2)['total'] / 1e9", "", ["memory.zero_state_bytes"]),
+    ("from course_utils.memory import zero_state_bytes as z\nx = z(1, 2, 3)", "",
+     ["memory.zero_state_bytes"]),
+    ("import course_utils.pipeline_schedule as s\nx = s.bubble_fraction(4, 8)", "",
+     ["pipeline_schedule.bubble_fraction"]),
+    ("x = ps.bubble_fraction(4, 8)", "from course_utils import pipeline_schedule as ps",
+     ["pipeline_schedule.bubble_fraction"]),
+    ("import course_utils\nx = course_utils.memory.zero_state_bytes(1, 2, 3)", "",
+     ["memory.zero_state_bytes"]),
+    ("from course_utils.memory import *\nx = zero_state_bytes(1, 2, 3)", "",
+     ["memory.zero_state_bytes"]),
+    ("x = getattr(m, 'zero_state_bytes')(1, 2, 3)", "", ["memory.zero_state_bytes"]),
+    ("x = (2 + 14 / 8) * 7", "", []),
+    ("x = memory.to_gib(3)  # another helper", "", []),
+    ("def bubble_fraction(p, m):\n    return (p - 1) / (m + p - 1)", "", []),
+    ("x = ps.bubble_fraction(4, 8)", "", []),  # ps is not an alias of the course's module here
+])
+def test_helper_uses_sees_every_way_of_naming_a_helper(code, setup, found):
+    assert integrity.helper_uses(code, _HELPERS, setup) == found
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_helpers_not_allowed_name_real_answers_and_helpers(name):
+    """Each judge's HELPERS_NOT_ALLOWED names answer cells of its assignment and functions
+    that exist, and the reference solution uses none of them."""
+    import importlib
+
+    rules = getattr(judge.load(name), "HELPERS_NOT_ALLOWED", None)
+    assert rules, f"authoring/judges/{name}.py should say which helpers compute its answers"
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    answers = {integrity._meta(c)["grade_id"]: c.source for c in nb.cells
+               if integrity.is_answer_cell(c)}
+    for gid, helpers in rules.items():
+        assert gid in answers, f"{gid} is not an answer cell of {name}"
+        for helper in helpers:
+            module, _, fn = helper.partition(".")
+            assert callable(getattr(importlib.import_module(f"course_utils.{module}"), fn, None)), helper
+        assert integrity.helper_uses(answers[gid], helpers) == [], gid
 
 
 @pytest.mark.parametrize("code, words", [

@@ -322,6 +322,85 @@ def test_same_worker_runs_under_torchrun(tmp_path):
         "rank 0 returned: 1", "rank 1 returned: 1"]
 
 
+def test_a_demo_runs_across_two_nodes_under_torchrun():
+    """Two torchrun processes (two "nodes" on the loopback address, c10d rendezvous, 2 ranks
+    each) run module 6's DP x TP step: TP inside each node, DP across them; every rank's
+    shard equals the one-device step's."""
+    import socket
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    nodes = [subprocess.Popen(
+        [str(torchrun), "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "course-two-nodes",
+         "-m", "course_utils.mesh"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        outs = [node.communicate(timeout=240) for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outs]
+    lines = sorted(line for out, _ in outs for line in out.splitlines() if "returned" in line)
+    assert [line.split(" returned")[0] for line in lines] == [f"rank {r}" for r in range(4)]
+    assert all(float(line.split(": ")[1]) < 1e-6 for line in lines), lines
+
+
+def test_the_slurm_script_starts_one_torchrun_per_node(tmp_path):
+    """scripts/cluster.sbatch under stand-ins for Slurm's srun and scontrol: two "nodes" on this
+    machine, as an allocation of two would run it, reach the same checked result."""
+    import socket
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 127.0.0.1\necho 127.0.0.1\n")
+    # srun runs its command once per node, in parallel (as with --ntasks-per-node=1)
+    (bin_dir / "srun").write_text('#!/bin/bash\nshift\nfor n in $(seq "$SLURM_JOB_NUM_NODES"); '
+                                  'do "$@" & done\nfail=0\nfor job in $(jobs -p); do wait "$job" '
+                                  '|| fail=1; done\nexit $fail\n')
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_NUM_NODES="2",
+               SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_ID="42", SLURM_SUBMIT_DIR=str(ROOT),
+               NPROC_PER_NODE="2", RDZV_PORT=str(port), OMP_NUM_THREADS="1")
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "cluster.sbatch"), "course_utils.mesh"],
+                         capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "2 node(s) x 2 rank(s)" in out.stdout
+    lines = sorted(line for line in out.stdout.splitlines() if "returned" in line)
+    assert len(lines) == 4 and all(float(line.split(": ")[1]) < 1e-6 for line in lines), lines
+    usage = subprocess.run(["bash", str(ROOT / "scripts" / "cluster.sbatch")],
+                           capture_output=True, text=True, env=env)
+    assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+def test_backend_is_chosen_from_the_machine():
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    want = "nccl" if dist.is_nccl_available() and gpus >= 2 else "gloo"
+    assert launch.resolve_backend("auto", 2) == want
+    assert launch.resolve_backend("gloo", 2) == "gloo"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        launch.resolve_backend("mpi", 2)
+    with pytest.raises(ValueError, match="one CUDA device per rank"):
+        launch.resolve_backend("nccl", gpus + 1)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        launch.run(launch.ping, 2, backend="tcp")
+    assert launch.device().type == "cpu"  # outside a process group
+    assert launch.run(_device_type, 2, backend="gloo", show_output=False) == ["cpu", "cpu"]
+
+
+def _device_type(rank, world_size):
+    return launch.device().type
+
+
 def _return_tensors(rank, world_size, n):
     return {"t": torch.arange(n, dtype=torch.float32) + rank, "view": torch.ones(4, 4)[1]}
 

@@ -89,9 +89,9 @@ def _run_test_cell(grade_id: str, ns: dict) -> None:
 
 
 @pytest.mark.parametrize("answer, words", [
-    (14.0, "ZeRO-3"), (112 / 8, "112/8"), (24.45, "GiB"), (24.5, "forgot the gradients"),
-    (38.5, "ZeRO-1"), (112.0, "replicated"), (12.25, "replicated bf16 weights"),
-    (26.25e9, "bytes"), (20.0, "is not right"),
+    (6.0, "ZeRO-3"), (96 / 16, "96/16"), (17.25e9 / 2**30, "GiB"), (16.5, "forgot the gradients"),
+    (28.5, "ZeRO-1"), (96.0, "replicated"), (5.25, "replicated bf16 weights"),
+    (17.25e9, "bytes"), (20.0, "is not right"),
 ])
 def test_q1_feedback_names_the_mistake(answer, words):
     ns = _namespace() | {"zero2_gb": answer}
@@ -104,7 +104,7 @@ def test_q1_to_q3_solution_passes():
     for cell in ("q1", "q2", "q3"):
         exec(_cell(cell), ns)
         _run_test_cell(f"{cell}_test", ns)
-    assert ns["zero2_gb"] == pytest.approx(26.25) and ns["smallest_stage"] == 3
+    assert ns["zero2_gb"] == pytest.approx(17.25) and ns["smallest_stage"] == 3
 
 
 @pytest.mark.parametrize("wrong, words", [
@@ -168,3 +168,92 @@ def test_q4_names_missing_bias_correction_and_own_gradient():
     exec(own, ns)
     with pytest.raises(AssertionError, match="own (gradient|local_grad)"):
         _run_test_cell("q4_test", ns)
+
+
+# ------------------------------------------------------------------------------ a9: activations
+
+
+def _a9_judge():
+    from grading import judge
+    return judge.load("a9_activations")
+
+
+def test_a9_reference_measurement_equals_the_library():
+    """a9 Q3's reference answer counts what course_utils.activations.saved_bytes counts, on
+    the hidden cases and on TinyLM blocks with each kernel and recomputation."""
+    from course_utils import activations, tiny_lm
+
+    count = _answer("a9_activations", "q3", "saved_activation_bytes")
+    for _, module, inputs in _a9_judge()._q3_hidden_cases():
+        want, _ = activations.saved_bytes(lambda: module(*inputs), exclude=module.parameters())
+        assert count(module, inputs) == want
+    cfg = tiny_lm.TinyLMConfig()
+    block = tiny_lm.build(cfg, 0).blocks[0]
+    for batch, seq in [(1, 8), (3, 32)]:
+        x = torch.randn(batch, seq, cfg.d_model, requires_grad=True)
+        assert count(block, (x,)) == activations.predicted_block_bytes(cfg, batch, seq,
+                                                                      attention="fused")
+
+
+def _a9_q3_submissions(count):
+    """What the hidden test submits for a saved_activation_bytes built on ``count``."""
+    rules, out = _a9_judge(), {}
+    for name, module, inputs in rules._q3_hidden_cases():
+        got = count(module, inputs)
+        out[f"saved_activation_bytes({name})"] = got
+        out[f"saved_activation_bytes({name}): type"] = type(got).__name__
+    return out
+
+
+def _a9_counter(dedup=True, params=False, elements=False):
+    """A saved_activation_bytes with (or without) each known mistake."""
+    def count(module, inputs):
+        skip = set() if params else {p.untyped_storage().data_ptr() for p in module.parameters()}
+        seen, total = {}, [0]
+
+        def pack(t):
+            s = t.untyped_storage()
+            if s.data_ptr() not in skip:
+                size = s.nbytes() // t.element_size() if elements else s.nbytes()
+                seen[s.data_ptr()] = size
+                total[0] += size
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            module(*inputs)
+        return int(sum(seen.values()) if dedup else total[0])
+    return count
+
+
+def test_a9_judge_q3_names_each_mistake():
+    rules = _a9_judge()
+    ref = _a9_q3_submissions(_answer("a9_activations", "q3", "saved_activation_bytes"))
+    rules.q3_test(_a9_q3_submissions(_a9_counter()), ref)  # the right count passes
+    for wrong, words in [(_a9_counter(dedup=False), "count each storage once"),
+                         (_a9_counter(params=True), "parameters are counted"),
+                         (_a9_counter(elements=True), "counts elements")]:
+        with pytest.raises(AssertionError, match=words):
+            rules.q3_test(_a9_q3_submissions(wrong), ref)
+    floats = _a9_q3_submissions(lambda m, i: float(_a9_counter()(m, i)))
+    with pytest.raises(AssertionError, match="plain int"):
+        rules.q3_test(floats, ref)
+
+
+def test_a9_judge_numbers_and_choices():
+    from course_utils import activations, tiny_lm
+
+    rules = _a9_judge()
+    right = {"q1_gpt_gb": activations.korthikanti_bytes(4096, 2, 5120, 40, 40) / 1e9,
+             "q1_block_bytes": activations.predicted_block_bytes(
+                 tiny_lm.TinyLMConfig(d_model=128, n_heads=8, d_ff=512, seq_len=64), 4, 64)}
+    rules.q1_test(right, right)
+    with pytest.raises(AssertionError, match="leaves out the attention term"):
+        rules.q1_test({**right, "q1_gpt_gb": 4096 * 2 * 5120 * 34 * 40 / 1e9}, right)
+    with pytest.raises(AssertionError, match="probabilities"):
+        rules.q1_test({**right, "q1_block_bytes": right["q1_block_bytes"] - 4 * 8 * 4 * 64 * 64},
+                      right)
+    rules.q2_test({"q2_recompute": "selective", "q2_micro_batch": 2}, {})
+    with pytest.raises(AssertionError, match="104.2 GB"):
+        rules.q2_test({"q2_recompute": "none", "q2_micro_batch": 2}, {})
+    rules.q4_test({"q4_fix": "keep an fp32 master copy of the weights"}, {})
+    with pytest.raises(AssertionError, match="rounded away"):
+        rules.q4_test({"q4_fix": "nothing: bf16 master weights are enough"}, {})

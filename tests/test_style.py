@@ -92,3 +92,33 @@ def test_tick_labels_outside_the_view_are_not_judged():
     ax.set_xticks([0, 1, 2, 3, 12, 24])
     ax.set_xlim(0.5, 3.5)
     assert _drawn_warnings(fig) == []
+
+
+@pytest.mark.parametrize("draw, words", [
+    (lambda ax: (ax.bar([0, 1, 2], [1, 2, 3]), ax.set_xlim(-0.5, 1.5)), "a bar or patch"),
+    (lambda ax: (ax.plot([0, 1, 2], [1, 2, 3], label="loss"), ax.set_xlim(0, 1.5)),
+     "line 'loss' has points outside"),
+    (lambda ax: (ax.broken_barh([(0, 19), (20, 2)], (0, 1)), ax.set_xlim(0, 19)),
+     "a collection (PolyCollection)"),  # lecture 5's clipped schedule, in miniature
+    (lambda ax: (ax.scatter([0, 5], [0, 5]), ax.set_xlim(-1, 4)), "a collection (PathCollection)"),
+    (lambda ax: (ax.fill_between([0, 1, 2], [0, 1, 2]), ax.set_ylim(0, 1)), "a collection"),
+])
+def test_data_outside_the_axes_is_named(draw, words):
+    """Issue 12 item 16: a figure must show all of its data."""
+    fig, ax = plt.subplots(figsize=(6, 3))
+    draw(ax)
+    assert any(words in w for w in _drawn_warnings(fig)), _drawn_warnings(fig)
+
+
+@pytest.mark.parametrize("draw", [
+    lambda ax: ax.bar([0, 1, 2], [1, 2, 3]),
+    lambda ax: (ax.plot([0, 1, 2], [1, 2, 3]), ax.axhline(2.5), ax.axvspan(0.5, 1),
+                ax.axline((0, 0), slope=1)),
+    lambda ax: ax.broken_barh([(0, 19), (20, 2)], (0, 1)),
+    lambda ax: (ax.scatter([0, 5], [0, 5]), ax.fill_between([0, 1, 2], [0, 1, 2])),
+    lambda ax: (ax.plot([0, 3], [0, 3], clip_on=False), ax.set_xlim(0, 2)),  # meant to leave
+])
+def test_data_inside_the_axes_passes(draw):
+    fig, ax = plt.subplots(figsize=(6, 3))
+    draw(ax)
+    assert _drawn_warnings(fig) == []

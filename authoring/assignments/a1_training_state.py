@@ -24,6 +24,10 @@
 # | mixed-precision Adam (the lesson's) | 2 (BF16) | 2 (BF16) | 4 (FP32) | 8 (FP32) |
 # | same, FP32 gradients | 2 | 4 | 4 | 8 |
 # | BF16 Adam, no master copy | 2 | 2 | 0 | 8 |
+#
+# **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
+# outright (here, for example, `memory.state_bytes`). An answer that uses one is flagged for
+# your instructor: the questions ask for the reasoning those helpers do.
 
 # %%
 import math
@@ -149,26 +153,30 @@ check_number("practice_8bit_gb", practice_8bit_gb, 50.0, unit="GB", mistakes=[
 print("practice_bytes_per_param and practice_8bit_gb are right.")
 
 # %% [markdown]
-# **Q3 (2 points).** The same 13B model, but the training stack accumulates gradients in FP32
-# (second row of the table). How many **bytes per parameter** (`q3_bytes_per_param`) and how many
-# **GB** in total (`q3_state_gb`)?
+# **Q3 (2 points).** The same 13B model, trained by a stack that accumulates gradients in
+# FP32 (as in the second row of the table) and, like the third row, updates the BF16 weights
+# directly with no FP32 master copy (Adam's moments stay FP32). No row of the table is this
+# layout: build it from the columns. How many **bytes per parameter** (`q3_bytes_per_param`)
+# and how many **GB** in total (`q3_state_gb`)?
 
 # %% [answer q3]
 ### BEGIN SOLUTION
-q3_bytes_per_param = 2 + 4 + 4 + 8
+q3_bytes_per_param = 2 + 4 + 0 + 8
 q3_state_gb = 13e9 * q3_bytes_per_param / 1e9
 ### END SOLUTION
 
 # %% [test q3_test points=2]
 # Plain numbers, and not one of these wrong answers (the right values are checked when graded).
 check_number("q3_bytes_per_param", q3_bytes_per_param, mistakes=[
-    (16, "you used the first row of the table (BF16 gradients); Q3 is about the second row, "
-         "where the gradients are FP32."),
-    (12, "you used the third row of the table (no master copy); Q3 is about the second row."),
+    (18, "that is the second row as it stands; this stack also drops the FP32 master copy."),
+    (12, "that is the third row as it stands; this stack keeps its gradients in FP32."),
+    (16, "that is the lesson's layout; this stack changes two of its columns."),
 ])
 check_number("q3_state_gb", q3_state_gb, unit="GB", mistakes=[
-    (13e9 * 12 / 1e9, "you used the third row of the table (no master copy); Q3 is about the "
-                      "second row, FP32 gradients."),
+    (13e9 * 18 / 1e9, "that is the second row as it stands; this stack also drops the FP32 "
+                      "master copy."),
+    (13e9 * 12 / 1e9, "that is the third row as it stands; this stack keeps its gradients in "
+                      "FP32."),
 ])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit

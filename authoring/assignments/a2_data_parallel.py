@@ -26,6 +26,10 @@
 # **When the assignment is graded**, hidden tests also run your Q5 function on other inputs, on 2
 # and 3 ranks, and the grader checks the values of every graded answer; its messages name the
 # likely mistake. The practice questions earn no points.
+#
+# **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
+# outright (here, for example, `data_parallel.sgd_reference`). An answer that uses one is
+# flagged for your instructor: the questions ask for the reasoning those helpers do.
 
 # %%
 import torch

@@ -14,14 +14,18 @@
 # Answer in the cells marked `YOUR CODE HERE`, then run the test cell below each one.
 #
 # **What the tests tell you while you practise.** Before each numeric or choice question there
-# is a *Practice (not graded)* twin: the same reasoning with other numbers, and the cell after it
-# checks your practice answer fully (the right value, or what a known wrong value means). For
+# is a *Practice (not graded)* twin: the same reasoning with other numbers, and the cell after
+# it checks your practice answer fully (the right value, or what a known wrong value means). For
 # the functions (Q2, Q4) the visible test runs your code on visible cases and checks the values,
-# naming the usual mistakes. For the graded numbers and choices (Q1, Q3) the visible test checks
-# the type and rejects known wrong answers (another ZeRO stage's figure, for example), without
-# saying what the right one is: passing it does not mean the answer is right. **Grading adds**
-# the hidden tests: your functions on other cases (other N, D, seeds, 3 ranks) and the graded
-# values themselves.
+# naming the usual mistakes. For the graded numbers and choices (Q1, Q3, Q5) the visible test
+# checks the type and rejects known wrong answers (another ZeRO stage's figure, for example),
+# without saying what the right one is: passing it does not mean the answer is right. **Grading
+# adds** the hidden tests: your functions on other cases (other N, D, seeds, 3 ranks) and the
+# graded values themselves.
+#
+# **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
+# outright (here, for example, `memory.zero_state_bytes`). An answer that uses one is flagged
+# for your instructor: the questions ask for the reasoning those helpers do.
 
 # %%
 import torch
@@ -55,25 +59,26 @@ checks.check_number("practice_zero2_gb", practice_zero2_gb, 16.5, unit="GB", mis
 ])
 
 # %% [markdown]
-# ## Q1. The lesson's check-yourself question (2 points)
+# ## Q1. The lesson's check-yourself question, on another job (2 points)
 #
-# An eight-rank job trains the 7B-parameter model with ZeRO-2. A colleague says its persistent
-# state is 112/8 = 14 GB per GPU. Set `zero2_gb` to the correct persistent state per GPU, in GB.
+# Lecture 3 worked out the lesson's question (7B, eight ranks). Now a sixteen-rank job trains a
+# 6B-parameter model with ZeRO-2. A colleague says its persistent state is 96/16 = 6 GB per GPU.
+# Set `zero2_gb` to the correct persistent state per GPU, in GB.
 
 # %% [answer q1]
 ### BEGIN SOLUTION
-zero2_gb = (2 + 14 / 8) * 7e9 / 1e9
+zero2_gb = (2 + 14 / 16) * 6e9 / 1e9
 ### END SOLUTION
 
 # %% [test q1_test points=2]
 # Checks the type and rejects known wrong answers; the value itself is checked when graded.
 checks.check_number("zero2_gb", zero2_gb, unit="GB", mistakes=[
-    (112 / 8, "that is ZeRO-3: 112/8 shares every byte among the 8 ranks, but ZeRO-2 does not "
+    (96 / 16, "that is ZeRO-3: 96/16 shares every byte among the 16 ranks, but ZeRO-2 does not "
               "shard the bf16 weights, so each rank keeps all of them"),
-    (38.5, "that is the ZeRO-1 figure, where the bf16 gradients are still replicated on every "
+    (28.5, "that is the ZeRO-1 figure, where the bf16 gradients are still replicated on every "
            "rank; ZeRO-2 shards them too"),
-    (112.0, "that is replicated data parallelism (16 bytes per parameter on every rank, nothing "
-            "sharded)"),
+    (96.0, "that is replicated data parallelism (16 bytes per parameter on every rank, nothing "
+           "sharded)"),
 ])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
@@ -88,7 +93,7 @@ None
 # Write `zero_gb(n_params, dp, stage)`: the persistent GB per rank for `n_params` parameters in
 # the 16-byte layout on `dp` ranks, for `stage` 0 (replicated data parallelism), 1, 2 or 3.
 # Assume ideal sharding (`n_params / dp` per rank, no padding). Work the formulas out from what
-# each stage shards; do not call `course_utils.memory`, which is how the tests check you.
+# each stage shards; do not call `course_utils.memory` (grading flags it).
 
 # %% [answer q2]
 def zero_gb(n_params, dp, stage):
@@ -309,7 +314,85 @@ _submit_shard_step(3, 3, 3, 3, 1e-2, (0.8, 0.99), 0.1)
 None
 
 # %% [markdown]
-# ## Q5. Why did the ZeRO-3 job run out of memory? (2 points, graded by hand)
+# ## Q5. What sharding does not shrink (2 points)
+#
+# *Practice (not graded)*: a 3B-parameter model, bf16 gradients (2 bytes each), D = 4 ranks.
+#
+# * `practice_activation_factor`: the job switches from replicated data parallelism to ZeRO-3,
+#   keeping the same micro-batch on every rank. By what factor is each rank's activation memory
+#   (the tensors saved for backward) multiplied? (A float: 0.5 would mean halved.)
+# * `practice_reduce_scatters`: the ZeRO-2 job accumulates gradients over 8 micro-batches per
+#   optimizer step. How many times per step must each layer's gradient be reduce-scattered so
+#   that no rank ever holds more than one layer's full gradient?
+# * `practice_deferred_grad_gb`: if instead the job defers the reduce-scatter to the last
+#   micro-batch, how many GB of gradients does each rank hold between micro-batches?
+
+# %% [answer q5_practice]
+### BEGIN SOLUTION
+practice_activation_factor = 1.0
+practice_reduce_scatters = 8
+practice_deferred_grad_gb = 3e9 * 2 / 1e9
+### END SOLUTION
+
+# %%
+checks.check_number("practice_activation_factor", practice_activation_factor, 1.0, mistakes=[
+    (1 / 4, "ZeRO shards the persistent state (weights, gradients, optimizer); each rank "
+            "still runs the whole model on its own micro-batch and saves all of its "
+            "activations"),
+    (4.0, "nothing is replicated more under ZeRO-3: each rank saves its own micro-batch's "
+          "activations, as before")])
+checks.check_number("practice_reduce_scatters", practice_reduce_scatters, 8, mistakes=[
+    (1, "one reduce-scatter per step means the gradients of the first 7 micro-batches "
+        "are summed unsharded: every rank holds the full gradient, as under ZeRO-1"),
+    (4, "the count does not depend on D: it is one reduce-scatter per micro-batch")])
+checks.check_number("practice_deferred_grad_gb", practice_deferred_grad_gb, 6.0, unit="GB",
+                    mistakes=[
+    (1.5, "that is the gradient slice (2N/D); deferring the reduce-scatter keeps the whole "
+          "bf16 gradient, 2N bytes, on every rank"),
+    (12.0, "the gradients are bf16 here: 2 bytes per parameter"),
+    (6e9, "give GB (10^9 bytes)")])
+print("practice Q5: all right")
+
+# %% [markdown]
+# Now the graded question: a 6B-parameter model, bf16 gradients, D = 12 ranks.
+#
+# * `activation_factor`: the job switches from ZeRO-1 to ZeRO-3 with the same micro-batch on
+#   every rank. By what factor is each rank's activation memory multiplied?
+# * `reduce_scatters_per_step`: the ZeRO-2 job accumulates over 6 micro-batches per optimizer
+#   step. How many times per step is each layer's gradient reduce-scattered if no rank may ever
+#   hold more than one layer's full gradient?
+# * `deferred_grad_gb`: GB of gradients each rank holds between micro-batches if the job
+#   defers the reduce-scatter to the last micro-batch.
+
+# %% [answer q5]
+### BEGIN SOLUTION
+activation_factor = 1.0
+reduce_scatters_per_step = 6
+deferred_grad_gb = 6e9 * 2 / 1e9
+### END SOLUTION
+
+# %% [test q5_test points=2]
+# Checks the types and rejects known wrong answers; the values are checked when graded.
+for _name in ("activation_factor", "reduce_scatters_per_step", "deferred_grad_gb"):
+    checks.check_number(_name, globals()[_name])
+assert type(reduce_scatters_per_step) is int, "reduce_scatters_per_step should be an int"
+checks.check_number("activation_factor", activation_factor, mistakes=[
+    (1 / 12, "ZeRO-3 shards the persistent state, not the activations: each rank still runs "
+             "the whole model on its own micro-batch")])
+checks.check_number("deferred_grad_gb", deferred_grad_gb, unit="GB", mistakes=[
+    (6e9 * 2 / 12 / 1e9, "that is the ZeRO-2 gradient slice, 2N/D; deferring the "
+                         "reduce-scatter keeps the full gradient until the last micro-batch")])
+### BEGIN HIDDEN TESTS
+from course_utils.checks import submit
+
+submit("activation_factor", activation_factor)
+submit("reduce_scatters_per_step", reduce_scatters_per_step)
+submit("deferred_grad_gb", deferred_grad_gb)
+### END HIDDEN TESTS
+None
+
+# %% [markdown]
+# ## Q6. Why did the ZeRO-3 job run out of memory? (2 points, graded by hand)
 #
 # A colleague computes 16N/D = 14 GB of persistent state per rank for a ZeRO-3 job and is
 # surprised that it runs out of memory on 16 GB devices, even more so after switching on
@@ -317,7 +400,7 @@ None
 # during a ZeRO-3 step (use what the lecture's timeline showed), why does prefetching make it
 # worse, and what would you change or measure first?
 
-# %% [manual q5_explain points=2]
+# %% [manual q6_explain points=2]
 # ### BEGIN SOLUTION
 # 16N/D counts only the persistent slices. During the step a ZeRO-3 rank must hold each layer
 # gathered in full while it computes with it (forward, and again in backward), and in backward

@@ -14,12 +14,12 @@
 # then run the cell below each one.
 #
 # **How to practise.** Before each graded question that asks for shapes, collectives or numbers
-# (Q1 to Q3), a *practice* question (not graded) asks the same reasoning about another layer or
-# model. Run the cell after your practice answer: it checks every value fully, and when one is
-# wrong it names the misconception your answer reveals. Then answer the graded question.
+# (Q1 to Q3, Q5), a *practice* question (not graded) asks the same reasoning about another layer
+# or model. Run the cell after your practice answer: it checks every value fully, and when one
+# is wrong it names the misconception your answer reveals. Then answer the graded question.
 #
-# **What the test cells check.** The test cell after a graded answer of Q1 to Q3 checks the
-# types and rejects the known wrong answers that follow from the question alone (an unsplit
+# **What the test cells check.** The test cell after a graded answer of Q1 to Q3 or Q5 checks
+# the types and rejects the known wrong answers that follow from the question alone (an unsplit
 # matrix, the weights instead of the activations, ...), naming the misconception without ever
 # saying what the right value is. For Q4 the test cell runs your `row_parallel_linear` on real
 # ranks on small visible cases and checks everything: every rank's result against one device,
@@ -27,6 +27,10 @@
 # does not mean a graded answer is right: when the assignment is graded, the values of your
 # answers are checked, and your function runs on other, hidden cases (other shapes, seeds and
 # group sizes).
+#
+# **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
+# outright (here, for example, `tensor_parallel.column_shard`). An answer that uses one is
+# flagged for your instructor: the questions ask for the reasoning those helpers do.
 
 # %%
 import math
@@ -529,7 +533,81 @@ _submit_runs("two tp groups of 2, seed 8", 2, xs, w, bias)
 None
 
 # %% [markdown]
-# ## Q5. Where does TP go? (2 points, graded by hand)
+# ## Q5. What TP does not split (2 points)
+#
+# Between its tensor-parallel regions a transformer block runs LayerNorm, dropout and the
+# residual add on the whole `(b, s, h)` activation. Sizes in MB (10^6 bytes).
+#
+# *Practice (not graded)*: `b = 2`, `s = 1024`, `h = 4096`, bf16, TP degree `t = 4`.
+#
+# * `practice_ln_mb`: the MB of the first LayerNorm's input that each TP rank holds, with TP
+#   alone (no sequence parallelism).
+# * `practice_ln_mb_sp`: the same with Megatron sequence parallelism on the TP group.
+# * `practice_sp_bytes_factor`: the bytes each rank sends per block with sequence parallelism
+#   (reduce-scatters and all-gathers) divided by the bytes it sends with TP alone (all-reduces),
+#   with ring collectives.
+
+# %% [answer q5_practice]
+### BEGIN SOLUTION
+practice_ln_mb = 2 * 1024 * 4096 * 2 / 1e6
+practice_ln_mb_sp = practice_ln_mb / 4
+practice_sp_bytes_factor = 1.0
+### END SOLUTION
+
+# %%
+checks.check_number("practice_ln_mb", practice_ln_mb, 2 * 1024 * 4096 * 2 / 1e6, unit="MB",
+                    mistakes=[
+    (2 * 1024 * 4096 * 2 / 4 / 1e6, "TP splits the matmuls' weights, not the activations "
+                                    "between them: after g's all-reduce every rank holds the "
+                                    "whole (b, s, h) tensor that LayerNorm reads"),
+    (2 * 1024 * 4096 * 4 / 1e6, "bf16 has 2 bytes per element"),
+    (2 * 1024 * 4096 * 2 / 2**20, "that is MiB; MB here is 10^6 bytes")])
+checks.check_number("practice_ln_mb_sp", practice_ln_mb_sp, 2 * 1024 * 4096 * 2 / 4 / 1e6,
+                    unit="MB", mistakes=[
+    (2 * 1024 * 4096 * 2 / 1e6, "sequence parallelism splits exactly these activations: each "
+                                "rank keeps s/t of the tokens between the TP regions")])
+checks.check_number("practice_sp_bytes_factor", practice_sp_bytes_factor, 1.0, mistakes=[
+    (2.0, "a ring all-reduce is itself a reduce-scatter followed by an all-gather: SP sends "
+          "the same bytes, at other points of the block"),
+    (0.5, "SP moves the same bytes as TP's all-reduce, only split into two collectives")])
+print("practice Q5: all right")
+
+# %% [markdown]
+# Now the graded question: `b = 8`, `s = 4096`, `h = 6144`, bf16, TP degree `t = 8`.
+#
+# * `ln_mb`: the MB of the first LayerNorm's input that each TP rank holds, TP alone.
+# * `ln_mb_sp`: the same with sequence parallelism on the TP group.
+# * `sp_bytes_factor`: bytes sent per block with sequence parallelism over bytes sent with TP
+#   alone (ring collectives).
+
+# %% [answer q5]
+### BEGIN SOLUTION
+ln_mb = 8 * 4096 * 6144 * 2 / 1e6
+ln_mb_sp = ln_mb / 8
+sp_bytes_factor = 1.0
+### END SOLUTION
+
+# %% [test q5_test points=2]
+# Checks the types and rejects known wrong answers; the values are checked when graded.
+for _name in ("ln_mb", "ln_mb_sp", "sp_bytes_factor"):
+    checks.check_number(_name, globals()[_name])
+checks.check_number("ln_mb", ln_mb, unit="MB", mistakes=[
+    (8 * 4096 * 6144 * 2 / 8 / 1e6, "TP splits the weights of its matmuls, not the "
+                                    "activations between them: LayerNorm reads the whole "
+                                    "(b, s, h) tensor on every rank")])
+checks.check_number("sp_bytes_factor", sp_bytes_factor, mistakes=[
+    (2.0, "a ring all-reduce is itself a reduce-scatter followed by an all-gather")])
+### BEGIN HIDDEN TESTS
+from course_utils.checks import submit
+
+submit("ln_mb", ln_mb)
+submit("ln_mb_sp", ln_mb_sp)
+submit("sp_bytes_factor", sp_bytes_factor)
+### END HIDDEN TESTS
+None
+
+# %% [markdown]
+# ## Q6. Where does TP go? (2 points, graded by hand)
 #
 # A cluster has nodes of 8 accelerators joined by fast links inside each node and a slower
 # network between nodes. You are choosing between TP = 8 inside each node and TP = 16 across
@@ -538,7 +616,7 @@ None
 # And what would you measure before deciding, rather than trusting a bytes-over-bandwidth
 # estimate?
 
-# %% [manual q5_explain points=2]
+# %% [manual q6_explain points=2]
 # ### BEGIN SOLUTION
 # TP all-reduces a full activation (b, s, h) four times per block per micro-batch (Q3: about
 # 23 GB sent per rank per micro-batch for that model), and each all-reduce blocks the next

@@ -23,6 +23,10 @@
 #
 # **What grading adds.** Hidden tests check the values of your graded answers, and run Q5 on
 # further cases (other seeds, microbatch sizes and pipeline depths).
+#
+# **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
+# outright (here, for example, `pipeline_schedule.bubble_fraction`). An answer that uses one is
+# flagged for your instructor: the questions ask for the reasoning those helpers do.
 
 # %%
 import math
@@ -76,39 +80,39 @@ print("practice Q1: all right")
 # Now the graded question.
 #
 # * `bubble_p8_m24`: the bubble fraction of GPipe with P = 8 stages and m = 24 microbatches.
-# * `bubble_p4_m4`: the bubble fraction of 1F1B with P = 4 and m = 4.
-# * `bubble_interleaved`: interleaved 1F1B with P = 4, m = 8 and v = 2 chunks per rank.
+# * `bubble_p6_m8`: the bubble fraction of 1F1B with P = 6 and m = 8.
+# * `bubble_interleaved`: interleaved 1F1B with P = 4, m = 12 and v = 3 chunks per rank.
 
 # %% [answer q1]
 ### BEGIN SOLUTION
 bubble_p8_m24 = (8 - 1) / (24 + 8 - 1)
-bubble_p4_m4 = (4 - 1) / (4 + 4 - 1)
-bubble_interleaved = (4 - 1) / (2 * 8 + 4 - 1)
+bubble_p6_m8 = (6 - 1) / (8 + 6 - 1)
+bubble_interleaved = (4 - 1) / (3 * 12 + 4 - 1)
 ### END SOLUTION
 
 # %% [test q1_test points=2]
-for name in ("bubble_p8_m24", "bubble_p4_m4", "bubble_interleaved"):
+for name in ("bubble_p8_m24", "bubble_p6_m8", "bubble_interleaved"):
     checks.check_number(name, globals()[name])
     assert 0 <= globals()[name] < 1, f"{name} should be a fraction between 0 and 1"
 # known wrong values (the right one is checked when the assignment is graded)
 checks.check_number("bubble_p8_m24", bubble_p8_m24, mistakes=[
     (7 / 24, "that is the ratio (P-1)/m, idle time over compute time; the question asks for "
              "the share of the whole step's time that a rank is idle")])
-checks.check_number("bubble_p4_m4", bubble_p4_m4, mistakes=[
+checks.check_number("bubble_p6_m8", bubble_p6_m8, mistakes=[
     (0, "1F1B reorders the forwards and backwards, but a rank still waits while the pipeline "
         "fills and drains"),
-    (3 / 4, "that is the ratio (P-1)/m; the question asks for a fraction of the total time")])
+    (5 / 8, "that is the ratio (P-1)/m; the question asks for a fraction of the total time")])
 checks.check_number("bubble_interleaved", bubble_interleaved, mistakes=[
-    (3 / 11, "that is plain 1F1B with one chunk per rank; here each rank holds v = 2 chunks"),
-    (3 / 16, "that is a ratio over the compute time; the question asks for a fraction of the "
+    (3 / 15, "that is plain 1F1B with one chunk per rank; here each rank holds v = 3 chunks"),
+    (3 / 36, "that is a ratio over the compute time; the question asks for a fraction of the "
              "total time"),
-    (1.5 / 11, "halving plain 1F1B's fraction also halves the compute time in the total; "
-               "only the fill and drain get shorter")])
+    (1 / 15, "dividing plain 1F1B's fraction by v also divides the compute time in the total; "
+             "only the fill and drain get shorter")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
 submit("bubble_p8_m24", bubble_p8_m24)
-submit("bubble_p4_m4", bubble_p4_m4)
+submit("bubble_p6_m8", bubble_p6_m8)
 submit("bubble_interleaved", bubble_interleaved)
 ### END HIDDEN TESTS
 None
@@ -150,8 +154,8 @@ print("practice Q2: all right")
 # %% [markdown]
 # Now the graded question.
 #
-# * `m_p4_10pct`: the smallest m for which a balanced P = 4 pipeline has a bubble fraction of at
-#   most 10 %.
+# * `m_p6_8pct`: the smallest m for which a balanced P = 6 pipeline has a bubble fraction of at
+#   most 8 %.
 # * `m_p8_5pct`: the smallest m for which P = 8 has a bubble fraction of at most 5 %.
 
 # %% [answer q2]
@@ -163,19 +167,19 @@ def smallest_m(p, target):
     return m
 
 
-m_p4_10pct = smallest_m(4, 0.10)
+m_p6_8pct = smallest_m(6, 0.08)
 m_p8_5pct = smallest_m(8, 0.05)
 ### END SOLUTION
 
 # %% [test q2_test points=2]
-for name in ("m_p4_10pct", "m_p8_5pct"):
+for name in ("m_p6_8pct", "m_p8_5pct"):
     assert type(globals()[name]) is int, f"{name} should be an int, got {type(globals()[name]).__name__}"
     checks.check_number(name, globals()[name])
 # known wrong values (the right one is checked when the assignment is graded)
-checks.check_number("m_p4_10pct", m_p4_10pct, mistakes=[
-    (30, "that m brings the ratio (P-1)/m down to 10 %; the question bounds the fraction of "
+checks.check_number("m_p6_8pct", m_p6_8pct, mistakes=[
+    (63, "that m brings the ratio (P-1)/m down to 8 %; the question bounds the fraction of "
          "the total time"),
-    (36, "that m counts P idle slots per rank; the fill and drain leave a rank idle one slot "
+    (69, "that m counts P idle slots per rank; the fill and drain leave a rank idle one slot "
          "less")])
 checks.check_number("m_p8_5pct", m_p8_5pct, mistakes=[
     (140, "that m brings the ratio (P-1)/m down to 5 %; the question bounds the fraction of "
@@ -185,7 +189,7 @@ checks.check_number("m_p8_5pct", m_p8_5pct, mistakes=[
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
-submit("m_p4_10pct", m_p4_10pct)
+submit("m_p6_8pct", m_p6_8pct)
 submit("m_p8_5pct", m_p8_5pct)
 ### END HIDDEN TESTS
 None
@@ -232,16 +236,16 @@ print("practice Q3: all right")
 # %% [markdown]
 # Now the graded question.
 #
-# * `batch_a`: a 32-device mesh with TP = 4, PP = 2, DP = 4. Each microbatch has 2 examples and
-#   each replica accumulates gradients over 16 microbatches before its optimizer step.
-# * `batch_b`: a 64-device mesh with TP = 8, PP = 4, DP = 2. Each pipeline step pushes m = 8
-#   microbatches of 4 examples through the pipeline, and the optimizer steps once per pipeline
+# * `batch_a`: a 40-device mesh with TP = 2, PP = 4, DP = 5. Each microbatch has 3 examples and
+#   each replica accumulates gradients over 12 microbatches before its optimizer step.
+# * `batch_b`: a 64-device mesh with TP = 8, PP = 4, DP = 2. Each pipeline step pushes m = 12
+#   microbatches of 7 examples through the pipeline, and the optimizer steps once per pipeline
 #   step (no further accumulation).
 
 # %% [answer q3]
 ### BEGIN SOLUTION
-batch_a = 2 * 16 * 4
-batch_b = 4 * 8 * 2
+batch_a = 3 * 12 * 5
+batch_b = 7 * 12 * 2
 ### END SOLUTION
 
 # %% [test q3_test points=2]
@@ -249,7 +253,7 @@ for name in ("batch_a", "batch_b"):
     assert type(globals()[name]) is int, f"{name} should be an int, got {type(globals()[name]).__name__}"
     checks.check_number(name, globals()[name])
 # known wrong values (the right one is checked when the assignment is graded)
-for name, devices, everything in (("batch_a", 32, 2 * 16 * 32), ("batch_b", 64, 4 * 8 * 64)):
+for name, devices, everything in (("batch_a", 40, 3 * 12 * 40), ("batch_b", 64, 7 * 12 * 64)):
     checks.check_number(name, globals()[name], mistakes=[
         (everything, f"you multiplied by all {devices} devices of the mesh; ask which ranks see "
                      "examples that the others do not")])
@@ -292,6 +296,8 @@ None
 #   `"gpipe"`, `"1f1b"`, `"interleaved"`.
 # * `practice_peak_y_rank0`: the largest number of microbatches whose activations rank 0 holds at
 #   once in timeline Y; `practice_peak_z_rank1`: the same for **rank 1** in timeline Z (ints).
+# * `practice_most_z`: the rank (an int) that holds the most microbatches at its peak in
+#   timeline Z.
 
 # %% [answer q4_practice]
 ### BEGIN SOLUTION
@@ -300,6 +306,7 @@ practice_schedule_y = "gpipe"
 practice_schedule_z = "1f1b"
 practice_peak_y_rank0 = 6
 practice_peak_z_rank1 = 2
+practice_most_z = 0
 ### END SOLUTION
 
 # %%
@@ -330,49 +337,51 @@ checks.check_number("practice_peak_z_rank1", practice_peak_z_rank1, 2, mistakes=
     (6, "in Z rank 1 finishes B0, and frees microbatch 0, before it starts F2"),
     (1, "activations stay from the forward until the backward finishes, not only while the "
         "rank computes")])
+checks.check_choice("practice_most_z", practice_most_z, 0, [0, 1, 2], mistakes={
+    2: "the last stage computes the loss, but it runs each backward right after the "
+       "forward: it never holds more than one microbatch",
+    1: "under 1F1B rank r warms up with P - r forwards before its first backward: the first "
+       "rank warms up longest"})
 print("practice Q4: all right")
 
 # %% [markdown]
-# Now the graded question: P = 4, m = 8.
+# Now the graded question: P = 5 stages and m = 7 microbatches in timelines A and B, P = 2
+# and m = 4 in timeline C.
 #
 # ```
 # Timeline A
-# rank 0 | F0 F1 F2 F3 .  .  .  B0 F4 B1 F5 B2 F6 B3 F7 B4 .  B5 .  B6 .  B7
-# rank 1 | .  F0 F1 F2 .  .  B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 .  B6 .  B7 .
-# rank 2 | .  .  F0 F1 .  B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 .  B7 .  .
-# rank 3 | .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .  .  .
+# rank 0 | F0 F1 F2 F3 F4 .  .  .  .  B0 F5 B1 F6 B2 .  B3 .  B4 .  B5 .  B6
+# rank 1 | .  F0 F1 F2 F3 .  .  .  B0 F4 B1 F5 B2 F6 B3 .  B4 .  B5 .  B6 .
+# rank 2 | .  .  F0 F1 F2 .  .  B0 F3 B1 F4 B2 F5 B3 F6 B4 .  B5 .  B6 .  .
+# rank 3 | .  .  .  F0 F1 .  B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 .  B6 .  .  .
+# rank 4 | .  .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 .  .  .  .
 #
 # Timeline B
-# rank 0 | F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  .  .  B0 B1 B2 B3 B4 B5 B6 B7
-# rank 1 | .  F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  B0 B1 B2 B3 B4 B5 B6 B7 .
-# rank 2 | .  .  F0 F1 F2 F3 F4 F5 F6 F7 .  .  B0 B1 B2 B3 B4 B5 B6 B7 .  .
-# rank 3 | .  .  .  F0 F1 F2 F3 F4 F5 F6 F7 B0 B1 B2 B3 B4 B5 B6 B7 .  .  .
+# rank 0 | F0 F1 F2 F3 F4 F5 F6 .  .  .  .  .  .  .  .  B0 B1 B2 B3 B4 B5 B6
+# rank 1 | .  F0 F1 F2 F3 F4 F5 F6 .  .  .  .  .  .  B0 B1 B2 B3 B4 B5 B6 .
+# rank 2 | .  .  F0 F1 F2 F3 F4 F5 F6 .  .  .  .  B0 B1 B2 B3 B4 B5 B6 .  .
+# rank 3 | .  .  .  F0 F1 F2 F3 F4 F5 F6 .  .  B0 B1 B2 B3 B4 B5 B6 .  .  .
+# rank 4 | .  .  .  .  F0 F1 F2 F3 F4 F5 F6 B0 B1 B2 B3 B4 B5 B6 .  .  .  .
 #
-# Timeline C in two halves (each chunk takes half a time unit; one column = half a unit)
-#          columns 0-18
-# rank 0 | F0a F1a F2a F3a F0b F1b F2b F3b F4a F5a F6a B0b F7a B1b .   .   F4b B2b F5b
-# rank 1 | .   F0a F1a F2a F3a F0b F1b F2b F3b F4a B0b F5a B1b F6a B2b F7a B3b F4b B0a
-# rank 2 | .   .   F0a F1a F2a F3a F0b F1b F2b B0b F3b B1b F4a B2b F5a B3b F6a B0a F7a
-# rank 3 | .   .   .   F0a F1a F2a F3a F0b B0b F1b B1b F2b B2b F3b B3b F4a B0a F5a B1a
-#
-#          columns 19-37
-# rank 0 | B3b F6b B0a F7b B1a B2a B3a .   B4b .   B5b .   B6b .   B7b B4a B5a B6a B7a
-# rank 1 | F5b B1a F6b B2a F7b B3a .   B4b .   B5b .   B6b .   B7b B4a B5a B6a B7a .
-# rank 2 | B1a F4b B2a F5b B3a F6b B4b F7b B5b .   B6b .   B7b B4a B5a B6a B7a .   .
-# rank 3 | F6a B2a F7a B3a F4b B4b F5b B5b F6b B6b F7b B7b B4a B5a B6a B7a .   .   .
+# Timeline C (each chunk takes half a time unit; one column = half a unit)
+# rank 0 | F0a F1a F0b F1b F2a B0b F3a B1b F2b B0a F3b B1a .   B2b .   B3b B2a B3a
+# rank 1 | .   F0a F1a F0b B0b F1b B1b F2a B0a F3a B1a F2b B2b F3b B3b B2a B3a .
 # ```
 #
 # * `schedule_a`, `schedule_b`, `schedule_c`: each one of `"gpipe"`, `"1f1b"`, `"interleaved"`.
 # * `peak_a_rank0`, `peak_b_rank0`: ints, the largest number of microbatches whose activations
 #   rank 0 holds at once (forward started, backward not yet finished) in timelines A and B.
+# * `most_activations_rank_a`: the rank (an int) that holds the most microbatches at its peak in
+#   timeline A.
 
 # %% [answer q4]
 ### BEGIN SOLUTION
 schedule_a = "1f1b"
 schedule_b = "gpipe"
 schedule_c = "interleaved"
-peak_a_rank0 = 4
-peak_b_rank0 = 8
+peak_a_rank0 = 5
+peak_b_rank0 = 7
+most_activations_rank_a = 0
 ### END SOLUTION
 
 # %% [test q4_test points=2]
@@ -386,6 +395,8 @@ for name in ("peak_a_rank0", "peak_b_rank0"):
         (0, "rank 0 holds at least the microbatch whose forward it has just run"),
         (1, "a rank keeps a microbatch's activations from its forward until its backward "
             "finishes, not only while it computes")])
+assert type(most_activations_rank_a) is int and 0 <= most_activations_rank_a < 5, (
+    "most_activations_rank_a should be a rank of timeline A: an int from 0 to 4")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -394,6 +405,7 @@ submit("schedule_b", schedule_b)
 submit("schedule_c", schedule_c)
 submit("peak_a_rank0", peak_a_rank0)
 submit("peak_b_rank0", peak_b_rank0)
+submit("most_activations_rank_a", most_activations_rank_a)
 ### END HIDDEN TESTS
 None
 

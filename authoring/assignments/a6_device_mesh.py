@@ -26,6 +26,10 @@
 # is: passing it does not mean the answer is right. **Grading adds** the hidden tests: your
 # functions on other meshes (and against a real `init_device_mesh`) and the graded values
 # themselves.
+#
+# **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
+# outright (here, for example, `mesh.hand_mesh_groups`). An answer that uses one is flagged for
+# your instructor: the questions ask for the reasoning those helpers do.
 
 # %%
 import torch
@@ -350,7 +354,7 @@ for _sizes, _world in [((2, 3), 6), ((1, 3, 2), 6), ((4,), 4)]:
 None
 
 # %% [markdown]
-# ## Q4. The lesson's 70B plan (2 points)
+# ## Q4. A plan like the lesson's 70B one (2 points)
 #
 # *Practice (not graded)*: 48 devices: TP = 4, PP = 2, DP = 6; a 30 × 10⁹-parameter model;
 # 16 bytes per parameter. Give floats: `practice_params_per_shard_b` (billions of parameters in
@@ -386,7 +390,7 @@ checks.check_number("practice_gb_zero1", practice_gb_zero1, 22.5, unit="GB", mis
 print("Q4 practice: all right.")
 
 # %% [markdown]
-# **Graded.** 32 devices: TP = 4, PP = 2, DP = 4; a 70 × 10⁹-parameter model; 16 bytes per parameter.
+# **Graded.** 64 devices: TP = 8, PP = 2, DP = 4; a 78 × 10⁹-parameter model; 16 bytes per parameter.
 # Give floats, in billions of parameters and in GB.
 #
 # * `params_per_shard_b`: parameters each device's TP/PP shard holds, in billions.
@@ -395,7 +399,7 @@ print("Q4 practice: all right.")
 
 # %% [answer q4]
 ### BEGIN SOLUTION
-params_per_shard_b = 70 / (4 * 2)
+params_per_shard_b = 78 / (8 * 2)
 gb_zero3 = params_per_shard_b * 16 / 4
 gb_zero1 = params_per_shard_b * (2 + 2 + 12 / 4)
 ### END SOLUTION
@@ -406,18 +410,18 @@ for _name in ("params_per_shard_b", "gb_zero3", "gb_zero1"):
     assert _name in globals(), f"define {_name} in the answer cell above"
     checks.check_number(_name, globals()[_name])
 _p = float(params_per_shard_b)
-assert _p < 1000, "params_per_shard_b is in billions of parameters (70 means 70 x 10**9)"
-for _name in ("gb_zero3", "gb_zero1"):  # a 70B model's state per device is far below 10**6 GB
+assert _p < 1000, "params_per_shard_b is in billions of parameters (78 means 78 x 10**9)"
+for _name in ("gb_zero3", "gb_zero1"):  # a 78B model's state per device is far below 10**6 GB
     assert float(globals()[_name]) < 1e6, (
         f"{_name} = {float(globals()[_name]):g}: that looks like bytes; give GB (10**9 bytes)")
 checks.check_number("params_per_shard_b", params_per_shard_b, mistakes=[
-    (70 / 32, "that splits the model over all 32 devices, but DP ranks hold copies of the "
+    (78 / 64, "that splits the model over all 64 devices, but DP ranks hold copies of the "
               "model, they do not split it"),
-    (70 / 4, "that divides 70 by one degree of 4 only: which degrees split the model, and "
+    (78 / 8, "that divides 78 by one degree of 8 only: which degrees split the model, and "
              "which replicate it?")])
 checks.check_number("gb_zero3", gb_zero3, unit="GB", mistakes=[
     (_p * 16, "that is your shard's state without ZeRO; ZeRO-3 shards it over the DP ranks"),
-    (_p * 16 / 32, "that shards your TP/PP shard again over all 32 devices; ZeRO shards only "
+    (_p * 16 / 64, "that shards your TP/PP shard again over all 64 devices; ZeRO shards only "
                    "over the DP ranks")])
 checks.check_number("gb_zero1", gb_zero1, unit="GB", mistakes=[
     (float(gb_zero3), "that is your ZeRO-3 figure; ZeRO-1 shards less (only the optimizer "

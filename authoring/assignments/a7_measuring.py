@@ -35,6 +35,10 @@
 #   per-rank batch (or had to turn on recomputation, or the allocator is retrying); the
 #   collectives are not the problem.
 # * **healthy**: none of the above.
+#
+# **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
+# outright (here, for example, `measure.throughput`). An answer that uses one is flagged for
+# your instructor: the questions ask for the reasoning those helpers do.
 
 # %%
 import time

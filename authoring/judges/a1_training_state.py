@@ -7,6 +7,18 @@ with the message that names the mistake. See ``grading/judge.py``.
 
 from course_utils.checks import check_choice, check_number
 
+# Course helpers that compute a graded answer outright, per answer cell: a submission whose
+# answer cell (or any cell it added) uses one is flagged in the instructor's report
+# (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
+HELPERS_NOT_ALLOWED = {
+    "q1_state_gb": ["memory.state_bytes", "memory.layout", "memory.replica_state_bytes",
+                    "memory.to_gb"],
+    "q2_state_gib": ["memory.state_bytes", "memory.replica_state_bytes", "memory.to_gib"],
+    "q3": ["memory.state_bytes", "memory.layout", "memory.replica_state_bytes", "memory.to_gb"],
+    "q4": ["memory.fits", "memory.state_bytes", "memory.layout"],
+    "max_params": ["memory.fits", "memory.state_bytes", "memory.layout"],
+}
+
 
 def q1_state_gb_test(got, ref):
     check_number("q1_state_gb", got["q1_state_gb"], 208.0, unit="GB", mistakes=[
@@ -32,15 +44,24 @@ def q2_state_gib_test(got, ref):
 
 
 def q3_test(got, ref):
-    check_number("q3_bytes_per_param", got["q3_bytes_per_param"], 18, mistakes=[
-        (16, "16 is the BF16-gradient layout; FP32 gradients take 4 bytes instead of 2."),
+    check_number("q3_bytes_per_param", got["q3_bytes_per_param"], 14, mistakes=[
+        (18, "18 keeps the FP32 master copy (4 bytes); this stack updates the BF16 weights "
+             "directly, so that column is 0."),
+        (12, "12 keeps the gradients in BF16 (2 bytes); this stack accumulates them in FP32 "
+             "(4 bytes)."),
+        (16, "16 is the lesson's layout unchanged: the gradients grow to 4 bytes and the master "
+             "copy goes."),
+        (10, "the gradients are FP32 here: 4 bytes, not 2, and the master copy is gone."),
         (20, "only the gradients change to FP32 (2 -> 4 bytes); the weights stay BF16."),
-        (14, "the FP32 master copy (4 bytes) is still there."),
     ])
-    check_number("q3_state_gb", got["q3_state_gb"], 234.0, unit="GB", mistakes=[
-        (234e9, "that is bytes; divide by 10**9 for GB."),
-        (13e9 * 18 / 2**30, "that is GiB; the question asks for GB."),
-        (208.0, "that is the 16-byte layout; FP32 gradients make it 18 bytes/parameter."),
+    check_number("q3_state_gb", got["q3_state_gb"], 182.0, unit="GB", mistakes=[
+        (182e9, "that is bytes; divide by 10**9 for GB."),
+        (13e9 * 14 / 2**30, "that is GiB; the question asks for GB."),
+        (13e9 * 18 / 1e9, "that keeps the FP32 master copy (18 bytes/parameter); this stack "
+                          "has none."),
+        (13e9 * 12 / 1e9, "that keeps BF16 gradients (12 bytes/parameter); this stack's are "
+                          "FP32."),
+        (208.0, "that is the 16-byte layout; this stack uses 14 bytes/parameter."),
     ])
 
 

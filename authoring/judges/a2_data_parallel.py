@@ -9,6 +9,17 @@ import torch
 
 from course_utils.checks import check_number
 
+# Course helpers that compute a graded answer outright, per answer cell: a submission whose
+# answer cell (or any cell it added) uses one is flagged in the instructor's report
+# (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
+HELPERS_NOT_ALLOWED = {
+    "q1": ["data_parallel.sgd_reference", "data_parallel.two_replica_update_worker"],
+    "q3": ["data_parallel.weighted_train", "data_parallel.split_by_counts"],
+    "q4": ["ring_allreduce.ring_bytes_per_rank", "measure.predicted_allreduce_bytes",
+           "measure.allreduce_bytes_sent"],
+    "q5": ["data_parallel.unequal_batch_worker", "data_parallel.weighted_train"],
+}
+
 
 def q1_test(got, ref):
     check_number("w_new_0", got["w_new_0"], 0.5, mistakes=[

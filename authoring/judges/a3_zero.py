@@ -9,21 +9,30 @@ import torch
 
 from course_utils.checks import check_choice, check_number
 
+# Course helpers that compute a graded answer outright, per answer cell: a submission whose
+# answer cell (or any cell it added) uses one is flagged in the instructor's report
+# (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
+HELPERS_NOT_ALLOWED = {
+    "q1": ["memory.zero_state_bytes", "zero.padded_state_bytes"],
+    "q2": ["memory.zero_state_bytes", "zero.padded_state_bytes"],
+    "q3": ["memory.zero_state_bytes", "zero.padded_state_bytes", "memory.fits"],
+}
+
 
 def q1_test(got, ref):
-    check_number("zero2_gb", got["zero2_gb"], 26.25, unit="GB", mistakes=[
-        (14.0, "14 GB is 112/8, everything divided by D: that is ZeRO-3. ZeRO-2 shards gradients "
-               "and optimizer state but every rank keeps all the bf16 weights (2 x 7B bytes = "
-               "14 GB)"),
-        (24.45, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
-        (24.5, "you forgot the gradients: ZeRO-2 keeps 2 bytes of gradient per parameter, sharded "
-               "over the 8 ranks (1.75 GB)"),
-        (38.5, "38.5 GB is ZeRO-1: the gradients are still replicated there. ZeRO-2 shards them "
+    check_number("zero2_gb", got["zero2_gb"], 17.25, unit="GB", mistakes=[
+        (6.0, "6 GB is 96/16, everything divided by D: that is ZeRO-3. ZeRO-2 shards gradients "
+              "and optimizer state but every rank keeps all the bf16 weights (2 x 6B bytes = "
+              "12 GB)"),
+        (17.25e9 / 2**30, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
+        (16.5, "you forgot the gradients: ZeRO-2 keeps 2 bytes of gradient per parameter, sharded "
+               "over the 16 ranks (0.75 GB)"),
+        (28.5, "28.5 GB is ZeRO-1: the gradients are still replicated there. ZeRO-2 shards them "
                "too"),
-        (112.0, "112 GB is replicated data parallelism, nothing sharded"),
-        (12.25, "12.25 GB is only the sharded part (gradients + optimizer); add the replicated "
-                "bf16 weights (14 GB)"),
-        (26.25e9, "that is bytes; the question asks for GB"),
+        (96.0, "96 GB is replicated data parallelism, nothing sharded"),
+        (5.25, "5.25 GB is only the sharded part (gradients + optimizer); add the replicated bf16 "
+               "weights (12 GB)"),
+        (17.25e9, "that is bytes; the question asks for GB"),
     ])
 
 
@@ -141,3 +150,25 @@ def q4_test(got, ref):
     _check_shard_step(got, 1, 2, 5, 3, 1e-2, (0.9, 0.999), 0.1)
     _check_shard_step(got, 2, 2, 4, 2, 1e-3, (0.9, 0.999), 1e-8)
     _check_shard_step(got, 3, 3, 3, 3, 1e-2, (0.8, 0.99), 0.1)
+
+
+def q5_test(got, ref):
+    check_number("activation_factor", got["activation_factor"], 1.0, mistakes=[
+        (1 / 12, "ZeRO-3 does not shrink activations: it shards the persistent state, while "
+                 "each rank still runs the whole model on its own micro-batch and saves every "
+                 "activation of it"),
+        (12.0, "nothing is replicated more under ZeRO-3: each rank saves its own micro-batch's "
+               "activations, as under ZeRO-1"),
+        (0.5, "activations are not part of what ZeRO shards, at any stage")])
+    check_number("reduce_scatters_per_step", got["reduce_scatters_per_step"], 6, mistakes=[
+        (1, "one reduce-scatter per step means the first micro-batches' gradients are summed "
+            "unsharded, so every rank holds the full gradient (ZeRO-1's memory): keeping "
+            "ZeRO-2's saving costs one reduce-scatter per micro-batch"),
+        (12, "the count does not depend on D: one reduce-scatter per micro-batch"),
+        (72, "each layer is reduce-scattered once per micro-batch, not once per rank")])
+    check_number("deferred_grad_gb", got["deferred_grad_gb"], 12.0, unit="GB", mistakes=[
+        (1.0, "1 GB is ZeRO-2's gradient slice (2N/D); deferring the reduce-scatter to the last "
+              "micro-batch keeps the full bf16 gradient, 2N bytes, on every rank"),
+        (24.0, "the gradients are bf16: 2 bytes per parameter, not 4"),
+        (12e9, "that is bytes; give GB"),
+        (12e9 / 2**30, "that is GiB; the question asks for GB")])

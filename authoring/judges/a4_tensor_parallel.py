@@ -9,6 +9,17 @@ import torch
 
 from course_utils import checks
 
+# Course helpers that compute a graded answer outright, per answer cell: a submission whose
+# answer cell (or any cell it added) uses one is flagged in the instructor's report
+# (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
+HELPERS_NOT_ALLOWED = {
+    "q1": ["tensor_parallel.column_shard", "tensor_parallel.row_shard",
+           "tensor_parallel.shard_range"],
+    "q3": ["tensor_parallel.tp_comm_bytes", "tensor_parallel.ring_all_reduce_bytes_per_rank",
+           "tensor_parallel.mlp_comm_to_compute", "ring_allreduce.ring_bytes_per_rank"],
+    "q4": ["tensor_parallel.reduce_from_tp", "tensor_parallel.reference"],
+}
+
 CHOICES = ["all-reduce", "all-gather", "reduce-scatter", "none"]
 
 
@@ -174,3 +185,23 @@ def q4_test(got, ref):
     for label, tp_size, xs, w, bias in _q4_inputs():
         _feedback(got[f"{label}: calls per rank"], got[f"{label}: y per rank"], xs, w, bias,
                   tp_size)
+
+
+def q5_test(got, ref):
+    full = 8 * 4096 * 6144 * 2 / 1e6
+    checks.check_number("ln_mb", got["ln_mb"], full, unit="MB", mistakes=[
+        (full / 8, "tensor parallelism without sequence parallelism replicates the LayerNorm and "
+                   "dropout activations: after g's all-reduce every rank holds the whole "
+                   "(b, s, h) tensor, so nothing outside the matmuls is divided by t"),
+        (full * 2, "bf16 has 2 bytes per element"),
+        (full * 1e6 / 2**20, "that is MiB; MB here is 10^6 bytes"),
+        (full * 1e6, "that is bytes; give MB")])
+    checks.check_number("ln_mb_sp", got["ln_mb_sp"], full / 8, unit="MB", mistakes=[
+        (full, "sequence parallelism splits exactly these activations along the sequence: each "
+               "rank keeps s/t tokens between the TP regions"),
+        (full / 64, "only the sequence is split, over the t = 8 ranks of the TP group")])
+    checks.check_number("sp_bytes_factor", got["sp_bytes_factor"], 1.0, mistakes=[
+        (2.0, "a ring all-reduce is a reduce-scatter followed by an all-gather: sequence "
+              "parallelism sends the same bytes, split into its two halves"),
+        (0.5, "the reduce-scatter and the all-gather together move what the all-reduce moved"),
+        (8.0, "the factor does not depend on t")])

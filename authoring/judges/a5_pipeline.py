@@ -14,6 +14,22 @@ import torch
 from course_utils import checks
 from course_utils import pipeline_parallel as pp_harness
 
+# Course helpers that compute a graded answer outright, per answer cell: a submission whose
+# answer cell (or any cell it added) uses one is flagged in the instructor's report
+# (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
+HELPERS_NOT_ALLOWED = {
+    "q1": ["pipeline_schedule.bubble_fraction", "pipeline_schedule.bubble_ratio",
+           "pipeline_schedule.ratio_to_fraction", "pipeline_schedule.interleaved_bubble_fraction",
+           "pipeline_schedule.simulate"],
+    "q2": ["pipeline_schedule.min_microbatches", "pipeline_schedule.bubble_fraction",
+           "pipeline_schedule.ratio_to_fraction"],
+    "q3": ["pipeline_schedule.effective_batch"],
+    "q4": ["pipeline_schedule.simulate", "pipeline_schedule.schedule_order",
+           "pipeline_schedule.format_timeline"],
+    "q5": ["pipeline_parallel.pipeline_worker", "pipeline_parallel.reference_step",
+           "pipeline_parallel.microbatch_reference"],
+}
+
 SCHEDULES = ["gpipe", "1f1b", "interleaved"]
 
 # (pp_size, seed, sizes) of the hidden runs of Q5, in the order the test cell submits them
@@ -27,22 +43,24 @@ def q1_test(got, ref):
                  "total time is (P-1)/(m+P-1)"),
         (8 / 32, "the fill and drain take P-1 steps, not P: (P-1)/(m+P-1)"),
         (8 / 24, "the bubble has P-1 slots, and the total time is m+P-1 slots, not m")])
-    checks.check_number("bubble_p4_m4", got["bubble_p4_m4"], 3 / 7, mistakes=[
-        (3 / 4, "that is the ratio (P-1)/m; the fraction of total time is (P-1)/(m+P-1)"),
-        (4 / 8, "the bubble has P-1 slots, not P")])
-    checks.check_number("bubble_interleaved", got["bubble_interleaved"], 3 / 19, mistakes=[
-        (3 / 11, "that is plain 1F1B; v chunks per rank divide the fill and drain by v: "
+    checks.check_number("bubble_p6_m8", got["bubble_p6_m8"], 5 / 13, mistakes=[
+        (0, "1F1B still fills and drains the pipeline: it reorders the ops, the P-1 idle slots "
+            "stay"),
+        (5 / 8, "that is the ratio (P-1)/m; the fraction of total time is (P-1)/(m+P-1)"),
+        (6 / 14, "the bubble has P-1 slots, not P")])
+    checks.check_number("bubble_interleaved", got["bubble_interleaved"], 3 / 39, mistakes=[
+        (3 / 15, "that is plain 1F1B; v chunks per rank divide the fill and drain by v: "
                  "(P-1)/(v*m+P-1)"),
-        (3 / 16, "that is the interleaved ratio (P-1)/(v*m); the fraction is (P-1)/(v*m+P-1)"),
-        (1.5 / 11, "halving plain 1F1B's fraction is not the same as (P-1)/(v*m+P-1)")])
+        (3 / 36, "that is the interleaved ratio (P-1)/(v*m); the fraction is (P-1)/(v*m+P-1)"),
+        (1 / 15, "dividing plain 1F1B's fraction by v is not the same as (P-1)/(v*m+P-1)")])
 
 
 def q2_test(got, ref):
-    checks.check_number("m_p4_10pct", got["m_p4_10pct"], 27, mistakes=[
-        (30, "that makes the ratio (P-1)/m <= 10 %; the fraction (P-1)/(m+P-1) already reaches "
-             "10 % at a smaller m"),
-        (26, "with m = 26 the fraction is 3/29 > 10 %: round m up"),
-        (36, "the bubble has P-1 = 3 slots, not P = 4")])
+    checks.check_number("m_p6_8pct", got["m_p6_8pct"], 58, mistakes=[
+        (63, "that makes the ratio (P-1)/m <= 8 %; the fraction (P-1)/(m+P-1) already reaches "
+             "8 % at a smaller m"),
+        (57, "with m = 57 the fraction is 5/62 > 8 %: round m up"),
+        (69, "the bubble has P-1 = 5 slots, not P = 6")])
     checks.check_number("m_p8_5pct", got["m_p8_5pct"], 133, mistakes=[
         (140, "that makes the ratio (P-1)/m <= 5 %; the fraction (P-1)/(m+P-1) reaches 5 % at a "
               "smaller m"),
@@ -51,27 +69,27 @@ def q2_test(got, ref):
 
 
 def q3_test(got, ref):
-    checks.check_number("batch_a", got["batch_a"], 128, mistakes=[
-        (1024, "you multiplied by all 32 devices: TP and PP ranks work on the same examples, so "
+    checks.check_number("batch_a", got["batch_a"], 180, mistakes=[
+        (1440, "you multiplied by all 40 devices: TP and PP ranks work on the same examples, so "
                "only the DP degree multiplies the batch"),
-        (512, "you counted the TP degree: tensor-parallel ranks split each example's layers, "
+        (360, "you counted the TP degree: tensor-parallel ranks split each example's layers, "
               "they do not see different examples"),
-        (256, "you counted the PP degree: pipeline stages process the same microbatches one "
+        (720, "you counted the PP degree: pipeline stages process the same microbatches one "
               "after another"),
-        (8, "the 16 accumulated microbatches all feed one optimizer step: multiply by them"),
-        (32, "each of the DP = 4 replicas takes its own 32 examples: multiply by the DP degree")])
-    checks.check_number("batch_b", got["batch_b"], 64, mistakes=[
-        (2048, "you multiplied by all 64 devices: only the DP degree multiplies the batch"),
-        (8, "the pipeline's m = 8 microbatches are accumulation steps: their gradients are "
-            "summed before the one optimizer step"),
-        (512, "you counted the TP degree: TP ranks share the same examples"),
-        (256, "you counted the PP degree: PP stages share the same microbatches"),
-        (32, "each of the DP = 2 replicas takes its own 32 examples")])
+        (15, "the 12 accumulated microbatches all feed one optimizer step: multiply by them"),
+        (36, "each of the DP = 5 replicas takes its own 36 examples: multiply by the DP degree")])
+    checks.check_number("batch_b", got["batch_b"], 168, mistakes=[
+        (5376, "you multiplied by all 64 devices: only the DP degree multiplies the batch"),
+        (14, "the pipeline's m = 12 microbatches are accumulation steps: their gradients are "
+             "summed before the one optimizer step"),
+        (1344, "you counted the TP degree: TP ranks share the same examples"),
+        (672, "you counted the PP degree: PP stages share the same microbatches"),
+        (84, "each of the DP = 2 replicas takes its own 84 examples")])
 
 
 def q4_test(got, ref):
     checks.check_choice("schedule_a", got["schedule_a"], "1f1b", SCHEDULES, mistakes={
-        "gpipe": "in A the backwards start before all forwards are done (B0 comes before F4 on "
+        "gpipe": "in A the backwards start before all forwards are done (B0 comes before F5 on "
                  "rank 0): that is 1F1B's steady one-forward-one-backward phase",
         "interleaved": "A has no chunk letters: each rank holds one stage"})
     checks.check_choice("schedule_b", got["schedule_b"], "gpipe", SCHEDULES, mistakes={
@@ -82,14 +100,23 @@ def q4_test(got, ref):
         "1f1b": "the letters a/b show each rank holding two chunks of layers: interleaved 1F1B",
         "gpipe": "the letters a/b show two chunks per rank, and backwards start before the last "
                  "forward: interleaved 1F1B"})
-    checks.check_number("peak_a_rank0", got["peak_a_rank0"], 4, mistakes=[
-        (3, "rank 0 starts F3 (its 4th forward) before B0 finishes: 4 are held at once"),
-        (8, "that is GPipe; 1F1B starts a backward after P forwards on rank 0"),
+    checks.check_number("peak_a_rank0", got["peak_a_rank0"], 5, mistakes=[
+        (4, "rank 0 starts F4 (its 5th forward) before B0 finishes: 5 are held at once"),
+        (7, "that is GPipe; 1F1B starts a backward after P forwards on rank 0"),
         (1, "count the microbatches whose forward has started and whose backward has not "
             "finished")])
-    checks.check_number("peak_b_rank0", got["peak_b_rank0"], 8, mistakes=[
-        (4, "that is 1F1B; in B rank 0 runs all 8 forwards before its first backward"),
-        (7, "all 8 forwards run before B0: count F7 too")])
+    checks.check_number("peak_b_rank0", got["peak_b_rank0"], 7, mistakes=[
+        (5, "that is 1F1B; in B rank 0 runs all 7 forwards before its first backward"),
+        (6, "all 7 forwards run before B0: count F6 too")])
+    checks.check_choice("most_activations_rank_a", got["most_activations_rank_a"], 0,
+                        [0, 1, 2, 3, 4], mistakes={
+        4: "the last stage computes the loss, but under 1F1B it runs each backward right after "
+           "the forward: it holds one microbatch at a time. Rank r holds P - r at its peak, so "
+           "stage 0 holds the most",
+        1: "rank r warms up with P - r forwards before its first backward: rank 0 warms up "
+           "longest and holds the most",
+        2: "rank r holds P - r microbatches at its peak: the first stage holds the most",
+        3: "rank r holds P - r microbatches at its peak: the first stage holds the most"})
 
 
 def _q5_case(pp_size, seed, sizes):

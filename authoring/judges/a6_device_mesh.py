@@ -10,6 +10,17 @@ coordinates, groups and group sums of the plain-Python checks are recomputed her
 
 from course_utils import checks
 
+# Course helpers that compute a graded answer outright, per answer cell: a submission whose
+# answer cell (or any cell it added) uses one is flagged in the instructor's report
+# (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
+HELPERS_NOT_ALLOWED = {
+    "q1": ["mesh.hand_mesh_groups", "mesh.torch_mesh_groups", "mesh.axis_group"],
+    "q2": ["mesh.hand_mesh_groups", "mesh.torch_mesh_groups", "mesh.axis_group"],
+    "q3": ["mesh.axis_group", "mesh.hand_mesh_groups"],
+    "q4": ["playground.plan", "playground.summary", "memory.zero_state_bytes"],
+    "q5": ["playground.plan", "playground.summary", "memory.zero_state_bytes", "memory.fits"],
+}
+
 
 def _flat(items):
     return [v for item in items for v in item]
@@ -145,23 +156,23 @@ def q3_test(got, ref):
 
 
 def q4_test(got, ref):
-    checks.check_number("params_per_shard_b", got["params_per_shard_b"], 8.75, mistakes=[
-        (70 / 32, "you counted the DP ranks in the model shard: each DP index holds a whole copy "
-                  "of the model, split over its TP x PP = 8 devices"),
-        (70 / 4, "PP splits the layers too: divide by TP x PP"),
-        (70e9 / 8, "give the answer in billions of parameters")])
-    checks.check_number("gb_zero3", got["gb_zero3"], 35.0, mistakes=[
-        (4.375, "you applied ZeRO-3 over all 32 devices; ZeRO shards over the DP = 4 ranks, the "
-                "TP/PP split already divided the model by 8"),
-        (8.75, "you counted the DP ranks in the model shard and then divided by DP again"),
-        (140.0, "ZeRO-3 shards the whole 16 bytes over the DP = 4 ranks: divide by 4"),
-        (35e9 / 2**30, "that is GiB; the question asks for GB (10**9 bytes)")])
-    checks.check_number("gb_zero1", got["gb_zero1"], 61.25, mistakes=[
-        (35.0, "that is ZeRO-3; ZeRO-1 shards only the 12 optimizer bytes (master copy and "
-               "moments), weights and gradients stay whole: (4 + 12/4) x 8.75"),
-        (8.75 * (2 + 14 / 4), "that is ZeRO-2 (gradients sharded too); ZeRO-1 shards only the "
-                              "optimizer bytes"),
-        (8.75 * (4 + 12 / 32), "ZeRO-1 shards over the DP = 4 ranks, not all 32 devices")])
+    checks.check_number("params_per_shard_b", got["params_per_shard_b"], 4.875, mistakes=[
+        (78 / 64, "you counted the DP ranks in the model shard: each DP index holds a whole copy "
+                  "of the model, split over its TP x PP = 16 devices"),
+        (78 / 8, "PP splits the layers too: divide by TP x PP"),
+        (78e9 / 16, "give the answer in billions of parameters")])
+    checks.check_number("gb_zero3", got["gb_zero3"], 19.5, mistakes=[
+        (1.21875, "you applied ZeRO-3 over all 64 devices; ZeRO shards over the DP = 4 ranks, "
+                  "the TP/PP split already divided the model by 16"),
+        (4.875, "you counted the DP ranks in the model shard and then divided by DP again"),
+        (78.0, "ZeRO-3 shards the whole 16 bytes over the DP = 4 ranks: divide by 4"),
+        (19.5e9 / 2**30, "that is GiB; the question asks for GB (10**9 bytes)")])
+    checks.check_number("gb_zero1", got["gb_zero1"], 34.125, mistakes=[
+        (19.5, "that is ZeRO-3; ZeRO-1 shards only the 12 optimizer bytes (master copy and "
+               "moments), weights and gradients stay whole: (4 + 12/4) x 4.875"),
+        (4.875 * (2 + 14 / 4), "that is ZeRO-2 (gradients sharded too); ZeRO-1 shards only the "
+                               "optimizer bytes"),
+        (4.875 * (4 + 12 / 64), "ZeRO-1 shards over the DP = 4 ranks, not all 64 devices")])
 
 
 def q5_test(got, ref):

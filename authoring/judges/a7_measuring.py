@@ -12,6 +12,18 @@ import torch
 
 from course_utils.checks import as_number, check_choice, check_number
 
+# Course helpers that compute a graded answer outright, per answer cell: a submission whose
+# answer cell (or any cell it added) uses one is flagged in the instructor's report
+# (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
+HELPERS_NOT_ALLOWED = {
+    "q2": ["measure.throughput"],
+    "q3": ["measure.wait_fraction", "measure.summarize"],
+    "q4": ["measure.summarize", "measure.wait_fraction"],
+    "q6": ["measure.predicted_allreduce_bytes", "ring_allreduce.ring_bytes_per_rank",
+           "ring_allreduce.ring_time_s"],
+    "q7": ["data_parallel.straggler_worker"],
+}
+
 Q1_CHOICES = ["correct", "summed, not averaged", "averaged twice", "ranks saw the same data"]
 Q4_CHOICES = ["straggler", "communication-bound", "memory-bound", "healthy"]
 # (world_size, late_rank, delay_s) of the hidden runs of timed_mean_allreduce, in order

@@ -139,13 +139,13 @@ for label, gb in budgets.items():
 # %% [markdown]
 # ## Exercises
 #
-# 1. A 13B model uses the 16-byte layout. How many GB and how many GiB is its state?
+# 1. A 30B model uses the 16-byte layout. How many GB and how many GiB is its state?
 # 2. The same model accumulates gradients in FP32. How many bytes per parameter now?
 # 3. Why can't 8 data-parallel replicas of the 7B model each fit on a 64 GB device?
 #
 # <details><summary>Answers</summary>
 #
-# 1. 13e9 x 16 = 208 GB = 193.7 GiB. 2. 2 + 4 + 4 + 8 = 18 B/param (234 GB).
+# 1. 30e9 x 16 = 480 GB = 447.0 GiB. 2. 2 + 4 + 4 + 8 = 18 B/param (540 GB).
 # 3. Each replica still holds all 112 GB: replication multiplies throughput, not capacity.
 # Module 3 (ZeRO) shards the state instead.
 # </details>

@@ -109,8 +109,11 @@ print(tp.comparison_table(rows))
 #
 # The last row goes beyond this module: Megatron's sequence parallelism replaces the all-reduce
 # by a reduce-scatter, then an all-gather before the next column-parallel layer, and moves the
-# same bytes. The rule behind the table: **columns give pieces (concatenate), rows give partial
-# sums (add)**, and an elementwise operation between them needs neither.
+# same bytes. Without it, tensor parallelism splits only the matmuls: after each all-reduce
+# every rank holds the whole `(b, s, h)` activation, so the inputs of LayerNorm, dropout and the
+# residual add are **replicated** on all t ranks, not divided by t; sequence parallelism splits
+# them along the sequence. The rule behind the table: **columns give pieces (concatenate), rows
+# give partial sums (add)**, and an elementwise operation between them needs neither.
 
 # %% [markdown]
 # ## 4. The conjugate operators f and g

@@ -1,0 +1,364 @@
+# %% [markdown]
+# # Assignment 9: activation memory, recomputation and precision
+#
+# Lecture 9 predicted what a transformer saves for backward, measured it to the byte with
+# saved-tensor hooks, traded it for recomputation, and showed on real tensors what each
+# precision choice of the 16-, 18- and 12-byte layouts protects. Here you size activations for
+# new configurations, pick a recomputation and micro-batch size for a memory budget, write the
+# measurement yourself, and diagnose a precision problem.
+#
+# **Formulas** (as in the lecture). The published form for a GPT layer in 16-bit with dropout
+# (Korthikanti et al. 2022), s tokens per sequence, micro-batch b, hidden size h, a heads:
+#
+# * no recomputation: s b h (34 + 5 a s / h) bytes per layer;
+# * selective recomputation (attention core recomputed): 34 s b h bytes per layer;
+# * full recomputation (each layer's input kept): 2 s b h bytes per layer.
+#
+# One TinyLM block (fp32, math attention, no recomputation) saves 4 (8BTD + 2BTF + 4BT + BHT²)
+# bytes (batch B, sequence T, width D, MLP width F, H heads). **Units**: 1 GB = 10^9 bytes.
+#
+# Answer each question by assigning the named variable in its answer cell (delete the
+# `raise NotImplementedError()` line), then run the cells below it.
+#
+# **Practice, then the graded question.** Each numeric or choice question starts with a
+# *practice* question (not graded) with the same reasoning and other numbers; the cell after it
+# checks your practice answer fully. The test cell after a graded answer checks its type and
+# rejects a few known wrong values, naming the misconception, but never tells you the right
+# value. For Q3 (a function) the test cell runs your function on visible cases and checks the
+# bytes. **Grading adds** the graded values themselves and Q3 on further hidden modules;
+# Q5 is an explanation your instructor grades by hand.
+#
+# **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
+# outright (here, for example, `activations.korthikanti_bytes` and `activations.saved_bytes`).
+# An answer that uses one is flagged for your instructor.
+
+# %%
+import torch
+from torch import nn
+
+from course_utils import checks
+
+# %% [markdown]
+# ## Q1. Activation bytes for a new configuration (3 points)
+#
+# *Practice (not graded)*: (a) a GPT model with h = 2048, a = 16 heads and 24 layers trains on
+# sequences of s = 2048 tokens, micro-batch b = 1, 16-bit, no recomputation. How many GB of
+# activations does it save for backward (all layers)? Assign it to `practice_gpt_gb`.
+# (b) A TinyLM block with D = 32, H = 2, F = 128 runs on B = 2 sequences of T = 16 tokens. How
+# many bytes does it save? Assign it to `practice_block_bytes`.
+
+# %% [answer q1_practice]
+### BEGIN SOLUTION
+practice_gpt_gb = 2048 * 1 * 2048 * (34 + 5 * 16 * 2048 / 2048) * 24 / 1e9
+practice_block_bytes = 4 * (8 * 2 * 16 * 32 + 2 * 2 * 16 * 128 + 4 * 2 * 16 + 2 * 2 * 16 * 16)
+### END SOLUTION
+
+# %%
+checks.check_number("practice_gpt_gb", practice_gpt_gb, 11.475615744, unit="GB", mistakes=[
+    (3.422552064, "that leaves out the attention term 5 a s / h: the attention scores, softmax "
+                  "and dropout are (a, s, s) per sequence and grow with s^2."),
+    (0.478150656, "that is one layer; the model has 24."),
+    (11.475615744e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
+    (22.951231488, "the formula already counts 16-bit values (2 bytes each): do not double it."),
+    (11.475615744e9, "that is bytes; give GB."),
+])
+checks.check_number("practice_block_bytes", practice_block_bytes, 70144, unit="bytes", mistakes=[
+    (4 * 16512, "the attention probabilities (B, H, T, T) are missing: the math kernel saves "
+                "them, B H T^2 elements."),
+    (2 * 17536, "TinyLM runs in fp32: 4 bytes per element, not 2."),
+    (17536, "that counts elements; each fp32 element is 4 bytes."),
+    (4 * (8 * 2 * 16 * 32 + 2 * 2 * 16 * 32 + 4 * 2 * 16 + 2 * 2 * 16 * 16),
+     "the MLP's two saved tensors are (B, T, F), F = 128, not (B, T, D)."),
+])
+print("practice Q1: right")
+
+# %% [markdown]
+# **Graded**: (a) a GPT model with h = 5120, a = 40 heads and 40 layers trains on sequences
+# of s = 4096 tokens, micro-batch **b = 2**, 16-bit, no recomputation. How many GB of
+# activations does it save for backward (all layers)? Assign it to `q1_gpt_gb`.
+# (b) A TinyLM block with D = 128, H = 8, F = 512 runs on B = 4 sequences of T = 64 tokens,
+# fp32, math attention, no recomputation. How many bytes does it save? Assign it to
+# `q1_block_bytes`.
+
+# %% [answer q1]
+### BEGIN SOLUTION
+q1_gpt_gb = 4096 * 2 * 5120 * (34 + 5 * 40 * 4096 / 5120) * 40 / 1e9
+q1_block_bytes = 4 * (8 * 4 * 64 * 128 + 2 * 4 * 64 * 512 + 4 * 4 * 64 + 8 * 4 * 64 * 64)
+### END SOLUTION
+
+# %% [test q1_test points=3]
+checks.check_number("q1_gpt_gb", q1_gpt_gb, unit="GB", mistakes=[
+    (4096 * 2 * 5120 * 34 * 40 / 1e9,
+     "that leaves out the attention term 5 a s / h, which grows with s^2."),
+    (4096 * 5120 * (34 + 5 * 40 * 4096 / 5120) * 40 / 1e9,
+     "that is one sequence's activations; this micro-batch holds 2."),
+])
+checks.check_number("q1_block_bytes", q1_block_bytes, unit="bytes", mistakes=[
+    (4 * (8 * 4 * 64 * 128 + 2 * 4 * 64 * 512 + 4 * 4 * 64),
+     "the attention probabilities (B, H, T, T) are missing."),
+    (8 * 4 * 64 * 128 + 2 * 4 * 64 * 512 + 4 * 4 * 64 + 8 * 4 * 64 * 64,
+     "that is a count of elements: multiply by 4 bytes per fp32 element."),
+])
+### BEGIN HIDDEN TESTS
+from course_utils.checks import submit
+
+submit("q1_gpt_gb", q1_gpt_gb)
+submit("q1_block_bytes", q1_block_bytes)
+### END HIDDEN TESTS
+None
+
+# %% [markdown]
+# ## Q2. What fits the budget? (3 points)
+#
+# Options: recomputation `"none"`, `"selective"` or `"full"` (formulas above), and a
+# micro-batch size of 1, 2, 4, 8 or 16 sequences. The team's rule: **least recomputation
+# first** (none, then selective, then full), and with it the **largest micro-batch** whose
+# activations fit the budget.
+#
+# *Practice (not graded)*: the model of Q1's practice (h = 2048, a = 16, 24 layers) trains on
+# s = 8192 tokens with an activation budget of 10 GB per GPU (16-bit). Assign the choice to
+# `practice_recompute` and the micro-batch size to `practice_micro_batch`.
+
+# %% [answer q2_practice]
+### BEGIN SOLUTION
+practice_recompute = "full"
+practice_micro_batch = 8
+### END SOLUTION
+
+# %%
+checks.check_choice("practice_recompute", practice_recompute, "full",
+                    ["none", "selective", "full"], mistakes={
+    "none": "without recomputation one sequence alone saves 8192 x 2048 x (34 + 320) x 24 = "
+            "142.5 GB: the attention term 5 a s / h = 320 dwarfs the 34.",
+    "selective": "selective recomputation still keeps 34 s b h per layer: 13.7 GB for one "
+                 "sequence, over the 10 GB budget.",
+})
+checks.check_number("practice_micro_batch", practice_micro_batch, 8, mistakes=[
+    (16, "16 sequences keep 16 x 0.805 = 12.9 GB of layer inputs: over 10 GB."),
+    (1, "one sequence fits, but so do 8 (6.4 GB): take the largest that fits."),
+    (12, "the options are 1, 2, 4, 8 or 16."),
+])
+print("practice Q2: right")
+
+# %% [markdown]
+# **Graded**: the lesson's 7B model (h = 4096, a = 32 heads, 32 layers) trains on s = 4096
+# tokens with an activation budget of **40 GB** per GPU (16-bit). Assign the choice to
+# `q2_recompute` and the micro-batch size to `q2_micro_batch`.
+
+# %% [answer q2]
+### BEGIN SOLUTION
+q2_recompute = "selective"
+q2_micro_batch = 2
+### END SOLUTION
+
+# %% [test q2_test points=3]
+checks.check_choice("q2_recompute", q2_recompute, None, ["none", "selective", "full"], mistakes={
+    "none": "without recomputation one 4096-token sequence alone saves s h (34 + 5 a s / h) x 32 "
+            "layers: count the attention term 5 a s / h = 160.",
+})
+checks.check_number("q2_micro_batch", q2_micro_batch)
+if float(q2_micro_batch) not in (1.0, 2.0, 4.0, 8.0, 16.0):
+    raise AssertionError(f"q2_micro_batch = {q2_micro_batch}: the options are 1, 2, 4, 8, 16.")
+### BEGIN HIDDEN TESTS
+from course_utils.checks import submit
+
+submit("q2_recompute", q2_recompute)
+submit("q2_micro_batch", q2_micro_batch)
+### END HIDDEN TESTS
+None
+
+# %% [markdown]
+# ## Q3. Measure what a module saves for backward (4 points)
+#
+# Write `saved_activation_bytes(module, inputs)`: run `module(*inputs)` once and return, as a
+# plain `int`, the bytes of the tensors autograd saves for backward, counting
+#
+# * each **storage** once, whole: `t.untyped_storage()` is the buffer a tensor views,
+#   `.data_ptr()` identifies it and `.nbytes()` is its size (a view of a buffer keeps the
+#   whole buffer alive; two views of one buffer cost it once);
+# * no parameter of `module` (they are persistent state, counted elsewhere).
+#
+# Use `torch.autograd.graph.saved_tensors_hooks(pack, unpack)`: inside the `with` block,
+# autograd calls `pack(t)` for every tensor it saves and stores what `pack` returns; `unpack`
+# gets that back in backward. Here `pack` can record the storage and return `t` unchanged,
+# and `unpack` return its argument.
+#
+# The test cell runs your function on three visible modules and checks the bytes; grading runs
+# it on other modules (a transformer block among them).
+
+# %% [answer q3]
+def saved_activation_bytes(module, inputs):
+    """Bytes of the storages autograd saves for backward in ``module(*inputs)``, parameters
+    excluded, each storage counted once."""
+    ### BEGIN SOLUTION
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    sizes = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            sizes[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(*inputs)
+    return int(sum(sizes.values()))
+    ### END SOLUTION
+
+# %% [test q3_test points=4]
+class _ExpSquare(nn.Module):
+    """exp(x)^2: exp saves its output y, and y * y saves y twice (one storage)."""
+
+    def forward(self, x):
+        y = x.exp()
+        return y * y
+
+
+def _q3_visible():
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, requires_grad=True)
+    cases = [
+        # Linear(8, 16) keeps its (4, 8) fp32 input (128 bytes); its weight is a parameter
+        ("Linear(8, 16) on (4, 8)", nn.Linear(8, 16), (x,), 128, 128 + 4 * 8 * 16 * 4),
+        # exp keeps its (3, 5) output, y * y keeps it twice: one 60-byte storage
+        ("_ExpSquare on (3, 5)", _ExpSquare(), (torch.randn(3, 5, requires_grad=True),), 60,
+         180),
+        # the input (128), the GELU input (4, 32) and the GELU output (4, 32): 128 + 512 + 512
+        ("Linear(8, 32), GELU, Linear(32, 8) on (4, 8)",
+         nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 8)), (x,), 1152,
+         1152 + 4 * (8 * 32 + 32 * 8)),
+    ]
+    for name, module, inputs, want, with_params in cases:
+        got = saved_activation_bytes(module, inputs)
+        assert type(got) is int, f"{name}: return a plain int, got {type(got).__name__}"
+        if got == with_params:
+            raise AssertionError(f"{name}: {got} bytes counts the weights too; leave out the "
+                                 "module's parameters (compare storages' data_ptr()).")
+        if name.startswith("_ExpSquare") and got == 180:
+            raise AssertionError(f"{name}: {got} bytes counts one storage three times (exp's "
+                                 "output, then the two operands of y * y): count each storage "
+                                 "once.")
+        if got == want // 4:
+            raise AssertionError(f"{name}: {got} looks like elements; return bytes.")
+        assert got == want, f"{name}: {got} bytes; this visible case saves {want} bytes."
+
+
+_q3_visible()
+### BEGIN HIDDEN TESTS
+from course_utils import tiny_lm
+from course_utils.checks import submit
+
+
+def _q3_hidden_cases():
+    """(name, module, inputs) of the hidden cases; the judge rebuilds the same ones."""
+    torch.manual_seed(1)
+    block = tiny_lm.build(tiny_lm.TinyLMConfig(), 0).blocks[0]
+    return [
+        ("TinyLM block on (2, 16, 64)", block, (torch.randn(2, 16, 64, requires_grad=True),)),
+        ("LayerNorm-Linear-Tanh on (3, 7, 16)",
+         nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 48), nn.Tanh()),
+         (torch.randn(3, 7, 16, requires_grad=True),)),
+        ("_ExpSquare on (6, 10) float64", _ExpSquare(),
+         (torch.randn(6, 10, dtype=torch.float64, requires_grad=True),)),
+    ]
+
+
+for _name, _module, _inputs in _q3_hidden_cases():
+    _got = saved_activation_bytes(_module, _inputs)
+    submit(f"saved_activation_bytes({_name})", _got)
+    submit(f"saved_activation_bytes({_name}): type", type(_got).__name__)
+### END HIDDEN TESTS
+None
+
+# %% [markdown]
+# ## Q4. Diagnose a precision problem (2 points)
+#
+# Choices (assign one string):
+#
+# `"nothing: bf16 master weights are enough"`, `"keep an fp32 master copy of the weights"`,
+# `"scale the loss"`, `"keep the gradients in fp32"`
+#
+# *Practice (not graded)*: a team moves a run from bf16 to **fp16** mixed precision, keeping
+# the fp32 master copy and Adam moments (16 bytes per parameter). From the first step, 99% of
+# the gradient elements are exactly zero and the loss does not move. Which change fixes it?
+# Assign it to `practice_fix`.
+
+# %% [answer q4_practice]
+### BEGIN SOLUTION
+practice_fix = "scale the loss"
+### END SOLUTION
+
+# %%
+Q4_CHOICES = ["nothing: bf16 master weights are enough", "keep an fp32 master copy of the weights",
+              "scale the loss", "keep the gradients in fp32"]
+checks.check_choice("practice_fix", practice_fix, "scale the loss", Q4_CHOICES, mistakes={
+    "nothing: bf16 master weights are enough": "the run has no bf16 master weights to blame: "
+        "its gradients are computed in fp16, whose smallest number is about 6e-8, and smaller "
+        "ones flush to zero.",
+    "keep an fp32 master copy of the weights": "the run already keeps one; a master copy "
+        "cannot add up updates whose gradients are zero.",
+    "keep the gradients in fp32": "the gradients are zero before they are stored: the fp16 "
+        "backward pass underflows. Scaling the loss (GradScaler) moves them into fp16's range.",
+})
+print("practice Q4: right")
+
+# %% [markdown]
+# **Graded**: to save memory, a team switched a long bf16 run to the **12-byte** layout:
+# bf16 weights updated directly by Adam, no master copy, fp32 moments. Late in training, at a
+# learning rate of 1e-5 (Adam's steps are about that size) with weights of typical magnitude
+# 0.01 to 0.05, the loss stopped improving, and between two steps more than 80% of the weight
+# elements are bit-for-bit unchanged. The gradients are not zero. Which change fixes it? Assign
+# it to `q4_fix`.
+
+# %% [answer q4]
+### BEGIN SOLUTION
+q4_fix = "keep an fp32 master copy of the weights"
+### END SOLUTION
+
+# %% [test q4_test points=2]
+checks.check_choice("q4_fix", q4_fix, None, Q4_CHOICES, mistakes={
+    "scale the loss": "the gradients are not zero, and bf16 has fp32's exponent range: loss "
+                      "scaling is for fp16, whose small gradients flush to zero.",
+})
+### BEGIN HIDDEN TESTS
+from course_utils.checks import submit
+
+submit("q4_fix", q4_fix)
+### END HIDDEN TESTS
+None
+
+# %% [markdown]
+# ## Q5. Selective or full? (2 points, graded by hand)
+#
+# In Q2, selective recomputation fits 2 sequences per micro-batch and full recomputation would
+# fit 32. Explain, with the formulas: which saved tensors selective recomputation drops, and why
+# recomputing them costs little time; roughly how much longer a step takes with full
+# recomputation, and why; and one reason a team might still choose full recomputation with the
+# larger micro-batch. Does either change the loss or the gradients?
+
+# %% [manual q5_explain points=2]
+# ### BEGIN SOLUTION
+# Selective recomputation drops the 5 a s / h part of s b h (34 + 5 a s / h): the attention
+# scores' softmax output, its dropout mask and dropout output, a s^2 b values per layer, 160 of
+# the 194 s b h at s = 4096 (82% of the bytes). Rerunning them costs little because they are
+# element-wise operations and two attention matmuls; the big matmuls with the weights (QKV,
+# projection, MLP) are not rerun, so the extra time is a few percent. Full recomputation keeps
+# only each layer's input (2 s b h) and reruns the whole forward pass in backward: about one
+# extra forward per step, roughly a third more time (forward is about a third of forward plus
+# backward). A team may still choose it because 16 times the micro-batch means fewer gradient
+# accumulation steps or fewer ranks for the same global batch, larger and more efficient
+# matmuls, and the communication per token shrinks. Neither changes the loss or gradients: the
+# recomputed forward uses the same weights and inputs (lecture 9 checks bit-for-bit equality).
+#
+# **Rubric** (2 points):
+# * 1 point: says selective recomputation drops the attention matrix's tensors (softmax output,
+#   dropout mask and output, the 5 a s / h term, quadratic in s, most of the bytes at s = 4096)
+#   and that recomputing them is cheap because the weight matmuls are not rerun (a few percent
+#   of a step).
+# * 1 point: says full recomputation reruns the whole forward in backward, about one extra
+#   forward per step (roughly 30 to 40% more time), gives one reason to accept it (larger
+#   micro-batch: fewer accumulation steps or ranks, more efficient matmuls, less communication
+#   per token), and says the loss and gradients do not change.
+# * 0 points: says recomputation changes the loss or gradients, or calls full recomputation
+#   free, or confuses recomputation with sharding the activations across ranks.
+# ### END SOLUTION

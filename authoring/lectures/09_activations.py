@@ -1,0 +1,280 @@
+# %% [markdown]
+# # Module 9: Activation memory, recomputation and precision
+#
+# Every "does it fit" answer so far counted persistent state: weights, gradients, optimizer
+# state, 16 bytes per parameter in the lesson's layout, 112 GB for a 7B model. Training also
+# keeps, from each forward pass until its backward pass, the tensors backward needs: the
+# **saved activations**. They grow with batch size and sequence length, not with the parameter
+# count, and for long sequences they rival the state. This module
+#
+# 1. predicts, tensor by tensor, what one block of the course's transformer
+#    (`course_utils.tiny_lm`) saves, and measures it on real runs to the byte;
+# 2. sets that beside the published formula for a GPT layer and evaluates it for the 7B model;
+# 3. trades memory for compute with activation checkpointing (recomputation), full and
+#    selective, and checks that the loss and gradients do not change;
+# 4. shows on real tensors why the 16-byte layout keeps an fp32 master copy, why fp16 needs
+#    loss scaling, and why gradients are summed in fp32.
+#
+# Helpers: `course_utils.activations` and `course_utils.precision`.
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+
+from course_utils import activations, memory, precision, style, tiny_lm, zero
+
+style.use()
+torch.set_num_threads(1)  # timings below: one thread, like one rank of several on a machine
+
+# %% [markdown]
+# ## 1. What one block saves
+#
+# `activations.saved_bytes(fn, exclude=...)` runs `fn` under
+# `torch.autograd.graph.saved_tensors_hooks`: autograd hands every tensor it keeps for backward
+# to a *pack* hook, which here records the size of the tensor's **storage** (its buffer), each
+# storage once (a view saves its whole buffer, and two views of one buffer cost it once), the
+# parameters left out (they are state, counted already).
+#
+# The block is TinyLM's: LayerNorm, a QKV matmul, causal attention, an output projection, a
+# residual add, LayerNorm, an MLP with GELU, a residual add. Attention is computed with the
+# *math* kernel (`SDPBackend.MATH`: softmax(QKᵀ/√d)·V in plain operations). With batch B,
+# sequence length T, width D, MLP width F and H heads, everything fp32 (4 bytes), the block
+# keeps:
+
+# %%
+cfg = tiny_lm.TinyLMConfig(seq_len=256)     # the default sizes: D=64, H=4, F=256, 2 blocks
+B, T = 2, 64
+terms = activations.block_terms(cfg, batch=B, seq=T)
+for name, elements in terms.items():
+    print(f"{name:<38}{elements:>9,} elements")
+predicted = activations.predicted_block_bytes(cfg, batch=B, seq=T)
+measured = activations.measured_block_bytes(cfg, batch=B, seq=T)
+print(f"predicted {predicted:,} bytes   measured {measured:,} bytes")
+
+# %% [markdown]
+# Eight (B, T, D) tensors, two (B, T, F) for the MLP, four (B, T) LayerNorm statistics, and one
+# (B, H, T, T) matrix of attention probabilities. Per block, in bytes:
+#
+# $$\text{saved} = 4\,(8BTD + 2BTF + 4BT + BHT^2).$$
+#
+# The last term is quadratic in T. The prediction is exact, not approximate, and it stays
+# exact at other sizes (two cases depend on layout: with B = 1 or H = 1 the reshape of V is a
+# view of the QKV output, so V keeps that whole buffer alive; `block_terms` says so, and the
+# tests check it). The whole model adds the embeddings' token and position ids, the final
+# LayerNorm, the head's input, the loss's log-softmax and targets:
+
+# %%
+seqs = [32, 64, 128, 256]
+rows = {}
+for b in (2, 4):
+    for t in seqs:
+        p = activations.predicted_model_bytes(cfg, batch=b, seq=t)
+        m = activations.measured_model_bytes(cfg, batch=b, seq=t)
+        rows[(b, t)] = (p, m)
+        print(f"B={b} T={t:>3}: predicted {p:>10,} B  measured {m:>10,} B  "
+              f"difference {m - p}")
+
+# %% [markdown]
+# Doubling T from 128 to 256 more than doubles the bytes: the (B, H, T, T) term quadruples.
+# A *fused* attention kernel (flash attention; PyTorch's CPU kernel is picked by default when
+# the math backend is not forced) never stores the T x T matrix: it keeps the output and a
+# (B, H, T) log-sum-exp and recomputes the probabilities in backward. Its curve is a straight
+# line:
+
+# %%
+curves = {k: [activations.predicted_model_bytes(cfg, batch=4, seq=t, attention=k) for t in seqs]
+          for k in ("math", "fused")}
+measured = {k: [activations.measured_model_bytes(cfg, batch=4, seq=t, attention=k) for t in seqs]
+            for k in ("math", "fused")}
+labels = {"math": "math attention", "fused": "fused attention"}
+ax = activations.plot_bytes_vs_seq(seqs, {labels[k]: v for k, v in curves.items()},
+                                   {labels[k]: v for k, v in measured.items()},
+                                   title="TinyLM, 2 blocks, batch 4: saved for backward")
+plt.tight_layout()
+plt.show()
+print("measured == predicted at every point:", all(curves[k] == measured[k] for k in curves))
+for t in (128, 256):
+    i = seqs.index(t)
+    print(f"T={t}: math {curves['math'][i] / 1e6:.2f} MB, fused {curves['fused'][i] / 1e6:.2f} MB")
+
+# %% [markdown]
+# ## 2. The published formula, and the 7B model
+#
+# Korthikanti et al. (2022, *Reducing Activation Recomputation in Large Transformer Models*)
+# count the same things for a GPT layer in 16-bit (2 bytes) with dropout, s tokens, batch b,
+# hidden size h and a heads:
+#
+# $$\text{bytes per layer} = s\,b\,h\,\Bigl(34 + 5\,\frac{a\,s}{h}\Bigr).$$
+#
+# The 34 s·b·h collect the (s, b, h)-sized tensors: attention 11 (QKV input 2, Q and K 4, V 2,
+# projection input 2, a 1-byte dropout mask 1), MLP 19 (input 2, GELU input and output at 4h:
+# 8 + 8, dropout mask 1), two LayerNorm inputs 4. The 5·a·s²·b is the attention matrix: softmax
+# output 2, dropout mask 1, dropout output 2. TinyLM has no dropout and F = 4D, so in 16-bit it
+# would save 32 s·b·h + 2 a·s²·b plus the LayerNorm statistics: the same structure, minus the
+# masks. For the lesson's 7B model (h = 4096, a = 32 heads, 32 layers) at s = 4096, b = 1:
+
+# %%
+seven_b = dict(s=4096, b=1, h=4096, a=32, layers=32)
+state_gb = memory.state_bytes(7e9) / 1e9
+for mode in activations.RECOMPUTES:
+    gb = activations.korthikanti_bytes(**seven_b, recompute=mode) / 1e9
+    print(f"recompute={mode:<10} activations {gb:7.2f} GB   (state: {state_gb:.0f} GB)")
+per_layer = activations.korthikanti_bytes(**seven_b) / 32
+print(f"one layer: {per_layer / 1e9:.2f} GB, of which the a*s^2 term "
+      f"{5 * 32 * 4096**2 / 1e9:.2f} GB")
+
+# %% [markdown]
+# About 104 GB of activations for one 4096-token sequence, next to 112 GB of state: the
+# activations alone overflow an 80 GB device. The quadratic term is 82% of it (2.68 of 3.25 GB
+# per layer), which is why the next section recomputes attention first.
+#
+# ## 3. Activation checkpointing: recompute instead of keep
+#
+# `torch.utils.checkpoint.checkpoint(fn, *inputs, use_reentrant=False)` runs `fn` without
+# saving its intermediates; backward reruns `fn` from its kept inputs to get them back. Two
+# granularities (`activations.forward(model, tokens, recompute=...)`):
+#
+# * **full**: checkpoint every block. Each block keeps only its input, (B, T, D); backward
+#   reruns the whole block forward (about one extra forward pass per step).
+# * **selective** (`"attention"`): checkpoint only the attention core softmax(QKᵀ/√d)·V.
+#   It keeps Q, K, V (one buffer) and drops the scaled Q and K, V's copy and the T x T
+#   matrix, the part that grows with T² but costs few flops to recompute.
+#
+# Same model, B = 4, T = 256, math attention:
+
+# %%
+B, T = 4, 256
+names = {"none": "no recomputation", "attention": "selective (attention)", "full": "full (blocks)"}
+base_block = activations.predicted_block_bytes(cfg, batch=B, seq=T)
+print(f"{'':<24}{'per block':>12}{'measured':>12}{'model':>12}{'saving':>8}")
+for mode in activations.RECOMPUTES:
+    block = activations.predicted_block_bytes(cfg, batch=B, seq=T, recompute=mode)
+    block_m = activations.measured_block_bytes(cfg, batch=B, seq=T, recompute=mode)
+    model_m = activations.measured_model_bytes(cfg, batch=B, seq=T, recompute=mode)
+    print(f"{names[mode]:<24}{block / 1e6:>9.3f} MB{block_m / 1e6:>9.3f} MB"
+          f"{model_m / 1e6:>9.3f} MB{1 - block / base_block:>8.0%}")
+
+# %% [markdown]
+# Selective recomputation removes half of each block's bytes at this length (the T² term and
+# the scaled copies); full recomputation keeps 3% of them. The model column also holds what
+# sits outside the blocks (embeddings, head, loss), which no block checkpoint touches.
+#
+# Recomputation must not change the result: the rerun forward uses the same weights and the
+# same inputs. Loss and every gradient against the run without recomputation, over two seeds:
+
+# %%
+for seed in (0, 1):
+    loss, grads = activations.loss_and_grads(cfg, batch=B, seq=T, recompute="none", seed=seed)
+    for mode in ("attention", "full"):
+        loss_r, grads_r = activations.loss_and_grads(cfg, batch=B, seq=T, recompute=mode,
+                                                     seed=seed)
+        diff = max((grads[n] - grads_r[n]).abs().max().item() for n in grads)
+        print(f"seed {seed}, {names[mode]:<22} loss difference {loss_r - loss:.1e}  "
+              f"largest gradient difference {diff:.1e}")
+
+# %% [markdown]
+# Identical, bit for bit. The price is time: one forward and backward step each way (one
+# thread, median of five; these timings vary from run to run and are not compared by the
+# tests):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+times = {mode: activations.step_time(cfg, batch=B, seq=T, recompute=mode, repeats=5)
+         for mode in activations.RECOMPUTES}
+for mode, s in times.items():
+    print(f"{names[mode]:<24}{1e3 * s:7.1f} ms per step  ({s / times['none']:.2f}x)")
+
+# %% [markdown]
+# Full recomputation reruns every forward: on a GPU, where a step is mostly matmuls, it costs
+# about a third more time (forward is about a third of a step). Selective recomputation reruns
+# only the attention core, a few percent of the flops. On this small CPU model, one thread,
+# the ratios differ (attention is a larger share of the work here) and vary between runs.
+#
+# ## 4. Precision: what each byte of the layouts is for
+#
+# Module 1's layouts differ in precisions: 16 B/param (bf16 weights and gradients, fp32 master
+# copy, fp32 Adam moments), 18 B/param (the same with fp32 gradients) and 12 B/param (no
+# master copy). Each choice guards against a rounding you can watch on real tensors.
+#
+# **The master copy (16 vs 12 bytes).** bf16 keeps 8 significant bits: next to 1.0 the gap to
+# the next number is 2⁻⁷. An update smaller than half the gap is rounded away, every time:
+
+# %%
+for name in ("mixed_adam16", "bf16_adam_no_master", "mixed_adam_fp32_grads"):
+    print(f"{memory.layout(name).total} B/param: {memory.layout(name).description}")
+print(f"bf16 gap at 1.0: {precision.bf16_gap(1.0)}, at 0.02: {precision.bf16_gap(0.02):.2e}")
+result = precision.repeated_update(start=1.0, update=1e-3, steps=100)
+print(", ".join(f"{k} {v:.4f}" for k, v in result.items()))
+
+# %% [markdown]
+# A hundred updates of 0.001 should move the weight to 1.1. Applied to the bf16 weight
+# directly (the 12-byte layout), each is lost and the weight stays 1.0; applied to the fp32
+# master copy they add up, and the bf16 copy made from it for the next forward is 1.1016, the
+# bf16 number nearest 1.1. The same on a whole weight tensor (normal, std 0.02) with Adam-sized
+# steps (about the learning rate):
+
+# %%
+for lr in (1e-3, 1e-4, 1e-5, 1e-6):
+    print(f"update {lr:.0e}: {precision.fraction_lost(lr):6.1%} of the bf16 weights unchanged")
+
+# %% [markdown]
+# At a learning rate of 1e-5, common late in training, 84% of the weights would not move at
+# all without the master copy. The 4 bytes per parameter buy updates that add up.
+#
+# **Loss scaling (fp16).** fp16 has bf16's two bytes but 5 exponent bits instead of 8: its
+# smallest number is about 6e-8, so small gradients flush to zero. Here a loss computed in fp16
+# has gradients of about 8e-9. `torch.amp.GradScaler` multiplies the loss by a scale (2¹⁶)
+# before backward, so the fp16 gradients are 65536x larger, then divides the fp32 gradients by
+# it (`unscale_`) and checks them for inf and nan before the step:
+
+# %%
+plain = precision.loss_scaling(init_scale=2.0**16)
+print(f"mean |gradient| {plain['mean |gradient|']:.1e}; without scaling "
+      f"{plain['zero without scaling']:.1%} of it is exactly zero")
+print(f"with scale 2^16: largest relative error {plain['max relative error with scaling']:.1e}, "
+      f"step taken: {plain['step taken']}, scale stays {plain['scale after']:.0f}")
+big = precision.loss_scaling(init_scale=2.0**40)
+print(f"with scale 2^40: step taken: {big['step taken']}, "
+      f"scale after x {big['scale after'] / big['scale before']}")
+
+# %% [markdown]
+# Without scaling, 99.8% of the gradient is zero; scaled by 2¹⁶ it comes back within 0.04% of
+# the fp32 value. Too large a scale overflows to inf: the scaler then skips that step and halves
+# the scale, which is how it finds a good scale by itself. bf16 has fp32's exponent range, so
+# bf16 training needs no loss scaling; its problem is resolution, the master copy's job.
+#
+# **Summing gradients (18 vs 16 bytes).** Each addition of two bf16 numbers rounds to 8
+# significant bits. Accumulating micro-batch gradients into a bf16 `.grad`, or all-reducing D
+# ranks' gradients in bf16 (Module 3), rounds at every addition; an fp32 buffer rounds once at
+# the end. Mean relative error of the mean gradient, against float64:
+
+# %%
+print(f"{'terms':>6}{'accumulated in bf16':>22}{'in fp32':>10}"
+      f"{'reduced in bf16':>18}{'in fp32':>10}")
+for n in (1, 8, 64):
+    print(f"{n:>6}{precision.accumulation_error(n, 'bf16'):>22.1e}"
+          f"{precision.accumulation_error(n, 'fp32'):>10.1e}"
+          f"{zero.sum_rounding_error(n, 'bf16'):>18.1e}{zero.sum_rounding_error(n, 'fp32'):>10.1e}")
+
+# %% [markdown]
+# In fp32 the error stays at the one final rounding to bf16 (about 1.4e-3) however many terms
+# are summed; in bf16 it grows with the number of terms, to about 5x (accumulation) and 6x
+# (reduction) that at 64 terms. Keeping the gradients in fp32 costs 2 bytes per parameter more: that
+# is the 18-byte row. Reducing in fp32 while storing bf16 (FSDP's `reduce_dtype`) gets most of
+# the benefit for the all-reduce without the extra bytes.
+#
+# ## Summary
+#
+# | what | predicted | measured |
+# | --- | --- | --- |
+# | TinyLM block, math attention | 4(8BTD + 2BTF + 4BT + BHT²) bytes | equal, to the byte |
+# | 7B, s = 4096, b = 1 | 104.2 GB of activations (112 GB state) | (formula) |
+# | selective / full recomputation, B = 4, T = 256 | 50% / 97% of a block's bytes saved | equal |
+# | bf16 master copy absent, lr 1e-5 | | 84% of weights never move |
+# | fp16, no loss scaling | | 99.8% of gradients zero |
+
+# %% [markdown]
+# **Next**: assignment `a9_activations` (in your workspace under `assignments/a9_activations/`):
+# activation bytes for a new configuration, which recomputation and micro-batch size fit a
+# memory budget, a function that measures what a module saves for backward, and which
+# precision choice a training recipe needs.

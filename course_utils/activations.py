@@ -1,0 +1,332 @@
+"""Activation memory: what autograd keeps between forward and backward, predicted and measured.
+
+The persistent-state tables of modules 1 and 3 count weights, gradients and optimizer state.
+Training also keeps, from each forward pass until its backward, the tensors backward needs: the
+*saved activations*. They grow with batch and sequence length, not with the parameter count.
+
+* **Measured**: :func:`saved_bytes` runs a forward pass under
+  ``torch.autograd.graph.saved_tensors_hooks`` and adds up the storage of every tensor autograd
+  saves, each storage once (views of one buffer share it), parameters left out (they are state,
+  counted elsewhere).
+* **Predicted**: :func:`predicted_block_bytes` counts, tensor by tensor, what one block of
+  :class:`course_utils.tiny_lm.TinyLM` saves (fp32, 4 bytes per element), and
+  :func:`predicted_model_bytes` adds the embeddings, final norm, head and loss. The two agree
+  to the byte (``tests/test_activations.py``).
+* **Attention kernels**: ``attention="math"`` computes softmax(QK^T/sqrt(d)) V in plain ops
+  (``SDPBackend.MATH``) and saves the (B, H, T, T) probabilities: the term quadratic in T.
+  ``attention="fused"`` lets PyTorch pick its fused CPU kernel (flash attention), which saves
+  the output and a (B, H, T) log-sum-exp instead and recomputes the probabilities in backward.
+* **Recomputation** (activation checkpointing, ``torch.utils.checkpoint`` non-reentrant):
+  ``recompute="full"`` keeps only each block's input and reruns the block in backward;
+  ``recompute="attention"`` (selective) reruns only the attention core, the part whose saved
+  bytes grow with T^2 but whose flops are cheap.
+* **The published form** for a GPT layer in 16-bit with dropout (Korthikanti et al. 2022,
+  "Reducing Activation Recomputation in Large Transformer Models", Table 2):
+  :func:`korthikanti_bytes`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.checkpoint import checkpoint
+
+from course_utils import style, tiny_lm
+
+__all__ = ["ATTENTIONS", "RECOMPUTES", "saved_bytes", "forward", "loss_and_grads", "make_inputs",
+           "measured_block_bytes", "measured_model_bytes", "predicted_block_bytes",
+           "predicted_model_bytes", "block_terms", "korthikanti_bytes", "step_time",
+           "plot_bytes_vs_seq"]
+
+ATTENTIONS = ("math", "fused")
+RECOMPUTES = ("none", "attention", "full")
+_FP32 = 4      # bytes per fp32 element: TinyLM runs in fp32 on CPU
+_INT64 = 8     # bytes per token id
+
+
+def _check_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
+    return value
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
+    return value
+
+
+def _check_cfg(cfg: Any) -> tiny_lm.TinyLMConfig:
+    if not isinstance(cfg, tiny_lm.TinyLMConfig):
+        raise ValueError(f"cfg must be a tiny_lm.TinyLMConfig; got {type(cfg).__name__}")
+    return cfg
+
+
+def _check_shape(cfg: tiny_lm.TinyLMConfig, batch: Any, seq: Any) -> None:
+    _check_int("batch", batch)
+    _check_int("seq", seq)
+    if seq > cfg.seq_len:
+        raise ValueError(f"seq must be <= cfg.seq_len={cfg.seq_len}; got {seq}")
+
+
+# ---------------------------------------------------------------------------- measurement
+
+
+def saved_bytes(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()) -> tuple[int, Any]:
+    """Run ``fn()`` and return (bytes of the tensors autograd saved for backward, fn's result).
+
+    Each storage is counted once, whole (a view saves its whole buffer); tensors whose storage is
+    one of ``exclude``'s (the parameters) are left out.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be a callable taking no arguments; got {type(fn).__name__}")
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in skip:
+            seen.setdefault(key, storage.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return sum(seen.values()), out
+
+
+def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    attention: str) -> torch.Tensor:
+    """Causal softmax(q k^T / sqrt(d)) v, each (B, H, T, D/H), with the chosen kernel."""
+    if attention == "math":
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _block_forward(block: nn.Module, x: torch.Tensor, recompute: str,
+                   attention: str) -> torch.Tensor:
+    """TinyLM's block forward (same ops, same weights), with optional recomputation."""
+    b, t, d = x.shape                                                    # (B, T, D)
+    h = block.n_heads
+    q, k, v = block.qkv(block.ln1(x)).split(d, dim=-1)                   # 3 x (B, T, D)
+    q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D/H)
+    if recompute == "attention":
+        a = checkpoint(_attention_core, q, k, v, attention, use_reentrant=False)
+    else:
+        a = _attention_core(q, k, v, attention)                          # (B, H, T, D/H)
+    x = x + block.proj(a.transpose(1, 2).reshape(b, t, d))               # (B, T, D)
+    return x + block.fc2(F.gelu(block.fc1(block.ln2(x))))               # (B, T, D)
+
+
+def forward(model: tiny_lm.TinyLM, tokens: torch.Tensor, recompute: str = "none",
+            attention: str = "math") -> torch.Tensor:
+    """``model(tokens)`` -> logits (B, T, V), with a chosen attention kernel and recomputation."""
+    if not isinstance(model, tiny_lm.TinyLM):
+        raise ValueError(f"model must be a tiny_lm.TinyLM; got {type(model).__name__}")
+    _check_choice("recompute", recompute, RECOMPUTES)
+    _check_choice("attention", attention, ATTENTIONS)
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
+        raise ValueError("tokens must be a (batch, seq) int64 tensor")
+    b, t = tokens.shape
+    if t > model.cfg.seq_len:
+        raise ValueError(f"tokens has {t} positions; model.cfg.seq_len is {model.cfg.seq_len}")
+    x = model.tok(tokens) + model.pos(torch.arange(t, device=tokens.device))  # (B, T, D)
+    for block in model.blocks:
+        if recompute == "full":
+            x = checkpoint(_block_forward, block, x, "none", attention, use_reentrant=False)
+        else:
+            x = _block_forward(block, x, recompute, attention)             # (B, T, D)
+    return model.head(model.ln_f(x))                                      # (B, T, V)
+
+
+def _loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def make_inputs(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int,
+                seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random token ids and targets, each (batch, seq) int64, from ``seed``."""
+    _check_shape(_check_cfg(cfg), batch, seq)
+    _check_int("seed", seed, 0)
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(cfg.vocab_size, (batch, seq + 1), generator=g)     # (B, T+1)
+    return tokens[:, :-1].clone(), tokens[:, 1:].clone()          # two buffers, even at B = 1
+
+
+def loss_and_grads(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int, recompute: str = "none",
+                   attention: str = "math", seed: int = 0) -> tuple[float, dict[str, torch.Tensor]]:
+    """Loss and every parameter's gradient of one step (weights and data from ``seed``)."""
+    _check_shape(_check_cfg(cfg), batch, seq)
+    _check_int("seed", seed, 0)
+    model = tiny_lm.build(cfg, seed)
+    tokens, targets = make_inputs(cfg, batch, seq, seed)
+    loss = _loss(forward(model, tokens, recompute, attention), targets)
+    loss.backward()
+    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def measured_block_bytes(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int,
+                         recompute: str = "none", attention: str = "math") -> int:
+    """Measured bytes one block saves for backward on a (batch, seq, d_model) fp32 input."""
+    _check_shape(_check_cfg(cfg), batch, seq)
+    _check_choice("recompute", recompute, RECOMPUTES)
+    _check_choice("attention", attention, ATTENTIONS)
+    block = tiny_lm.build(cfg, 0).blocks[0]
+    x = torch.randn(batch, seq, cfg.d_model, requires_grad=True)         # (B, T, D)
+    if recompute == "full":
+        run = lambda: checkpoint(_block_forward, block, x, "none", attention,  # noqa: E731
+                                 use_reentrant=False)
+    else:
+        run = lambda: _block_forward(block, x, recompute, attention)  # noqa: E731
+    n, _ = saved_bytes(run, exclude=block.parameters())
+    return n
+
+
+def measured_model_bytes(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int,
+                         recompute: str = "none", attention: str = "math") -> int:
+    """Measured bytes the whole model and its loss save for backward on one (batch, seq) batch."""
+    _check_shape(_check_cfg(cfg), batch, seq)
+    model = tiny_lm.build(cfg, 0)
+    tokens, targets = make_inputs(cfg, batch, seq, 0)
+    n, _ = saved_bytes(lambda: _loss(forward(model, tokens, recompute, attention), targets),
+                       exclude=model.parameters())
+    return n
+
+
+# ------------------------------------------------------------------------------ prediction
+
+
+def block_terms(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int, recompute: str = "none",
+                attention: str = "math") -> dict[str, int]:
+    """What one block saves, in elements, by tensor (B = batch, T = seq, D = d_model, F = d_ff,
+    H = n_heads); every entry is fp32 (4 bytes per element)."""
+    _check_shape(_check_cfg(cfg), batch, seq)
+    _check_choice("recompute", recompute, RECOMPUTES)
+    _check_choice("attention", attention, ATTENTIONS)
+    btd, btf, bt, h = batch * seq * cfg.d_model, batch * seq * cfg.d_ff, batch * seq, cfg.n_heads
+    if recompute == "full":
+        return {"block input": btd}
+    terms = {"block input (LayerNorm 1)": btd, "LayerNorm 1 mean, 1/std": 2 * bt,
+             "LayerNorm 1 output (QKV matmul)": btd}
+    if recompute == "attention":
+        terms["Q, K, V (one buffer, recompute input)"] = 3 * btd
+    elif attention == "math":
+        terms["Q and K, scaled"] = 2 * btd
+        # V is reshaped to (B*H, T, D/H) for the batched matmul: a copy, unless B = 1 or H = 1
+        # make that reshape a view, which keeps the whole (B, T, 3D) QKV buffer alive
+        if batch == 1 or h == 1:
+            terms["V (a view: the whole QKV buffer)"] = 3 * btd
+        else:
+            terms["V"] = btd
+        terms["softmax probabilities (B, H, T, T)"] = batch * h * seq * seq
+    else:
+        terms["Q, K, V (one buffer)"] = 3 * btd
+        terms["log-sum-exp (B, H, T)"] = batch * h * seq
+    # the attention output: the math kernel's is copied into (B, T, D) for the projection, a
+    # fresh buffer; the fused kernel's output is already laid out so that copy is a view of it
+    terms["attention output (proj input)"] = btd
+    terms.update({"residual (LayerNorm 2 input)": btd, "LayerNorm 2 mean, 1/std": 2 * bt,
+                  "LayerNorm 2 output (fc1 input)": btd, "GELU input (B, T, F)": btf,
+                  "GELU output (fc2 input)": btf})
+    return terms
+
+
+def predicted_block_bytes(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int,
+                          recompute: str = "none", attention: str = "math") -> int:
+    """Bytes one TinyLM block saves, from the sizes alone. With the math kernel and no
+    recomputation: 4 (8BTD + 2BTF + 4BT + BHT^2)."""
+    return _FP32 * sum(block_terms(cfg, batch, seq, recompute, attention).values())
+
+
+def predicted_model_bytes(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int,
+                          recompute: str = "none", attention: str = "math") -> int:
+    """Bytes the whole TinyLM and its loss save: n_layers blocks plus the embedding indices
+    (token ids, positions), the final LayerNorm, the head input, log-softmax and targets."""
+    per_block = predicted_block_bytes(cfg, batch, seq, recompute, attention)
+    bt, btd, v = batch * seq, batch * seq * cfg.d_model, cfg.vocab_size
+    outside = (_INT64 * (bt + seq)                      # token ids, position ids
+               + _FP32 * (btd + 2 * bt + btd)           # final LayerNorm input, stats, output
+               + _FP32 * bt * v + _INT64 * bt           # log-softmax (B*T, V), targets
+               + _FP32)                                 # the loss's total weight (a scalar)
+    return cfg.n_layers * per_block + outside
+
+
+def korthikanti_bytes(s: int, b: int, h: int, a: int, layers: int = 1, recompute: str = "none",
+                      tp: int = 1, sp: bool = False) -> float:
+    """Activation bytes of a GPT transformer in 16-bit with dropout (Korthikanti et al. 2022,
+    Table 2): s tokens, batch b, hidden h, a heads, tensor parallel ``tp``, sequence parallel
+    ``sp``. No recomputation and tp = 1: s b h (34 + 5 a s / h) per layer."""
+    for name, value in (("s", s), ("b", b), ("h", h), ("a", a), ("layers", layers), ("tp", tp)):
+        _check_int(name, value)
+    _check_choice("recompute", recompute, RECOMPUTES)
+    if not isinstance(sp, bool):
+        raise ValueError(f"sp must be a bool; got {sp!r}")
+    if sp and tp == 1:
+        raise ValueError("sp=True needs tp > 1 (sequence parallelism splits over the TP ranks)")
+    sbh, t = s * b * h, tp
+    quad = 5 * a * s / h            # the attention scores, softmax, dropout mask and output
+    if recompute == "full":
+        per_layer = 2 * sbh         # only each layer's input is kept
+    elif recompute == "attention":
+        per_layer = sbh * 34 / t if sp else sbh * (10 + 24 / t)
+    else:
+        per_layer = sbh * (34 + quad) / t if sp else sbh * (10 + 24 / t + quad / t)
+    return float(layers * per_layer)
+
+
+# ------------------------------------------------------------------------------ timing
+
+
+def step_time(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int, recompute: str = "none",
+              attention: str = "math", repeats: int = 5) -> float:
+    """Median seconds of one forward + backward (the first, warm-up run left out)."""
+    _check_shape(_check_cfg(cfg), batch, seq)
+    _check_int("repeats", repeats)
+    model = tiny_lm.build(cfg, 0)
+    tokens, targets = make_inputs(cfg, batch, seq, 0)
+    times = []
+    for _ in range(repeats + 1):
+        model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        _loss(forward(model, tokens, recompute, attention), targets).backward()
+        times.append(time.perf_counter() - start)
+    times = sorted(times[1:])
+    return times[len(times) // 2]
+
+
+# ------------------------------------------------------------------------------ plots
+
+
+def plot_bytes_vs_seq(seqs: list[int], curves: dict[str, list[float]],
+                      measured: dict[str, list[float]] | None = None, ax: Any = None,
+                      title: str = "") -> Any:
+    """Predicted saved bytes (MB) against sequence length, one line per setting in ``curves``
+    (label -> bytes), the values of ``measured`` as markers on top. Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    if not seqs or not curves or any(len(v) != len(seqs) for v in curves.values()):
+        raise ValueError("seqs and every curve must be non-empty lists of equal length")
+    measured = measured or {}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.8))
+    colors = [style.STATE_COLORS[k] for k in ("master", "grads", "weights")]
+    for i, (label, values) in enumerate(curves.items()):
+        color = colors[i % len(colors)]
+        ax.plot(seqs, [v / 1e6 for v in values], color=color, lw=2, label=f"{label} (predicted)")
+        if label in measured:
+            ax.plot(seqs, [v / 1e6 for v in measured[label]], ls="none", marker="o", ms=7,
+                    mfc="none", mew=1.5, color=color, label=f"{label} (measured)")
+    ax.set_xlabel("sequence length T (tokens)")
+    ax.set_ylabel("saved for backward (MB)")
+    ax.set_xlim(0, max(seqs) * 1.05)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.05)
+    ax.legend(loc="upper left", frameon=False)
+    if title:
+        ax.set_title(title, loc="left")
+    return ax

@@ -1,0 +1,161 @@
+"""Precision: why the 16-byte layout keeps an fp32 master copy, scales fp16 losses and sums
+gradients in fp32, each shown on real tensors.
+
+Module 1's layouts (:data:`course_utils.memory.LAYOUTS`) differ in exactly these choices:
+
+* **16 B/param** (``mixed_adam16``): bf16 weights and gradients, fp32 master copy and moments.
+  The master copy exists because an update smaller than half the gap between neighbouring bf16
+  numbers is rounded away (:func:`bf16_gap`, :func:`repeated_update`, :func:`fraction_lost`).
+* **12 B/param** (``bf16_adam_no_master``): drops the master copy, so those updates are lost.
+* **18 B/param** (``mixed_adam_fp32_grads``): keeps gradients in fp32 (2 more bytes) so that
+  sums over micro-batches and ranks round once, not at every addition
+  (:func:`accumulation_error`; the all-reduce case is :func:`course_utils.zero.sum_rounding_error`).
+* **fp16** has bf16's 2 bytes but a far smaller range: gradients below about 6e-8 flush to zero
+  unless the loss is scaled up first (:func:`loss_scaling`, ``torch.amp.GradScaler``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+__all__ = ["DTYPES", "bf16_gap", "repeated_update", "fraction_lost", "loss_scaling",
+           "accumulation_error"]
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _check_positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
+    return value
+
+
+def _check_dtype(name: str, value: Any, allowed: tuple[str, ...]) -> torch.dtype:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
+    return DTYPES[value]
+
+
+def bf16_gap(x: float) -> float:
+    """Distance from ``x`` (> 0) to the next larger bf16 number: 2^(floor(log2 x) - 7)."""
+    x = _check_positive("x", x)
+    return 2.0 ** (math.floor(math.log2(x)) - 7)
+
+
+def repeated_update(start: float = 1.0, update: float = 1e-3, steps: int = 100) -> dict[str, float]:
+    """Add ``update`` to a weight ``steps`` times: once to a bf16 weight directly (12-byte
+    layout), once to an fp32 master copy rounded to bf16 after each step (16-byte layout)."""
+    start, update = _check_positive("start", start), _check_positive("update", update)
+    _check_int("steps", steps)
+    weight = torch.tensor(start, dtype=torch.bfloat16)         # () the bf16 weight, no master
+    master = torch.tensor(start, dtype=torch.float32)          # () the fp32 master copy
+    step = torch.tensor(update, dtype=torch.float32)
+    for _ in range(steps):
+        weight = (weight.float() + step).bfloat16()            # the sum rounds back to bf16
+        master = master + step
+    return {"exact": start + steps * update, "bf16 only": weight.item(),
+            "fp32 master": master.item(), "bf16 copy of master": master.bfloat16().item()}
+
+
+def fraction_lost(update: float, weight_std: float = 0.02, numel: int = 100_000,
+                  seed: int = 0) -> float:
+    """Fraction of a bf16 weight tensor (normal, std ``weight_std``) that does not change at
+    all when ``update`` (times a random sign, as Adam's steps are about lr in size) is added."""
+    update = _check_positive("update", update)
+    weight_std = _check_positive("weight_std", weight_std)
+    _check_int("numel", numel)
+    _check_int("seed", seed, 0)
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(numel, generator=g) * weight_std).bfloat16()           # (numel,)
+    sign = torch.randint(0, 2, (numel,), generator=g).float() * 2 - 1       # (numel,) +-1
+    new = (w.float() + update * sign).bfloat16()                            # (numel,)
+    return (new == w).float().mean().item()
+
+
+def loss_scaling(loss_weight: float = 1e-4, input_scale: float = 1e-4, numel: int = 1000,
+                 init_scale: float = 2.0**16, seed: int = 0) -> dict[str, float]:
+    """One backward of ``loss_weight * sum(w * x)`` computed in fp16 (fp32 master ``w``, fp16
+    inputs ``x`` of size ``input_scale``), without and with ``torch.amp.GradScaler``.
+
+    Returns the fp32 reference gradient's mean magnitude, the fraction of gradient elements
+    that came out exactly zero without scaling, the largest relative error with scaling, and
+    whether the scaled step was taken (no inf/nan) with the scale after ``update()``.
+    """
+    loss_weight = _check_positive("loss_weight", loss_weight)
+    input_scale = _check_positive("input_scale", input_scale)
+    init_scale = _check_positive("init_scale", init_scale)
+    _check_int("numel", numel)
+    _check_int("seed", seed, 0)
+    g = torch.Generator().manual_seed(seed)
+    w0 = torch.randn(numel, generator=g)                                    # (numel,) fp32 master
+    x = (torch.randn(numel, generator=g) * input_scale).half()              # (numel,) fp16
+
+    def run(scaler: torch.amp.GradScaler | None) -> tuple[torch.Tensor, dict[str, Any]]:
+        w = w0.clone().requires_grad_(True)
+        opt = torch.optim.SGD([w], lr=0.0)          # lr 0: only the gradient matters here
+        loss = (w.half() * x).float().sum() * loss_weight      # fp16 product, fp32 loss
+        info: dict[str, Any] = {}
+        if scaler is None:
+            loss.backward()
+        else:
+            scaler.scale(loss).backward()           # loss x scale: the fp16 gradients grow
+            scaler.unscale_(opt)                    # fp32 gradients / scale, inf/nan check
+            scaler.step(opt)                        # skipped if any gradient was inf/nan
+            info["scale before"] = scaler.get_scale()
+            scaler.update()
+            info["scale after"] = scaler.get_scale()
+        return w.grad.detach().clone(), info
+
+    exact = (x.float() * loss_weight).double()                              # (numel,) d loss / d w
+    plain, _ = run(None)
+    scaled, info = run(torch.amp.GradScaler("cpu", init_scale=init_scale))
+    finite = bool(torch.isfinite(scaled).all())
+    rel = ((scaled.double() - exact).abs().max() / exact.abs().max()).item() if finite \
+        else float("inf")
+    return {"mean |gradient|": exact.abs().mean().item(),
+            "zero without scaling": (plain == 0).double().mean().item(),
+            "max relative error with scaling": rel,
+            "step taken": info["scale after"] >= info["scale before"],
+            "scale before": info["scale before"], "scale after": info["scale after"]}
+
+
+def accumulation_error(n_micro: int, grad_dtype: str = "bf16", features: int = 64,
+                       batch: int = 8, seed: int = 0) -> float:
+    """Relative error of a gradient accumulated over ``n_micro`` micro-batches in ``grad_dtype``.
+
+    A bf16 ``Linear(features, features)`` computes each micro-batch's weight gradient with
+    autograd (in bf16); the gradients are added one after another into a ``grad_dtype`` buffer
+    (bf16: each addition rounds, as a bf16 ``.grad`` does; fp32: the 18-byte layout), the sum is
+    divided by ``n_micro`` and stored as bf16. Returns mean |result - exact| / mean |exact|, the
+    exact mean computed in float64 from the same bf16 micro-batch gradients.
+    """
+    _check_int("n_micro", n_micro)
+    _check_int("features", features)
+    _check_int("batch", batch)
+    _check_int("seed", seed, 0)
+    acc_dtype = _check_dtype("grad_dtype", grad_dtype, ("bf16", "fp32"))
+    g = torch.Generator().manual_seed(seed)
+    weight = (torch.randn(features, features, generator=g) / features**0.5).bfloat16()
+    weight.requires_grad_(True)                                             # (F, F) bf16
+    acc = torch.zeros(features, features, dtype=acc_dtype)                 # the .grad buffer
+    exact = torch.zeros(features, features, dtype=torch.float64)
+    for _ in range(n_micro):
+        x = torch.randn(batch, features, generator=g).bfloat16()           # (batch, F)
+        target = torch.randn(batch, features, generator=g).bfloat16()      # (batch, F)
+        loss = ((x @ weight.T).float() - target.float()).pow(2).mean()
+        (grad,) = torch.autograd.grad(loss, weight)                        # (F, F) bf16
+        acc = acc + grad.to(acc_dtype)                                      # rounds to acc_dtype
+        exact = exact + grad.double()
+    mean = (acc / n_micro).bfloat16().double()
+    exact = exact / n_micro
+    return ((mean - exact).abs().mean() / exact.abs().mean()).item()

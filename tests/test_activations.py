@@ -1,0 +1,267 @@
+"""course_utils.activations and course_utils.precision: saved-activation bytes predicted ==
+measured (to the byte) over sequence lengths, batch sizes, kernels and recomputation modes;
+checkpointed loss and gradients equal to the plain run over seeds; the published formula at 7B;
+the precision demonstrations' claims (lecture 9); bad inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_utils import activations, memory, precision, tiny_lm, zero
+
+CFG = tiny_lm.TinyLMConfig(seq_len=256)
+SEQS = [16, 32, 64, 128, 256]
+
+
+# ------------------------------------------------------------------ prediction == measurement
+
+
+@pytest.mark.parametrize("attention", activations.ATTENTIONS)
+@pytest.mark.parametrize("recompute", activations.RECOMPUTES)
+@pytest.mark.parametrize("batch", [1, 2, 3])
+@pytest.mark.parametrize("seq", [1, 32, 128])
+def test_block_prediction_equals_measurement(seq, batch, recompute, attention):
+    """Margin: zero bytes."""
+    measured = activations.measured_block_bytes(CFG, batch, seq, recompute, attention)
+    assert measured == activations.predicted_block_bytes(CFG, batch, seq, recompute, attention)
+
+
+@pytest.mark.parametrize("batch", [2, 4])
+@pytest.mark.parametrize("seq", SEQS)
+def test_model_prediction_equals_measurement(seq, batch):
+    """The lecture's sweep (B = 2 and 4, T up to 256): margin zero bytes."""
+    for attention in activations.ATTENTIONS:
+        assert activations.measured_model_bytes(CFG, batch, seq, attention=attention) == \
+            activations.predicted_model_bytes(CFG, batch, seq, attention=attention)
+
+
+@pytest.mark.parametrize("cfg", [
+    tiny_lm.TinyLMConfig(seq_len=64, n_heads=1, d_model=32, d_ff=48, n_layers=3),
+    tiny_lm.TinyLMConfig(seq_len=64, n_heads=2, d_model=32, vocab_size=50, n_layers=1),
+])
+@pytest.mark.parametrize("recompute", activations.RECOMPUTES)
+def test_other_configurations(cfg, recompute):
+    for batch, seq in [(1, 64), (2, 17), (3, 5)]:
+        for attention in activations.ATTENTIONS:
+            assert activations.measured_model_bytes(cfg, batch, seq, recompute, attention) == \
+                activations.predicted_model_bytes(cfg, batch, seq, recompute, attention)
+
+
+def test_formula_of_the_lecture():
+    """4 (8BTD + 2BTF + 4BT + BHT^2) for B > 1, H > 1, math attention, no recomputation."""
+    for b, t in [(2, 64), (4, 256), (3, 17)]:
+        d, f, h = CFG.d_model, CFG.d_ff, CFG.n_heads
+        want = 4 * (8 * b * t * d + 2 * b * t * f + 4 * b * t + b * h * t * t)
+        assert activations.predicted_block_bytes(CFG, b, t) == want
+    assert activations.predicted_block_bytes(CFG, 2, 64) == 657_408  # the lecture's first cell
+
+
+def test_quadratic_term_grows_with_seq_squared():
+    """Measured: what selective recomputation removes (the T x T part) quadruples when T
+    doubles; the whole model more than doubles from T = 128 to 256; the fused kernel is linear."""
+    def quad(t):
+        return activations.measured_block_bytes(CFG, 2, t) - \
+            activations.measured_block_bytes(CFG, 2, t, recompute="attention")
+    for t in (16, 32, 64, 128):
+        assert quad(t) == 4 * 2 * CFG.n_heads * t * t                 # 4 B H T^2 bytes
+        assert quad(2 * t) == 4 * quad(t)
+    m = {t: activations.measured_model_bytes(CFG, 4, t) for t in (128, 256)}
+    assert m[256] / m[128] > 2.5                                     # lecture: more than doubles
+    f = {t: activations.measured_model_bytes(CFG, 4, t, attention="fused") for t in (128, 256)}
+    assert f[256] / f[128] == pytest.approx(2.0, abs=0.01)          # fused: linear in T
+
+
+def test_lecture_sweep_figures():
+    assert activations.predicted_model_bytes(CFG, 4, 128) == 6_714_372
+    assert activations.predicted_model_bytes(CFG, 4, 256) == 17_623_044
+    assert round(activations.predicted_model_bytes(CFG, 4, 256, attention="fused") / 1e6, 2) == 9.27
+
+
+def test_recomputation_savings_in_the_lecture():
+    base = activations.measured_block_bytes(CFG, 4, 256)
+    sel = activations.measured_block_bytes(CFG, 4, 256, recompute="attention")
+    full = activations.measured_block_bytes(CFG, 4, 256, recompute="full")
+    assert (base, sel, full) == (8_404_992, 4_210_688, 262_144)
+    assert round(1 - sel / base, 2) == 0.50 and round(1 - full / base, 2) == 0.97
+    assert full == 4 * 4 * 256 * CFG.d_model                         # only the block input
+
+
+def test_saved_bytes_counts_each_storage_once_and_skips_parameters():
+    lin = torch.nn.Linear(8, 16)
+    x = torch.randn(4, 8, requires_grad=True)
+    n, out = activations.saved_bytes(lambda: lin(x), exclude=lin.parameters())
+    assert n == 4 * 8 * 4 and out.shape == (4, 16)
+    n_all, _ = activations.saved_bytes(lambda: lin(x))
+    assert n_all == 4 * 8 * 4 + 16 * 8 * 4                           # the weight, when not excluded
+    y = torch.randn(3, 5, requires_grad=True)
+    n, _ = activations.saved_bytes(lambda: y.exp() * y.exp())
+    assert n == 2 * 3 * 5 * 4                                        # two exp outputs, once each
+
+    def square_of_exp():
+        e = y.exp()
+        return e * e
+    assert activations.saved_bytes(square_of_exp)[0] == 3 * 5 * 4   # one storage, saved 3 times
+
+
+# ------------------------------------------------------------------ recomputation == plain
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("attention", activations.ATTENTIONS)
+def test_checkpointed_loss_and_grads_equal_plain(seed, attention):
+    loss, grads = activations.loss_and_grads(CFG, 3, 64, "none", attention, seed)
+    for mode in ("attention", "full"):
+        loss_r, grads_r = activations.loss_and_grads(CFG, 3, 64, mode, attention, seed)
+        torch.testing.assert_close(torch.tensor(loss_r), torch.tensor(loss), rtol=0, atol=0)
+        assert grads_r.keys() == grads.keys()
+        for name in grads:
+            torch.testing.assert_close(grads_r[name], grads[name], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_forward_is_tinylm_forward(seed):
+    """activations.forward with the fused (default) kernel is TinyLM's own forward."""
+    model = tiny_lm.build(CFG, seed)
+    tokens, _ = activations.make_inputs(CFG, 2, 48, seed)
+    torch.testing.assert_close(activations.forward(model, tokens, attention="fused"),
+                               model(tokens), rtol=0, atol=0)
+    torch.testing.assert_close(activations.forward(model, tokens, attention="math"),
+                               model(tokens), rtol=1e-5, atol=1e-6)
+
+
+def test_step_time_is_positive():
+    assert activations.step_time(CFG, 1, 16, "full", repeats=1) > 0
+
+
+# ------------------------------------------------------------------ the published formula
+
+
+def test_korthikanti_at_7b():
+    kw = dict(s=4096, b=1, h=4096, a=32, layers=32)
+    assert activations.korthikanti_bytes(**kw) == 4096 * 4096 * (34 + 160) * 32
+    assert round(activations.korthikanti_bytes(**kw) / 1e9, 2) == 104.15
+    assert round(activations.korthikanti_bytes(**kw, recompute="attention") / 1e9, 2) == 18.25
+    assert round(activations.korthikanti_bytes(**kw, recompute="full") / 1e9, 2) == 1.07
+    assert memory.state_bytes(7e9) / 1e9 == 112
+    per_layer = activations.korthikanti_bytes(**kw) / 32
+    assert round(per_layer / 1e9, 2) == 3.25 and round(5 * 32 * 4096**2 / 1e9, 2) == 2.68
+    assert round(5 * 32 * 4096**2 / per_layer, 2) == 0.82
+
+
+def test_korthikanti_table_2_with_tensor_and_sequence_parallelism():
+    s, b, h, a, t = 2048, 1, 1024, 16, 4
+    sbh = s * b * h
+    assert activations.korthikanti_bytes(s, b, h, a, tp=t) == sbh * (10 + 24 / t + 5 * a * s / (h * t))
+    assert activations.korthikanti_bytes(s, b, h, a, tp=t, sp=True) == sbh / t * (34 + 5 * a * s / h)
+    assert activations.korthikanti_bytes(s, b, h, a, tp=t, recompute="attention") == sbh * (10 + 24 / t)
+    assert activations.korthikanti_bytes(s, b, h, a, tp=t, sp=True, recompute="attention") == 34 * sbh / t
+    assert activations.korthikanti_bytes(s, b, h, a, tp=t, recompute="full") == 2 * sbh
+
+
+def test_assignment_numbers():
+    """a9's graded values, from the library (the judge hard-codes them)."""
+    assert activations.korthikanti_bytes(4096, 2, 5120, 40, 40) / 1e9 == pytest.approx(325.4779904)
+    cfg = tiny_lm.TinyLMConfig(d_model=128, n_heads=8, d_ff=512, seq_len=64)
+    assert activations.predicted_block_bytes(cfg, 4, 64) == 2_625_536
+    assert activations.measured_block_bytes(cfg, 4, 64) == 2_625_536
+    small = tiny_lm.TinyLMConfig(d_model=32, n_heads=2, d_ff=128, seq_len=16)
+    assert activations.measured_block_bytes(small, 2, 16) == 70_144
+    per_seq = {m: activations.korthikanti_bytes(4096, 1, 4096, 32, 32, m) / 1e9
+               for m in activations.RECOMPUTES}
+    assert per_seq["none"] > 40 and 2 * per_seq["attention"] <= 40 < 4 * per_seq["attention"]
+    per_seq = {m: activations.korthikanti_bytes(8192, 1, 2048, 16, 24, m) / 1e9
+               for m in activations.RECOMPUTES}
+    assert per_seq["attention"] > 10 and 8 * per_seq["full"] <= 10 < 16 * per_seq["full"]
+
+
+# ------------------------------------------------------------------ precision
+
+
+def test_bf16_gap():
+    assert precision.bf16_gap(1.0) == 2**-7
+    assert precision.bf16_gap(0.02) == 2**-13
+    one = torch.tensor(1.0, dtype=torch.bfloat16)
+    assert (one + 2**-7).item() == 1 + 2**-7 and (one + 2**-9).item() == 1.0
+
+
+def test_master_copy_keeps_small_updates():
+    r = precision.repeated_update(start=1.0, update=1e-3, steps=100)
+    assert r["bf16 only"] == 1.0                                    # every update lost
+    assert r["fp32 master"] == pytest.approx(1.1, abs=1e-5)
+    assert r["bf16 copy of master"] == 1.1015625                    # nearest bf16 to 1.1
+
+
+def test_fraction_lost_figures_of_the_lecture():
+    got = {lr: round(100 * precision.fraction_lost(lr), 1) for lr in (1e-3, 1e-4, 1e-5, 1e-6)}
+    assert got == {1e-3: 0.0, 1e-4: 11.8, 1e-5: 84.4, 1e-6: 98.0}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_loss_scaling(seed):
+    r = precision.loss_scaling(seed=seed)
+    assert r["zero without scaling"] > 0.99
+    assert r["max relative error with scaling"] < 1e-3
+    assert r["step taken"] and r["scale after"] == 2.0**16
+    big = precision.loss_scaling(init_scale=2.0**40, seed=seed)
+    assert not big["step taken"] and big["scale after"] == 2.0**39
+    if seed == 0:
+        assert round(100 * r["zero without scaling"], 1) == 99.8
+
+
+def test_fp16_underflow_is_real():
+    tiny = torch.tensor(1e-8).half()
+    assert tiny.item() == 0.0 and torch.tensor(1e-8).bfloat16().item() > 0
+
+
+def test_fp32_accumulation_beats_bf16():
+    for seed in (0, 1):
+        for n in (8, 64):
+            b = precision.accumulation_error(n, "bf16", seed=seed)
+            f = precision.accumulation_error(n, "fp32", seed=seed)
+            assert f < 2e-3 and b > 1.8 * f
+        assert precision.accumulation_error(1, "bf16", seed=seed) == 0.0
+    b64, f64 = precision.accumulation_error(64, "bf16"), precision.accumulation_error(64, "fp32")
+    assert round(b64 / f64) == 5                                     # lecture: about 5x
+    assert round(zero.sum_rounding_error(64, "bf16") / zero.sum_rounding_error(64, "fp32")) == 6
+
+
+def test_layout_rows_tied_in_the_lecture():
+    assert [memory.layout(n).total for n in ("mixed_adam16", "bf16_adam_no_master",
+                                             "mixed_adam_fp32_grads")] == [16, 12, 18]
+
+
+# ------------------------------------------------------------------ bad inputs
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: activations.predicted_block_bytes(CFG, 0, 4), "batch"),
+    (lambda: activations.predicted_block_bytes(CFG, 1, 999), "seq"),
+    (lambda: activations.predicted_block_bytes(CFG, 1, 4, recompute="some"), "recompute"),
+    (lambda: activations.predicted_block_bytes(CFG, 1, 4, attention="flash2"), "attention"),
+    (lambda: activations.predicted_block_bytes("cfg", 1, 4), "cfg"),
+    (lambda: activations.measured_model_bytes(CFG, True, 4), "batch"),
+    (lambda: activations.saved_bytes(3), "fn"),
+    (lambda: activations.korthikanti_bytes(0, 1, 1, 1), "s"),
+    (lambda: activations.korthikanti_bytes(8, 1, 8, 1, sp=True), "sp"),
+    (lambda: activations.korthikanti_bytes(8, 1, 8, 1, sp=1), "sp"),
+    (lambda: activations.korthikanti_bytes(8, 1, 8, 1, recompute="selective"), "recompute"),
+    (lambda: activations.step_time(CFG, 1, 4, repeats=0), "repeats"),
+    (lambda: activations.forward(torch.nn.Linear(2, 2), torch.zeros(1, 2, dtype=torch.long)),
+     "model"),
+    (lambda: activations.forward(tiny_lm.build(CFG), torch.zeros(1, 2)), "tokens"),
+    (lambda: activations.loss_and_grads(CFG, 1, 4, seed=-1), "seed"),
+    (lambda: activations.plot_bytes_vs_seq([], {}), "seqs"),
+    (lambda: precision.bf16_gap(0.0), "x"),
+    (lambda: precision.repeated_update(steps=0), "steps"),
+    (lambda: precision.repeated_update(update=math.inf), "update"),
+    (lambda: precision.fraction_lost(-1e-5), "update"),
+    (lambda: precision.loss_scaling(init_scale=0), "init_scale"),
+    (lambda: precision.accumulation_error(4, "fp16"), "grad_dtype"),
+    (lambda: precision.accumulation_error(0), "n_micro"),
+])
+def test_bad_inputs_name_the_argument(call, words):
+    with pytest.raises(ValueError, match=words):
+        call()
