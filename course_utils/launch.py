@@ -471,6 +471,14 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
             if attempt == _RENDEZVOUS_ATTEMPTS or time.monotonic() > deadline - 1:
                 raise failed.error from None
             continue
+        except RankError as error:
+            # The same transport failure inside fn, where it makes a subgroup (new_group,
+            # init_device_mesh): every rank is a fresh process, so running the whole job again
+            # once is safe; a second failure is reported as it is.
+            if (_GLOO_CONNECT not in str(error) or attempt == _RENDEZVOUS_ATTEMPTS
+                    or time.monotonic() > deadline - 1):
+                raise
+            continue
         if show_output and any(logs):
             print(_format_outputs(logs))
         return results
@@ -478,6 +486,7 @@ def run(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 
 
 
 _RENDEZVOUS_ATTEMPTS = 2
+_GLOO_CONNECT = "Gloo connectFullMesh failed"
 
 
 class _RendezvousFailed(Exception):

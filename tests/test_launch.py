@@ -421,6 +421,28 @@ def test_a_failed_rendezvous_is_retried_once(tmp_path):
     assert os.path.exists(marker)
 
 
+def _subgroup_connect_fails_once(rank, world_size, marker):
+    import torch.distributed as dist
+
+    if rank == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed by "
+                           "peer [127.0.0.1]:11421")  # what a loaded machine gave in CI
+    dist.barrier(group=dist.new_group([0, 1]))
+    return rank
+
+
+def test_a_gloo_connect_failure_inside_the_job_is_retried_once(tmp_path):
+    """CI saw gloo's connectFullMesh fail while a job made a subgroup: the job runs once more
+    in fresh processes; a second failure, or any other error, is reported as it is."""
+    marker = str(tmp_path / "failed-once")
+    assert launch.run(_subgroup_connect_fails_once, 2, marker, show_output=False) == [0, 1]
+    assert os.path.exists(marker)
+    always = str(tmp_path / "missing-dir" / "marker")  # open() fails: a plain error, no retry
+    with pytest.raises(launch.RankError, match="FileNotFoundError"):
+        launch.run(_subgroup_connect_fails_once, 2, always, show_output=False)
+
+
 def _raise_after_barrier(rank, world_size, piddir):
     import torch.distributed as dist
 
