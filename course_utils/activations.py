@@ -37,6 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from course_utils import style, tiny_lm
+from course_utils.validate import check_int as _check_int
 
 __all__ = ["ATTENTIONS", "RECOMPUTES", "saved_bytes", "forward", "loss_and_grads", "make_inputs",
            "measured_block_bytes", "measured_model_bytes", "predicted_block_bytes",
@@ -47,12 +48,6 @@ ATTENTIONS = ("math", "fused")
 RECOMPUTES = ("none", "attention", "full")
 _FP32 = 4      # bytes per fp32 element: TinyLM runs in fp32 on CPU
 _INT64 = 8     # bytes per token id
-
-
-def _check_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
-    return value
 
 
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:

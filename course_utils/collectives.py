@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils import launch
+from course_utils.validate import check_int as _check_positive_int
 
 __all__ = ["COLLECTIVES", "REDUCE_OPS", "shard_sizes", "shard_bounds", "all_gather_flat",
            "reduce_scatter_flat", "example_inputs", "reference", "collective_worker",
@@ -59,12 +60,6 @@ def _check_name(name: Any) -> str:
     if name not in COLLECTIVES:
         raise ValueError(f"name must be one of {list(COLLECTIVES)}; got {name!r}")
     return name
-
-
-def _check_positive_int(arg: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{arg} must be an int >= {minimum}; got {value!r}")
-    return value
 
 
 def _check_op(op: Any) -> dist.ReduceOp:

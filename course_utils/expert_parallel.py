@@ -33,16 +33,12 @@ from typing import Sequence
 import torch
 
 from course_utils.mesh import Mesh, axis_group
+from course_utils.validate import check_int as _check_int
 
 __all__ = ["make_moe", "moe_tokens", "route", "moe_reference", "moe_expert_parallel",
            "attention_inputs", "attention_reference", "ulysses_attention"]
 
 DIM, HIDDEN = 8, 16  # token width and expert hidden width
-
-
-def _check_int(name: str, value: int, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
 
 
 # ------------------------------------------------------------------------------------- MoE

@@ -30,18 +30,13 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils.pipeline_schedule import Op, Timeline, bubble_fraction, schedule_order
+from course_utils.validate import check_int as _check_int
 
 __all__ = ["make_model", "make_batch", "split_stages", "stage_bounds", "reference_step",
            "pipeline_worker", "torch_pipeline_worker", "records_to_timeline", "measure_bubble",
            "matmul_throughput", "run_student_pipeline", "microbatch_reference"]
 
 clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: one clock shared by all processes
-
-
-def _check_int(name: str, value: Any, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
 
 
 def _plain(t: torch.Tensor) -> Any:

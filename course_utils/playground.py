@@ -21,6 +21,7 @@ from typing import Any
 from course_utils import memory
 from course_utils.mesh import AXES, Mesh
 from course_utils.pipeline_schedule import bubble_fraction, effective_batch
+from course_utils.validate import check_int as _int
 
 __all__ = ["Plan", "plan", "collectives", "figure", "summary", "Playground", "OMITTED",
            "DEFAULTS"]
@@ -65,12 +66,6 @@ class Plan:
     def gb(self) -> dict:
         """Per-device persistent state in GB (10**9 bytes)."""
         return {k: v / memory.GB for k, v in self.bytes.items()}
-
-
-def _int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
-    return value
 
 
 def _positive(name: str, value: Any) -> float:

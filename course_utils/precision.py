@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 import torch
+from course_utils.validate import check_int as _check_int
 
 __all__ = ["DTYPES", "bf16_gap", "repeated_update", "fraction_lost", "loss_scaling",
            "accumulation_error"]
@@ -32,12 +33,6 @@ def _check_positive(name: str, value: Any) -> float:
             or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
     return float(value)
-
-
-def _check_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
-    return value
 
 
 def _check_dtype(name: str, value: Any, allowed: tuple[str, ...]) -> torch.dtype:

@@ -43,6 +43,7 @@ import torch.distributed as dist
 
 from course_utils import launch
 from course_utils.collectives import shard_bounds
+from course_utils.validate import check_int as _check_int
 
 __all__ = ["RingStats", "ring_bytes_per_rank", "ring_time_s", "reduce_scatter_phase",
            "all_gather_phase", "ring_all_reduce_simple", "ring_all_reduce", "open_channels",
@@ -63,12 +64,6 @@ class RingStats:
         return RingStats(self.bytes_sent + other.bytes_sent,
                          self.bytes_received + other.bytes_received,
                          self.messages_sent + other.messages_sent)
-
-
-def _check_int(arg: str, value: Any, low: int) -> None:
-    """Raise ValueError naming ``arg`` unless ``value`` is an int (not a bool) >= ``low``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{arg} must be an int >= {low}; got {value!r}")
 
 
 def _check_real(arg: str, value: Any, low: float, *, strict: bool = False) -> None:

@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from course_utils.validate import check_int as _check_int
 
 __all__ = [
     "CommEvent", "record_comms", "copy_to_tp", "reduce_from_tp", "gather_from_tp",
@@ -59,12 +60,6 @@ __all__ = [
 ]
 
 # ------------------------------------------------------------------------------ checking input
-
-
-def _check_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
-    return value
 
 
 def _check_tp(tp_rank: Any, tp_size: Any) -> None:
