@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from course_utils import data_parallel as D
 from course_utils import launch
-from test_measure import _watch_clock
+from test_measure import _watch_clock, solo_group  # noqa: F401 (a fixture)
 
 # ---------------------------------------------------------------------- one update, two ranks
 
@@ -148,15 +145,6 @@ def test_straggler_makes_the_fast_rank_wait():
 def test_throughput_worker_returns_examples_per_second():
     (single,) = launch.run(D.throughput_worker, 1, 16, 2, 32, show_output=False)
     assert single > 0  # speed itself is measured in the notebook, never asserted here
-
-
-@pytest.fixture
-def solo_group():
-    """A one-rank gloo group in this process, so that a worker's clock readings can be watched."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
-                            timeout=timedelta(seconds=60))
-    yield
-    dist.destroy_process_group()
 
 
 def test_timing_workers_read_the_clock_through_measure(monkeypatch, solo_group):

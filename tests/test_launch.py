@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -326,12 +327,8 @@ def test_a_demo_runs_across_two_nodes_under_torchrun():
     """Two torchrun processes (two "nodes" on the loopback address, c10d rendezvous, 2 ranks
     each) run module 6's DP x TP step: TP inside each node, DP across them; every rank's
     shard equals the one-device step's."""
-    import socket
-
     torchrun = Path(sys.executable).with_name("torchrun")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     nodes = [subprocess.Popen(
         [str(torchrun), "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
@@ -344,16 +341,26 @@ def test_a_demo_runs_across_two_nodes_under_torchrun():
         for node in nodes:
             node.kill()
     assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outs]
-    lines = sorted(line for out, _ in outs for line in out.splitlines() if "returned" in line)
-    assert [line.split(" returned")[0] for line in lines] == [f"rank {r}" for r in range(4)]
+    _assert_every_rank_matches_one_device("".join(out for out, _ in outs), 4)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _assert_every_rank_matches_one_device(stdout: str, world_size: int) -> None:
+    """torchrun_main's "rank r returned: <largest difference from one device>" lines."""
+    lines = sorted(line for line in stdout.splitlines() if "returned" in line)
+    assert [line.split(" returned")[0] for line in lines] == [
+        f"rank {r}" for r in range(world_size)], stdout
     assert all(float(line.split(": ")[1]) < 1e-6 for line in lines), lines
 
 
 def test_the_slurm_script_starts_one_torchrun_per_node(tmp_path):
     """scripts/cluster.sbatch under stand-ins for Slurm's srun and scontrol: two "nodes" on this
     machine, as an allocation of two would run it, reach the same checked result."""
-    import socket
-
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text("#!/bin/sh\necho 127.0.0.1\necho 127.0.0.1\n")
@@ -363,9 +370,7 @@ def test_the_slurm_script_starts_one_torchrun_per_node(tmp_path):
                                   '|| fail=1; done\nexit $fail\n')
     for tool in ("scontrol", "srun"):
         (bin_dir / tool).chmod(0o755)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_NUM_NODES="2",
                SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_ID="42", SLURM_SUBMIT_DIR=str(ROOT),
                NPROC_PER_NODE="2", RDZV_PORT=str(port), OMP_NUM_THREADS="1")
@@ -373,8 +378,7 @@ def test_the_slurm_script_starts_one_torchrun_per_node(tmp_path):
                          capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "2 node(s) x 2 rank(s)" in out.stdout
-    lines = sorted(line for line in out.stdout.splitlines() if "returned" in line)
-    assert len(lines) == 4 and all(float(line.split(": ")[1]) < 1e-6 for line in lines), lines
+    _assert_every_rank_matches_one_device(out.stdout, 4)
     usage = subprocess.run(["bash", str(ROOT / "scripts" / "cluster.sbatch")],
                            capture_output=True, text=True, env=env)
     assert usage.returncode == 2 and "usage" in usage.stderr
