@@ -21,6 +21,24 @@ def test_lesson_figures():
     assert memory.layout("mixed_adam16").optimizer_bucket == 12
 
 
+def test_lecture_1_exercise_answers():
+    """The answers lecture 1 states in its Exercises cell, recomputed."""
+    from pathlib import Path
+
+    state = memory.state_bytes(30e9, "mixed_adam16")
+    fp32_grads = memory.state_bytes(30e9, "mixed_adam_fp32_grads")
+    line = (f"1. 30e9 x 16 = {memory.to_gb(state):.0f} GB = {memory.to_gib(state):.1f} GiB. "
+            f"2. 2 + 4 + 4 + 8 = {memory.layout('mixed_adam_fp32_grads').total} B/param "
+            f"({memory.to_gb(fp32_grads):.0f} GB).")
+    assert line == ("1. 30e9 x 16 = 480 GB = 447.0 GiB. 2. 2 + 4 + 4 + 8 = 18 B/param (540 GB).")
+    import nbformat
+
+    lecture = Path(__file__).resolve().parent.parent / "notebooks" / "01_training_state.ipynb"
+    text = "\n".join(c.source for c in nbformat.read(lecture, as_version=4).cells
+                     if c.cell_type == "markdown")
+    assert line in text.splitlines()
+
+
 @pytest.mark.parametrize("name, total", [("mixed_adam16", 16), ("mixed_adam_fp32_grads", 18),
                                          ("bf16_adam_no_master", 12), ("fp32_adam", 16),
                                          ("fp32_sgd", 8)])
