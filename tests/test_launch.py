@@ -363,7 +363,9 @@ def test_the_slurm_script_starts_one_torchrun_per_node(tmp_path):
     machine, as an allocation of two would run it, reach the same checked result."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 127.0.0.1\necho 127.0.0.1\n")
+    # a long host list, as a large allocation prints: a reader that stops after the first line
+    # (`| head -n 1`) kills scontrol with SIGPIPE, and pipefail fails the job (CI, exit 141)
+    (bin_dir / "scontrol").write_text("#!/bin/sh\nfor i in $(seq 20000); do echo 127.0.0.1; done\n")
     # srun runs its command once per node, in parallel (as with --ntasks-per-node=1)
     (bin_dir / "srun").write_text('#!/bin/bash\nshift\nfor n in $(seq "$SLURM_JOB_NUM_NODES"); '
                                   'do "$@" & done\nfail=0\nfor job in $(jobs -p); do wait "$job" '
