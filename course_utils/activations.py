@@ -167,13 +167,15 @@ def loss_and_grads(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int, recompute: s
 
 
 def measured_block_bytes(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int,
-                         recompute: str = "none", attention: str = "math") -> int:
-    """Measured bytes one block saves for backward on a (batch, seq, d_model) fp32 input."""
+                         recompute: str = "none", attention: str = "math",
+                         device: torch.device | str = "cpu") -> int:
+    """Measured bytes one block saves for backward on a (batch, seq, d_model) fp32 input,
+    with the block and input on ``device`` (the GPU check runs it on CUDA)."""
     _check_shape(_check_cfg(cfg), batch, seq)
     _check_choice("recompute", recompute, RECOMPUTES)
     _check_choice("attention", attention, ATTENTIONS)
-    block = tiny_lm.build(cfg, 0).blocks[0]
-    x = torch.randn(batch, seq, cfg.d_model, requires_grad=True)         # (B, T, D)
+    block = tiny_lm.build(cfg, 0).blocks[0].to(device)
+    x = torch.randn(batch, seq, cfg.d_model).to(device).requires_grad_(True)  # (B, T, D)
     if recompute == "full":
         run = lambda: checkpoint(_block_forward, block, x, "none", attention,  # noqa: E731
                                  use_reentrant=False)

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from course_utils import launch
+from course_utils import backend, launch
 from course_utils.validate import check_int as _check_positive_int
 
 __all__ = ["COLLECTIVES", "REDUCE_OPS", "shard_sizes", "shard_bounds", "all_gather_flat",
@@ -124,9 +124,9 @@ def all_gather_flat(shard: torch.Tensor, sizes: Sequence[int] | None = None,
         raise ValueError(f"sizes[{rank}] = {sizes[rank]} but this rank's shard has "
                          f"{shard.numel()} elements")
     longest = max(sizes) if sizes else 0
-    padded = torch.zeros(longest, dtype=shard.dtype)  # (longest,)
+    padded = shard.new_zeros(longest)  # (longest,)
     padded[: shard.numel()] = shard
-    gathered = torch.empty(world_size * longest, dtype=shard.dtype)  # (world_size * longest,)
+    gathered = shard.new_empty(world_size * longest)  # (world_size * longest,)
     dist.all_gather_single(gathered, padded, group=group)
     rows = gathered.view(world_size, longest)  # (world_size, longest)
     return torch.cat([rows[r, : sizes[r]] for r in range(world_size)])
@@ -149,10 +149,10 @@ def reduce_scatter_flat(full: torch.Tensor, op: str = "sum", sizes: Sequence[int
         raise ValueError(f"sizes must list {world_size} non-negative shard lengths summing to "
                          f"{full.numel()}; got {sizes}")
     longest = max(sizes)
-    padded = torch.zeros(world_size, longest, dtype=full.dtype)  # (world_size, longest)
+    padded = full.new_zeros(world_size, longest)  # (world_size, longest)
     for r, piece in enumerate(torch.split(full, sizes)):
         padded[r, : sizes[r]] = piece
-    out = torch.empty(longest, dtype=full.dtype)  # (longest,)
+    out = full.new_empty(longest)  # (longest,)
     dist.reduce_scatter_single(out, padded.view(-1), op=reduce_op, group=group)
     return out[: sizes[dist.get_rank(group)]].clone()
 
@@ -244,7 +244,7 @@ def collective_worker(rank: int, world_size: int, name: str, inputs: Sequence[to
     Returns ``(before, after)`` as lists of floats; prints one line per rank.
     """
     _check_name(name)
-    x = inputs[rank]
+    x = backend.to_device(inputs[rank])
     sizes = [t.numel() for t in inputs] if name == "all_gather" else None
     y = _run_on_this_rank(name, x, rank, world_size, root, op, sizes)
     before, after = x.tolist(), y.tolist()
@@ -258,13 +258,14 @@ def all_gather_worker(rank: int, world_size: int, shards: Sequence[torch.Tensor]
 
     Workers return plain lists: a tensor returned through the launcher can race its rank's exit.
     """
-    return all_gather_flat(shards[rank], sizes=[s.numel() for s in shards]).tolist()
+    return all_gather_flat(backend.to_device(shards[rank]),
+                           sizes=[s.numel() for s in shards]).tolist()
 
 
 def reduce_scatter_worker(rank: int, world_size: int, fulls: Sequence[torch.Tensor],
                           op: str = "sum") -> list[float]:
     """This rank contributes ``fulls[rank]`` (shape (N,)); returns its shard of the reduction."""
-    return reduce_scatter_flat(fulls[rank], op=op).tolist()
+    return reduce_scatter_flat(backend.to_device(fulls[rank]), op=op).tolist()
 
 
 def run_collective(name: str, world_size: int = 2, inputs: Sequence[torch.Tensor] | None = None,

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_utils import launch, measure
+from course_utils import backend, launch, measure
 
 __all__ = ["LESSON_GRADS", "LESSON_W0", "LESSON_LR", "NORMALIZATIONS", "WEIGHTINGS",
            "sgd_reference", "two_replica_update_worker", "normalization_worker",
@@ -95,7 +95,7 @@ def two_replica_update_worker(rank: int, world_size: int,
     """Rank ``rank`` all-reduces its gradient ``local_grads[rank]`` (sum, then / D) and takes an
     SGD step from ``w0``; prints each stage and returns the new weights."""
     grads = _check_grads(local_grads, world_size)
-    dev = launch.device()  # this rank's GPU under NCCL, else the CPU
+    dev = backend.device()  # this rank's GPU under NCCL, else the CPU
     g = torch.tensor(grads[rank], device=dev)  # (P,) this rank's mean gradient over its batch
     w = torch.tensor([float(v) for v in w0], device=dev)  # (P,) same start on every replica
     print(f"local mean gradient {_fmt(g)}")
@@ -116,7 +116,7 @@ def normalization_worker(rank: int, world_size: int, local_grads: Sequence[Seque
     """
     if mode not in NORMALIZATIONS:
         raise ValueError(f"mode must be one of {list(NORMALIZATIONS)}; got {mode!r}")
-    g = torch.tensor(_check_grads(local_grads, world_size)[rank])  # (P,)
+    g = torch.tensor(_check_grads(local_grads, world_size)[rank], device=backend.device())  # (P,)
     if mode == "avg_op" or mode == "avg_then_divide":
         dist.all_reduce(g, op=dist.ReduceOp.AVG)
         if mode == "avg_then_divide":
@@ -230,9 +230,9 @@ def unequal_batch_worker(rank: int, world_size: int,
         raise ValueError(f"weighting must be one of {list(WEIGHTINGS)}; got {weighting!r}")
     if len(shards) != world_size:
         raise ValueError(f"shards must hold world_size={world_size} (X, y) pairs; got {len(shards)}")
-    X, y = shards[rank]
-    n_local = torch.tensor(float(X.shape[0]), dtype=X.dtype)  # scalar
-    w, path = w0.clone(), [w0.clone()]
+    X, y, w = backend.to_device((*shards[rank], w0))
+    n_local = torch.tensor(float(X.shape[0]), dtype=X.dtype, device=X.device)  # scalar
+    path = [w.clone()]
     for step in range(steps):
         g = _mse_grad(w, X, y)  # (dim,) mean over this rank's examples
         if weighting == "mean_of_means":
@@ -312,7 +312,7 @@ def dp_train_worker(rank: int, world_size: int, seed: int, mode: str, steps: int
         raise ValueError(f"mode must be 'scratch' or 'ddp'; got {mode!r}")
     _check_divisible(global_batch, world_size, "world_size")
     local = global_batch // world_size
-    model = make_mlp(seed)
+    model = make_mlp(seed).to(backend.device())
     if mode == "ddp":
         net: nn.Module = nn.parallel.DistributedDataParallel(model)
     else:
@@ -321,7 +321,7 @@ def dp_train_worker(rank: int, world_size: int, seed: int, mode: str, steps: int
             dist.broadcast(p.data, src=0)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
-    for x, target in _step_batches(seed, steps, global_batch):
+    for x, target in backend.to_device(_step_batches(seed, steps, global_batch)):
         x_local = x[rank * local:(rank + 1) * local]  # (local, dim)
         t_local = target[rank * local:(rank + 1) * local]  # (local, 1)
         opt.zero_grad()
@@ -361,7 +361,7 @@ def accumulation_worker(rank: int, world_size: int, seed: int, micro_batches: in
     _check_divisible(global_batch, world_size * micro_batches, "world_size * micro_batches")
     local = global_batch // world_size
     micro = local // micro_batches
-    model = make_mlp(seed)
+    model = make_mlp(seed).to(backend.device())
     ddp = nn.parallel.DistributedDataParallel(model)
     calls = [0]
 
@@ -371,7 +371,7 @@ def accumulation_worker(rank: int, world_size: int, seed: int, micro_batches: in
 
     ddp.register_comm_hook(None, counting_hook)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for x, target in _step_batches(seed, steps, global_batch):
+    for x, target in backend.to_device(_step_batches(seed, steps, global_batch)):
         x_local = x[rank * local:(rank + 1) * local]  # (local, dim)
         t_local = target[rank * local:(rank + 1) * local]  # (local, 1)
         opt.zero_grad()
@@ -396,12 +396,13 @@ def throughput_worker(rank: int, world_size: int, per_rank_batch: int = 256, ste
 
     Returns the global throughput: D x per_rank_batch x steps / the slowest rank's time.
     """
-    model = make_mlp(0, (width, width, width, 1))
+    model = make_mlp(0, (width, width, width, 1)).to(backend.device())
     ddp = nn.parallel.DistributedDataParallel(model) if world_size > 1 else model
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(rank)
     x = torch.randn(per_rank_batch, width, generator=gen)  # (B, width)
     target = torch.randn(per_rank_batch, 1, generator=gen)  # (B, 1)
+    x, target = backend.to_device((x, target))
 
     def step() -> None:
         opt.zero_grad()
@@ -432,7 +433,7 @@ def straggler_worker(rank: int, world_size: int, slow_rank: int, delay_s: float,
         raise ValueError(f"slow_rank must be a rank from 0 to {world_size - 1}; got {slow_rank}")
     if not delay_s >= 0:
         raise ValueError(f"delay_s must be >= 0 seconds; got {delay_s!r}")
-    grad = torch.ones(numel)  # (numel,) a stand-in gradient
+    grad = torch.ones(numel, device=backend.device())  # (numel,) a stand-in gradient
     compute, wait, total = [], [], []
     dist.barrier()
     for _ in range(steps):

@@ -32,6 +32,7 @@ from typing import Sequence
 
 import torch
 
+from course_utils import backend
 from course_utils.mesh import Mesh, axis_group
 from course_utils.validate import check_int as _check_int
 
@@ -113,11 +114,12 @@ def moe_expert_parallel(rank: int, world_size: int, seed: int, tokens_per_rank: 
     if n_experts % ep:
         raise ValueError(f"n_experts must be a multiple of the EP group size {ep}; got {n_experts}")
     per_rank = n_experts // ep
-    params = make_moe(seed, n_experts)
+    params = backend.to_device(make_moe(seed, n_experts))
     my_experts = list(range(ep_rank * per_rank, (ep_rank + 1) * per_rank))
     w1, w2 = params["w1"][my_experts], params["w2"][my_experts]  # only my experts are used here
 
-    x = moe_tokens(seed, world_size * tokens_per_rank)[rank * tokens_per_rank:(rank + 1) * tokens_per_rank]
+    x = backend.to_device(moe_tokens(seed, world_size * tokens_per_rank)
+                          [rank * tokens_per_rank:(rank + 1) * tokens_per_rank])  # [T, dim]
     expert, gate = route(x, params["router"])              # [T], [T]
     dest = expert // per_rank                              # [T] EP rank that holds the expert
     order = torch.argsort(dest, stable=True)               # group my tokens by destination
@@ -143,7 +145,7 @@ def moe_expert_parallel(rank: int, world_size: int, seed: int, tokens_per_rank: 
     y = torch.empty_like(y_sorted)
     y[order] = y_sorted                                    # undo the sort
     out = gate[:, None] * y                                # [T, dim]
-    return {"out": out.numpy().copy(), "sent": send_split, "received": recv_split,
+    return {"out": backend.to_cpu(out).numpy().copy(), "sent": send_split, "received": recv_split,
             "my_experts": my_experts, "ep_ranks": ep_ranks}
 
 
@@ -204,14 +206,14 @@ def ulysses_attention(rank: int, world_size: int, seed: int, seq: int, heads: in
     if seq % sp or heads % sp:
         raise ValueError(f"seq and heads must be multiples of the SP group size {sp}; "
                          f"got seq={seq}, heads={heads}")
-    q, k, v = attention_inputs(seed, seq, heads)
+    q, k, v = backend.to_device(attention_inputs(seed, seq, heads))
     rows = slice(sp_rank * seq // sp, (sp_rank + 1) * seq // sp)
     local = [t[rows] for t in (q, k, v)]                   # 3 x [seq/sp, heads, d]
     qh, kh, vh = (_seq_to_heads(t, sp, group) for t in local)  # 3 x [seq, heads/sp, d]
     out_heads = attention_reference(qh, kh, vh, causal)    # [seq, heads/sp, d]: whole sequence
     out = _heads_to_seq(out_heads, sp, group)              # [seq/sp, heads, d]
     sent = 4 * local[0].numel() * (sp - 1) // sp           # each all-to-all keeps 1/sp at home
-    return {"out": out.numpy().copy(), "local_shape": list(local[0].shape),
+    return {"out": backend.to_cpu(out).numpy().copy(), "local_shape": list(local[0].shape),
             "heads_shape": list(qh.shape), "sent_elements": sent, "sp_ranks": sp_ranks}
 
 
@@ -362,7 +364,7 @@ __all__ += ["draw_token_routing", "draw_all_to_all"]
 
 
 def _demo(rank: int, world_size: int) -> str:
-    res = moe_expert_parallel(rank, world_size, 0, 6, 2 * world_size)
+    res = moe_expert_parallel(rank, world_size, 0, 6, 2 * world_size)  # "out" on the CPU
     ref = moe_reference(moe_tokens(0, 6 * world_size), make_moe(0, 2 * world_size))[rank * 6:(rank + 1) * 6]
     torch.testing.assert_close(torch.as_tensor(res["out"]), ref)
     return f"MoE all-to-all matches one device; sent {res['sent']}, received {res['received']}"

@@ -35,7 +35,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+
 import numpy as np
+
+from course_utils import backend
 
 __all__ = ["LOSS_RTOL", "Workload", "init_params", "batches", "dp_rank_worker", "run_torch",
            "run_jax", "compare", "table", "machine"]
@@ -130,7 +133,8 @@ def dp_rank_worker(rank: int, world_size: int, workload: dict) -> dict:
             lin.weight.copy_(torch.from_numpy(params[2 * k].T))   # nn.Linear stores W^T
             lin.bias.copy_(torch.from_numpy(params[2 * k + 1]))
         layers += [lin, nn.Tanh()]
-    model = DDP(nn.Sequential(*layers[:-1]))
+    dev = backend.device()  # the CPU: run_torch asks for gloo, as JAX runs on CPU devices here
+    model = DDP(nn.Sequential(*layers[:-1]).to(dev))
     opt = torch.optim.SGD(model.parameters(), lr=w.lr)
     setup_s = time.perf_counter() - start
     xs, ys = batches(w)
@@ -138,7 +142,8 @@ def dp_rank_worker(rank: int, world_size: int, workload: dict) -> dict:
     rows = slice(rank * local, (rank + 1) * local)
     losses, times = [], []
     for step in range(w.steps):
-        x, y = torch.from_numpy(xs[step, rows]), torch.from_numpy(ys[step, rows])
+        x, y = backend.to_device((torch.from_numpy(xs[step, rows]), torch.from_numpy(ys[step, rows])),
+                                 dev)
         dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -163,7 +168,7 @@ def run_torch(w: Workload, timeout_s: float = 120.0) -> dict:
     start = time.perf_counter()
     ranks = launch.run(functools.partial(dp_rank_worker, workload=dataclasses.asdict(w)),
                        w.workers, timeout_s=timeout_s, threads_per_rank=w.threads_per_worker,
-                       show_output=False)
+                       show_output=False, backend="gloo")  # CPU, like the JAX side
     wall_s = time.perf_counter() - start
     losses = [float(np.mean([r["losses"][s] for r in ranks])) for s in range(w.steps)]
     times = [max(r["times"][s] for r in ranks) for s in range(w.steps)]

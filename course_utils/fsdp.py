@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils import memory, zero
+from course_utils import backend, memory, zero
 
 __all__ = ["zero_redundancy_worker", "fsdp2_worker", "reference_adam", "reduce_dtype_worker"]
 
@@ -81,8 +81,8 @@ def zero_redundancy_worker(rank: int, world_size: int, sizes: Sequence[int], see
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    x, y = _data(sizes, seed, n_steps, world_size, micro_batch)
-    model = zero.make_mlp(sizes, seed).float()
+    x, y = backend.to_device(_data(sizes, seed, n_steps, world_size, micro_batch))
+    model = zero.make_mlp(sizes, seed).float().to(backend.device())
     names = {id(p): n for n, p in model.named_parameters()}
     ddp = DDP(model)
     opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
@@ -101,7 +101,8 @@ def zero_redundancy_worker(rank: int, world_size: int, sizes: Sequence[int], see
             if isinstance(value, torch.Tensor):
                 (moments if value.dim() > 0 else counters).append(value)
     return {"losses": losses,
-            "params": [p.detach().float().numpy().copy() for p in model.parameters()],
+            "params": [backend.to_cpu(p.detach().float()).numpy().copy()
+                       for p in model.parameters()],
             "owned": [names[id(p)] for p in owned],
             "owned_numel": sum(p.numel() for p in owned),
             "adam_bytes": zero._storage_bytes(moments, set()),
@@ -132,8 +133,8 @@ def fsdp2_worker(rank: int, world_size: int, sizes: Sequence[int], seed: int = 0
 
     if reshard_after_forward not in (True, False):
         raise ValueError(f"reshard_after_forward must be True or False; got {reshard_after_forward!r}")
-    x, y = _data(sizes, seed, n_steps, world_size, micro_batch)
-    model = zero.make_mlp(sizes, seed).float()
+    x, y = backend.to_device(_data(sizes, seed, n_steps, world_size, micro_batch))
+    model = zero.make_mlp(sizes, seed).float().to(backend.device())
     policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if mixed_precision else MixedPrecisionPolicy())
     linears = [m for m in model if isinstance(m, nn.Linear)]
@@ -154,7 +155,8 @@ def fsdp2_worker(rank: int, world_size: int, sizes: Sequence[int], seed: int = 0
         counts = {str(k).split(".")[-1]: v for k, v in comm.get_comm_counts().items()}
         losses.append(_mean_loss(loss, world_size))
     local_shapes = {n: tuple(p.to_local().shape) for n, p in model.named_parameters()}
-    params = [p.full_tensor().detach().float().numpy().copy() for p in model.parameters()]
+    params = [backend.to_cpu(p.full_tensor().detach().float()).numpy().copy()
+              for p in model.parameters()]
     return {"losses": losses, "params": params, "local_shapes": local_shapes,
             "bytes": memory.count_state_bytes(model, opt), "held_after_forward": held,
             "comm_counts": {"all_gather": counts.get("_allgather_base_", 0),
@@ -183,11 +185,11 @@ def reduce_dtype_worker(rank: int, world_size: int) -> dict[str, list[str]]:
             return original(*args, **kwargs)
 
         torch.manual_seed(0)
-        model = nn.Linear(4, 4)
+        model = nn.Linear(4, 4).to(backend.device())
         fully_shard(model, mp_policy=policy)
         dist.reduce_scatter_single = spy
         try:
-            model(torch.randn(2, 4)).float().sum().backward()
+            model(torch.randn(2, 4, device=backend.device())).float().sum().backward()
         finally:
             dist.reduce_scatter_single = original
         out[name] = seen

@@ -58,6 +58,8 @@ import time
 import traceback
 from typing import Any, Callable, Sequence
 
+from course_utils.backend import BACKENDS, device, init_process_group, resolve_backend, to_cpu
+
 __all__ = ["run", "RankError", "LaunchTimeout", "torchrun_main", "ping", "MAX_WORLD_SIZE",
            "BACKENDS", "resolve_backend", "device"]
 
@@ -73,61 +75,6 @@ PRELOAD_LIGHT = ["torch", "torch.distributed", "torch.nn", "cloudpickle", "cours
 
 _HOST = "127.0.0.1"
 _contexts: dict[str, mp.context.BaseContext] = {}
-BACKENDS = ("auto", "gloo", "nccl")
-
-
-def _cuda_devices() -> int:
-    """CUDA devices this process can see (0 without CUDA; never initialises CUDA)."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def resolve_backend(backend: str, world_size: int) -> str:
-    """The process-group backend for ``world_size`` ranks on this machine.
-
-    ``"auto"``: ``"nccl"`` when NCCL is built in and there is one CUDA device per rank,
-    ``"gloo"`` (CPU) otherwise. ``"nccl"`` or ``"gloo"``: that one, or ValueError saying why
-    this machine cannot give it.
-    """
-    import torch.distributed as dist
-
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
-    gpus = _cuda_devices()
-    nccl_ok = dist.is_nccl_available() and gpus >= world_size
-    if backend == "auto":
-        return "nccl" if nccl_ok else "gloo"
-    if backend == "nccl" and not nccl_ok:
-        raise ValueError(f"backend='nccl' needs NCCL and one CUDA device per rank: "
-                         f"{world_size} rank(s), {gpus} CUDA device(s) here"
-                         + ("" if dist.is_nccl_available() else ", and this torch has no NCCL")
-                         + "; use backend='gloo' (CPU) or fewer ranks")
-    return backend
-
-
-def device() -> Any:
-    """This rank's device: its CUDA device under NCCL, the CPU under gloo (or outside a group).
-
-    Workers create their tensors and models on it, so one worker serves both backends.
-    """
-    import torch
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _init_group(backend: str, local_rank: int, **kwargs: Any) -> None:
-    """Join the default process group; under NCCL bind this rank to its CUDA device first."""
-    import torch
-    import torch.distributed as dist
-
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        kwargs["device_id"] = torch.device("cuda", local_rank)
-    dist.init_process_group(backend, **kwargs)
 
 
 class RankError(RuntimeError):
@@ -194,7 +141,7 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
         timeout = datetime.timedelta(seconds=pg_timeout_s)
         status = "init_error"  # a failure while joining the group is worth one retry
         store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=timeout)
-        _init_group(backend, rank, store=store, rank=rank, world_size=world_size,
+        init_process_group(backend, rank, store=store, rank=rank, world_size=world_size,
                     timeout=timeout)
         if fault and fault.get("rank") == rank and fault.get("stage") == "init_error":
             if not os.path.exists(fault["marker"]):  # test hook: fail the first rendezvous
@@ -203,7 +150,7 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
         status = "error"  # from here on a failure belongs to fn, not to the rendezvous
         # Plain pickle, not the connection's own pickler: torch registers reducers that pass
         # tensor storage as a file descriptor, which dies with this process once it exits.
-        value = pickle.dumps(fn(rank, world_size, *args))
+        value = pickle.dumps(to_cpu(fn(rank, world_size, *args)))  # CUDA results too
         status = "ok"
     except BaseException as exc:  # report everything, SystemExit and KeyboardInterrupt included
         value = (_student_traceback(exc, origins), traceback.format_exc())
@@ -621,11 +568,11 @@ def torchrun_main(fn: Callable[..., Any], *args: Any) -> Any:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    _init_group(resolve_backend(os.environ.get("COURSE_BACKEND", "auto"), local_world),
-                local_rank)
+    init_process_group(resolve_backend(os.environ.get("COURSE_BACKEND", "auto"), local_world),
+                       local_rank)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     try:
-        value = fn(rank, world_size, *args)
+        value = to_cpu(fn(rank, world_size, *args))
         # One write per line: the ranks share torchrun's stdout, and print() writes the text
         # and its newline separately, so two ranks' lines could interleave.
         sys.stdout.write(f"rank {rank} returned: {value}\n")

@@ -42,7 +42,8 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
-from course_utils import memory, style, tiny_lm
+from course_utils import backend, memory, style, tiny_lm
+from course_utils.backend import synchronize
 
 __all__ = ["GRAD_SCALINGS", "ENGINES", "OPTIMIZERS", "PHASES", "RunSpec", "ScalingReport",
            "reference_gradients", "reference_losses", "dp_gradients", "dp_train",
@@ -183,30 +184,6 @@ def reference_losses(spec: RunSpec) -> list[float]:
 # ------------------------------------------------------------------------------------ clocks
 
 
-def synchronize(device: torch.device | str | torch.Tensor) -> None:
-    """Wait until ``device`` has finished the work queued on it; on CPU, return at once.
-
-    A host clock read before and after a call measures the call's work only if that work is done
-    when the call returns. On CPU it is: torch computes on the calling thread, and a gloo
-    collective on CPU tensors returns once the result is in place. On CUDA it is not: kernels and
-    NCCL collectives are queued on a stream and the call returns as soon as they are enqueued, so
-    a timer must wait for the device (``torch.cuda.synchronize``) before each clock read, or use
-    CUDA events or the profiler. ``device`` may be a tensor (its device is used). Other
-    accelerators go through ``torch.accelerator.synchronize``.
-    """
-    if isinstance(device, torch.Tensor):
-        device = device.device
-    try:
-        device = torch.device(device)
-    except (TypeError, RuntimeError):
-        raise ValueError(f"device must be a torch.device, a device string or a tensor; "
-                         f"got {device!r}") from None
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type not in ("cpu", "meta"):
-        torch.accelerator.synchronize(device)
-
-
 def clock(device: torch.device | str | torch.Tensor = "cpu") -> float:
     """``time.perf_counter()`` read after :func:`synchronize` of ``device``, in seconds.
 
@@ -225,8 +202,11 @@ def bytes_written() -> int | None:
 
     Reads ``wchar`` from ``/proc/self/io`` (Linux); ``None`` where that file does not exist.
     gloo sends over TCP with write calls, so the difference across a collective is the bytes
-    this rank sent (plus a few dozen bytes of headers per message).
+    this rank sent (plus a few dozen bytes of headers per message). ``None`` under NCCL, whose
+    bytes go over NVLink or InfiniBand without a write call (``backend.DIFFERENCES``).
     """
+    if backend.host_sees_collective_bytes() is False:
+        return None
     try:
         with open("/proc/self/io", encoding="ascii") as f:
             for line in f:
@@ -314,7 +294,7 @@ def dp_gradients(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
     ``spec.scaling="double_mean"`` the loss is divided by ``world_size`` before backward.
     """
     _check_world(spec, world_size)
-    model = tiny_lm.build(spec.cfg, spec.seed)
+    model = tiny_lm.build(spec.cfg, spec.seed).to(backend.device())
     hook_state = _TimedHookState(world_size, spec.scaling)
     if spec.engine == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -323,7 +303,8 @@ def dp_gradients(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
         if spec.scaling != "mean":  # correct averaging: DDP's own built-in all-reduce
             model.register_comm_hook(hook_state, _timed_allreduce_hook)
     x, y = _corpus(spec).batch(0, spec.global_batch, spec.cfg.seq_len)          # (B, T) each
-    x, y = (tiny_lm.shard_batch(t, rank, world_size) for t in (x, y))          # (B/D, T)
+    x, y = (tiny_lm.shard_batch(t, rank, world_size).to(backend.device())
+            for t in (x, y))                                                   # (B/D, T)
     loss = tiny_lm.lm_loss(model, x, y)
     # the bug: scale the loss by 1/D by hand, although the reduction already averages
     (loss / world_size if spec.scaling == "double_mean" else loss).backward()
@@ -333,7 +314,8 @@ def dp_gradients(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
     dist.all_reduce(logged)
     # numpy, not a tensor: a tensor travels back through torch's shared-memory pickler,
     # which needs this process alive after it has sent the result (a race at exit)
-    return {"loss": logged.item() / world_size, "grad": _flat_grad(model).detach().numpy()}
+    return {"loss": logged.item() / world_size,
+            "grad": backend.to_cpu(_flat_grad(model).detach()).numpy()}
 
 
 @contextlib.contextmanager
@@ -356,10 +338,10 @@ def dp_train(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
     category, when ``spec.track_memory``), ``profile`` (rows, when ``spec.profile``).
     """
     _check_world(spec, world_size)
-    model = tiny_lm.build(spec.cfg, spec.seed)
+    device = backend.device()  # this rank's GPU under NCCL, else the CPU; clock() waits for it
+    model = tiny_lm.build(spec.cfg, spec.seed).to(device)
     hook_state = _TimedHookState(world_size, spec.scaling)
     module = model
-    device = next(module.parameters()).device  # what clock() waits for (nothing on CPU)
     if spec.engine == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -375,7 +357,8 @@ def dp_train(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
 
         n_active = spec.steps - spec.warmup_steps
         prof_ctx = profile(
-            activities=[ProfilerActivity.CPU],
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                                 if device.type == "cuda" else []),
             schedule=schedule(wait=0, warmup=spec.warmup_steps, active=n_active, repeat=1),
             on_trace_ready=lambda p: prof_rows.extend(profile_rows(p, n_active)))
         prof = prof_ctx.__enter__()
@@ -387,12 +370,14 @@ def dp_train(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
             tracker = MemTracker()
             tracker.track_external(module, opt)
             tracker.__enter__()
+            backend.reset_peak_memory(device)
         times: dict[str, float] = {}
         hook_state.reset()
         t_step = clock(device)
         with _phase(times, "data", spec.profile, device):
             x, y = corpus.batch(step, spec.global_batch, spec.cfg.seq_len)       # (B, T)
-            x, y = (tiny_lm.shard_batch(t, rank, world_size) for t in (x, y))  # (B/D, T)
+            x, y = (tiny_lm.shard_batch(t, rank, world_size).to(device)
+                    for t in (x, y))                                            # (B/D, T)
         with _phase(times, "forward", spec.profile, device):
             if rank == spec.straggler_rank and spec.straggler_delay_s > 0:
                 time.sleep(spec.straggler_delay_s)  # the injected straggler: slow compute
@@ -419,8 +404,10 @@ def dp_train(rank: int, world_size: int, spec: RunSpec) -> dict[str, Any]:
         if tracker is not None:
             tracker.__exit__(None, None, None)
             snap = tracker.get_tracker_snapshot("peak")
-            peak = {str(getattr(k, "value", k)).lower(): int(v)
-                    for k, v in snap[torch.device("cpu")].items()}
+            peak = {str(getattr(k, "value", k)).lower(): int(v) for k, v in snap[device].items()}
+            cuda_peak = backend.peak_memory_bytes(device)  # the allocator's own peak (CUDA only)
+            if cuda_peak is not None:
+                peak["cuda_max_memory_allocated"] = cuda_peak
         times["bytes_sent"] = comm["bytes_sent"]
         times["local_tokens"] = local_batch * spec.cfg.seq_len
         records.append(times)
@@ -455,7 +442,7 @@ def allreduce_bytes_sent(rank: int, world_size: int, n_elements: int) -> dict[st
     """Worker: bytes this rank sends in one fp32 all-reduce of ``n_elements`` (after a warm-up)."""
     if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
         raise ValueError(f"n_elements must be an int >= 1; got {n_elements!r}")
-    t = torch.ones(n_elements)                                                 # (n,) fp32
+    t = torch.ones(n_elements, device=backend.device())                        # (n,) fp32
     dist.all_reduce(t)  # warm-up: connections and buffers
     dist.barrier()
     before = bytes_written()

@@ -11,6 +11,8 @@ from typing import Iterable
 
 import torch
 
+from course_utils import backend
+
 __all__ = ["Layout", "LAYOUTS", "GB", "GiB", "layout", "state_bytes", "to_gb", "to_gib",
            "format_bytes", "fits", "count_state_bytes", "MixedPrecisionAdam",
            "ZERO_STAGES", "zero_state_bytes", "tiny_mlp", "replica_state_bytes",
@@ -270,10 +272,11 @@ def replica_state_bytes(dp_rank: int, dp_size: int, widths: tuple[int, ...] = (6
     """
     import torch.distributed as dist
 
-    model = tiny_mlp(widths, seed)
+    dev = backend.device()  # this rank's GPU under NCCL, else the CPU
+    model = tiny_mlp(widths, seed).to(dev)
     opt = MixedPrecisionAdam(model, lr=1e-3)
     g = torch.Generator().manual_seed(seed + 1000 + dp_rank)  # each rank's own examples
-    x = torch.randn(8, widths[0], generator=g).to(torch.bfloat16)  # (B, C_in)
+    x = torch.randn(8, widths[0], generator=g).to(dev, torch.bfloat16)  # (B, C_in)
     loss = model(x).float().pow(2).mean()
     loss.backward()
     for p in model.parameters():

@@ -16,13 +16,14 @@ Run the 2-D step under torchrun (the real launcher)::
 
 from __future__ import annotations
 
-import datetime
 import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+
+from course_utils import backend
 
 __all__ = ["Mesh", "AXES", "axis_group", "torch_mesh_groups", "hand_mesh_groups", "dp_tp_batch",
            "DpTpMLP", "reference_step", "dp_tp_step", "dp_tp_step_dtensor"]
@@ -213,7 +214,7 @@ def _check_positive(name: str, value: int) -> None:
 
 def torch_mesh_groups(rank: int, world_size: int, sizes: tuple[int, ...],
                       names: tuple[str, ...]) -> dict:
-    """Worker: build ``init_device_mesh("cpu", sizes)`` and report this rank's view of it.
+    """Worker: build ``init_device_mesh(device type, sizes)`` and report this rank's view of it.
 
     Returns ``{"coords": {axis: index}, "groups": {axis: [ranks of my group]},
     "mesh": grid as nested lists}`` as torch sees it.
@@ -221,7 +222,7 @@ def torch_mesh_groups(rank: int, world_size: int, sizes: tuple[int, ...],
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh("cpu", tuple(sizes), mesh_dim_names=tuple(names))
+    mesh = init_device_mesh(backend.device().type, tuple(sizes), mesh_dim_names=tuple(names))
     coordinate = mesh.get_coordinate()
     groups = {name: sorted(dist.get_process_group_ranks(mesh.get_group(name))) for name in names}
     return {"coords": dict(zip(names, coordinate)), "groups": groups,
@@ -240,13 +241,10 @@ def axis_group(mesh: Mesh, rank: int, axis: str, timeout_s: float = 60.0):
 
     ``dist.new_group`` must be called by all ranks, for every group, in the same order.
     """
-    import torch.distributed as dist
-
-    timeout = datetime.timedelta(seconds=timeout_s)
     mine = mesh.group(rank, axis)
     handle = None
     for ranks in mesh.groups(axis):
-        group = dist.new_group(ranks, timeout=timeout)
+        group = backend.new_group(ranks, timeout_s=timeout_s)
         if ranks == mine:
             handle = group
     return handle, mine
@@ -334,9 +332,7 @@ def dp_tp_step(rank: int, world_size: int, seed: int, dp: int, tp: int,
     tp_group, _ = axis_group(mesh, rank, "tp")
     dp_rank, tp_rank = mesh.coords(rank)["dp"], mesh.coords(rank)["tp"]
 
-    from course_utils import launch
-
-    dev = launch.device()  # this rank's GPU under NCCL, else the CPU
+    dev = backend.device()  # this rank's GPU under NCCL, else the CPU
     full = _model(seed)  # every rank builds the same model, then keeps its shard
     cols = _tp_slices(tp_rank, tp)
 
@@ -376,7 +372,7 @@ def _to_numpy(result: dict[str, torch.Tensor]) -> dict:
     A torch tensor is sent through a shared-memory file descriptor that can vanish when the
     rank exits first (seen: "Connection reset by peer" in 4 of 10 launches).
     """
-    return {k: v.detach().cpu().numpy().copy() for k, v in result.items()}
+    return {k: backend.to_cpu(v.detach()).numpy().copy() for k, v in result.items()}
 
 
 class _AllReduceSum(torch.autograd.Function):
@@ -408,11 +404,12 @@ def dp_tp_step_dtensor(rank: int, world_size: int, seed: int, dp: int, tp: int,
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
 
-    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
-    model = parallelize_module(_model(seed), mesh["tp"],
+    dev = backend.device()
+    mesh = init_device_mesh(dev.type, (dp, tp), mesh_dim_names=("dp", "tp"))
+    model = parallelize_module(_model(seed).to(dev), mesh["tp"],
                                {"up": ColwiseParallel(), "down": RowwiseParallel()})
     dp_rank = mesh.get_local_rank("dp")
-    x, y = dp_tp_batch(seed)
+    x, y = backend.to_device(dp_tp_batch(seed), dev)
     rows = _dp_rows(dp_rank, dp)
     share = (rows.stop - rows.start) / BATCH                      # my share of the examples
     loss = torch.nn.functional.mse_loss(model(x[rows]), y[rows]) * share  # [n_local, dim] output

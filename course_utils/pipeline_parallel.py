@@ -29,6 +29,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from course_utils import backend
+from course_utils.measure import clock
 from course_utils.pipeline_schedule import Op, Timeline, bubble_fraction, schedule_order
 from course_utils.validate import check_int as _check_int
 
@@ -36,12 +38,13 @@ __all__ = ["make_model", "make_batch", "split_stages", "stage_bounds", "referenc
            "pipeline_worker", "torch_pipeline_worker", "records_to_timeline", "measure_bubble",
            "matmul_throughput", "run_student_pipeline", "microbatch_reference"]
 
-clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: one clock shared by all processes
+# measure.clock: perf_counter (CLOCK_MONOTONIC on Linux: one clock shared by all processes),
+# read after the device has finished its queued work (on CUDA; at once on CPU)
 
 
 def _plain(t: torch.Tensor) -> Any:
     """A tensor as a numpy array: results travel back from ranks by value, not shared memory."""
-    return t.detach().numpy().copy()
+    return backend.to_cpu(t.detach()).numpy().copy()
 
 
 def _check_time(name: str, value: Any) -> float:
@@ -127,6 +130,7 @@ def _run_schedule(stage: nn.Module, pp_rank: int, pp_size: int, order: Sequence[
                   op_time_s: float = 0.0) -> tuple[float | None, list[tuple]]:
     """Run one pipeline step on this rank: returns (loss on the last rank, op records)."""
     m = len(x_mbs)
+    dev = x_mbs[0].device
     first, last = pp_rank == 0, pp_rank == pp_size - 1
     pp_prev_rank, pp_next_rank = pp_rank - 1, pp_rank + 1
     inputs: dict[int, torch.Tensor] = {}   # microbatch -> this stage's input (kept for its grad)
@@ -139,17 +143,17 @@ def _run_schedule(stage: nn.Module, pp_rank: int, pp_size: int, order: Sequence[
             if first:
                 x = x_mbs[i]
             else:
-                x = torch.empty(boundary_shape)  # (microbatch, width) activation from pp_prev_rank
+                x = torch.empty(boundary_shape, device=dev)  # (microbatch, width) from pp_prev_rank
                 dist.recv(x, src=pp_prev_rank)
                 x.requires_grad_(True)
-            t0 = clock()
+            t0 = clock(dev)
             out = stage(x)  # (microbatch, width)
             if last:
                 # mean over the whole batch = sum over microbatches of (microbatch mean) / m
                 out = nn.functional.mse_loss(out, y_mbs[i]) / m
                 loss_sum += out.item()
             _hold_until(t0 + op_time_s)
-            t1 = clock()
+            t1 = clock(dev)
             inputs[i], outputs[i] = x, out
             if not last:
                 act = out.detach()
@@ -157,12 +161,12 @@ def _run_schedule(stage: nn.Module, pp_rank: int, pp_size: int, order: Sequence[
         else:
             grad = None
             if not last:
-                grad = torch.empty(boundary_shape)  # dLoss/d(output), from pp_next_rank
+                grad = torch.empty(boundary_shape, device=dev)  # dLoss/d(output), from pp_next_rank
                 dist.recv(grad, src=pp_next_rank)
-            t0 = clock()
+            t0 = clock(dev)
             torch.autograd.backward(outputs.pop(i), grad_tensors=grad)
             _hold_until(t0 + 2 * op_time_s)  # backward = 2 x forward
-            t1 = clock()
+            t1 = clock(dev)
             x = inputs.pop(i)
             if not first:
                 pending.append((dist.isend(x.grad, dst=pp_prev_rank), x.grad))
@@ -190,9 +194,9 @@ def pipeline_worker(pp_rank: int, pp_size: int, schedule: str = "gpipe", m: int 
     _check_int("steps", steps)
     _check_int("microbatch", microbatch)
     _check_time("op_time_s", op_time_s)
-    model = make_model(seed, width, depth)  # every rank builds the same model, keeps its stage
-    stage = split_stages(model, pp_size)[pp_rank]
-    x, y = make_batch(seed, m * microbatch, width)
+    model = make_model(seed, width, depth).to(backend.device())  # same model everywhere
+    stage = split_stages(model, pp_size)[pp_rank]  # ... and each rank keeps its stage
+    x, y = backend.to_device(make_batch(seed, m * microbatch, width))
     x_mbs, y_mbs = x.chunk(m), y.chunk(m)  # m microbatches of (microbatch, width)
     order = schedule_order(schedule, pp_size, m)[pp_rank]
     all_records = []
@@ -222,7 +226,7 @@ class _Stamp(torch.autograd.Function):
     def backward(ctx, grad):  # noqa: D102
         if ctx.hold_s:  # the backward ends here: hold until it has lasted hold_s
             _hold_until(ctx.log[-1][1] + ctx.hold_s)
-        ctx.log.append((ctx.label, clock()))
+        ctx.log.append((ctx.label, clock(grad)))
         return grad, None, None, None
 
 
@@ -238,13 +242,13 @@ class _TimedStage(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not x.requires_grad:  # first stage: a leaf, so the input stamp's backward still runs
             x = x.detach().requires_grad_(True)
-        t0 = clock()
+        t0 = clock(x)
         self.log.append(("F0", t0))
         x = _Stamp.apply(x, self.log, "B1", 2 * self.op_time_s)  # reaching the input: B ends
         out = self.inner(x)
         out = _Stamp.apply(out, self.log, "B0", 0.0)  # grad arriving at the output: B starts
         _hold_until(t0 + self.op_time_s)
-        self.log.append(("F1", clock()))
+        self.log.append(("F1", clock(out)))
         return out
 
 
@@ -284,17 +288,18 @@ def torch_pipeline_worker(pp_rank: int, pp_size: int, schedule: str = "gpipe", m
     _check_int("m", m)
     _check_int("steps", steps)
     _check_time("op_time_s", op_time_s)
-    model = make_model(seed, width, depth)
+    dev = backend.device()
+    model = make_model(seed, width, depth).to(dev)
     timed = _TimedStage(split_stages(model, pp_size)[pp_rank], op_time_s)
     # Static shapes, like the recv buffers of pipeline_worker: (microbatch, width) in and out.
     # requires_grad on a received input: this stage must send its gradient back to pp_prev_rank.
-    example_in = torch.empty(microbatch, width, requires_grad=pp_rank > 0)
-    example_out = torch.empty(microbatch, width, requires_grad=True)
-    stage = PipelineStage(timed, pp_rank, pp_size, torch.device("cpu"),
+    example_in = torch.empty(microbatch, width, requires_grad=pp_rank > 0, device=dev)
+    example_out = torch.empty(microbatch, width, requires_grad=True, device=dev)
+    stage = PipelineStage(timed, pp_rank, pp_size, dev,
                           input_args=example_in, output_args=example_out)
     # scale_grads=True (the default) divides grads by m: sum of per-microbatch means / m.
     pipe = classes[schedule](stage, n_microbatches=m, loss_fn=nn.functional.mse_loss)
-    x, y = make_batch(seed, m * microbatch, width)
+    x, y = backend.to_device(make_batch(seed, m * microbatch, width), dev)
     last = pp_rank == pp_size - 1
     all_records, loss = [], None
     for _ in range(steps):
@@ -408,13 +413,13 @@ def matmul_throughput(sizes: Sequence[int], width: int = 512, min_time_s: float 
 def _student_worker(pp_rank: int, pp_size: int, fn: Callable[..., Any], seed: int,
                     sizes: Sequence[int], width: int, depth: int) -> dict:
     """Rank body for :func:`run_student_pipeline`: build this stage, call fn, return plain data."""
-    model = make_model(seed, width, depth)
+    model = make_model(seed, width, depth).to(backend.device())
     stage = split_stages(model, pp_size)[pp_rank]
-    x, y = make_batch(seed, sum(sizes), width)
+    x, y = backend.to_device(make_batch(seed, sum(sizes), width))
     x_mbs, y_mbs = list(x.split(list(sizes))), list(y.split(list(sizes)))  # (n_i, width) each
     loss = fn(stage, pp_rank, pp_size, x_mbs, y_mbs)
     if isinstance(loss, torch.Tensor):
-        loss = loss.detach().numpy().copy()
+        loss = _plain(loss)
     return {"loss": loss, "grads": [None if q.grad is None else _plain(q.grad)
                                     for q in stage.parameters()]}
 

@@ -34,15 +34,15 @@ from __future__ import annotations
 import math
 import numbers
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
 
-from course_utils import launch
+from course_utils import backend, launch
 from course_utils.collectives import shard_bounds
+from course_utils.measure import clock
 from course_utils.validate import check_int as _check_int
 
 __all__ = ["RingStats", "ring_bytes_per_rank", "ring_time_s", "reduce_scatter_phase",
@@ -141,7 +141,7 @@ def reduce_scatter_phase(flat: torch.Tensor, group: dist.ProcessGroup | None = N
     for step in range(world_size - 1):
         send_lo, send_hi = bounds[(rank - step) % world_size]
         recv_lo, recv_hi = bounds[(rank - step - 1) % world_size]
-        incoming = torch.empty(recv_hi - recv_lo, dtype=flat.dtype)  # (shard,)
+        incoming = flat.new_empty(recv_hi - recv_lo)  # (shard,)
         ops = []
         if send_hi > send_lo:
             ops.append(dist.P2POp(dist.isend, flat[send_lo:send_hi], next_rank, group))
@@ -198,29 +198,27 @@ def default_pieces(numel: int, world_size: int, element_size: int = 4) -> int:
 
 
 def open_channels(n: int, timeout_s: float = 60.0) -> list[dist.ProcessGroup | None]:
-    """``n`` communication channels over all ranks: the default group plus n - 1 new gloo groups.
+    """``n`` communication channels over all ranks: the default group plus n - 1 new groups.
 
     Each gloo group has its own TCP connections and I/O thread, so pieces sent on different
-    channels travel in parallel (NCCL's "channels" idea). Every rank must call this, in the
-    same order.
+    channels travel in parallel (NCCL's "channels" idea; under NCCL each group is its own
+    communicator). Every rank must call this, in the same order.
     """
-    import datetime
-
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1; got {n!r}")
-    timeout = datetime.timedelta(seconds=timeout_s)
-    return [None] + [dist.new_group(backend="gloo", timeout=timeout) for _ in range(n - 1)]
+    _check_int("n", n)
+    return [None] + [backend.new_group(timeout_s=timeout_s) for _ in range(n - 1)]
 
 
-_SCRATCH: dict[torch.dtype, torch.Tensor] = {}
+_SCRATCH: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
 def _scratch(numel: int, dtype: torch.dtype) -> torch.Tensor:
-    """A reusable receive buffer of ``numel`` elements: a fresh one would page-fault every call."""
-    buf = _SCRATCH.get(dtype)
+    """A reusable receive buffer of ``numel`` elements on this rank's device: a fresh one would
+    page-fault every call."""
+    dev = backend.device()
+    buf = _SCRATCH.get((dtype, dev))
     if buf is None or buf.numel() < numel:
-        buf = torch.zeros(numel, dtype=dtype)  # zeros: touch every page once, now
-        _SCRATCH[dtype] = buf
+        buf = torch.zeros(numel, dtype=dtype, device=dev)  # zeros: touch every page once, now
+        _SCRATCH[(dtype, dev)] = buf
     return buf[:numel]
 
 
@@ -321,7 +319,7 @@ def ring_worker(rank: int, world_size: int, inputs: Sequence[torch.Tensor],
     """All-reduce ``inputs[rank]`` with the ring; returns (result as a list, byte counts as a dict)."""
     if implementation not in ("fast", "simple"):
         raise ValueError(f"implementation must be 'fast' or 'simple'; got {implementation!r}")
-    x = inputs[rank].clone()
+    x = backend.to_device(inputs[rank]).clone()
     if implementation == "fast":
         stats = ring_all_reduce(x, pieces=pieces)
     else:
@@ -332,7 +330,7 @@ def ring_worker(rank: int, world_size: int, inputs: Sequence[torch.Tensor],
 def ring_phases_worker(rank: int, world_size: int,
                        inputs: Sequence[torch.Tensor]) -> tuple[list[float], list[float]]:
     """Textbook ring on ``inputs[rank]``: returns what the rank holds after phase 1 and phase 2."""
-    x = inputs[rank].clone()
+    x = backend.to_device(inputs[rank]).clone()
     reduce_scatter_phase(x)
     after_phase1 = x.tolist()
     all_gather_phase(x)
@@ -354,21 +352,21 @@ def bandwidth_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], rep
     for nbytes in sizes_bytes:
         numel = int(nbytes) // 4
         gen = torch.Generator().manual_seed(rank)
-        x = torch.randn(numel, generator=gen)  # (numel,)
+        x = torch.randn(numel, generator=gen).to(backend.device())  # (numel,)
         samples: dict[str, list[float]] = {name: [] for name in names}
         results: dict[str, torch.Tensor] = {}
         for _ in range(repeats + 1):  # the first round warms up and is dropped
             for name in names:
                 y = x.clone()
                 dist.barrier()
-                start = time.perf_counter()
+                start = clock(x)  # on CUDA: after the queued work, not at its launch
                 if name == "ring":
                     ring_all_reduce(y, pieces=pieces, channels=channels)
                 elif name == "simple":
                     ring_all_reduce_simple(y)
                 else:
                     dist.all_reduce(y)
-                samples[name].append(time.perf_counter() - start)
+                samples[name].append(clock(x) - start)
                 results[name] = y
         for name in names:
             torch.testing.assert_close(results[name], results["gloo"], rtol=1e-5, atol=1e-4)
@@ -380,7 +378,7 @@ def bandwidth_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], rep
 
 def ring_check_worker(rank: int, world_size: int, numel: int = 1001) -> dict[str, Any]:
     """Ring vs ``dist.all_reduce`` on a random (numel,) tensor: equal? and bytes sent vs formula."""
-    x = torch.randn(numel, generator=torch.Generator().manual_seed(rank))  # (numel,)
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(rank)).to(backend.device())
     ring, expected = x.clone(), x.clone()
     stats = ring_all_reduce(ring)
     dist.all_reduce(expected)

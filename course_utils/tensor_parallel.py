@@ -32,12 +32,10 @@ Run the demo under torchrun (each rank checks itself against the single-device M
 from __future__ import annotations
 
 import contextlib
-import datetime
 import math
 import pickle
 import statistics
 import textwrap
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -45,6 +43,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+from course_utils import backend
+from course_utils.measure import clock
 from course_utils.validate import check_int as _check_int
 
 __all__ = [
@@ -415,7 +416,7 @@ class TensorParallelAttention(nn.Module):
 def _pack(obj: Any) -> bytes:
     """Pickle by value. A tensor returned as-is from a rank travels as a shared-memory file
     descriptor that the rank must stay alive to hand over; ranks exit right after reporting."""
-    return pickle.dumps(obj)
+    return pickle.dumps(backend.to_cpu(obj))
 
 
 def _unpack(per_rank: Sequence[bytes]) -> list[Any]:
@@ -532,7 +533,7 @@ def _dtensor_mlp(model: MLP, x: torch.Tensor, dy: torch.Tensor, world_size: int)
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
 
-    tp_mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("tp",))
+    tp_mesh = init_device_mesh(x.device.type, (world_size,), mesh_dim_names=("tp",))
     parallelize_module(model, tp_mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
     x.requires_grad_(True)
     with CommDebugMode() as fwd_comms:
@@ -568,6 +569,7 @@ def tp_worker(rank: int, world_size: int, kind: str, seeds: Sequence[int],
     out = []
     for seed in seeds:
         model, x, dy = _build(kind, seed, c)
+        model, x, dy = model.to(backend.device()), *backend.to_device((x, dy))
         if kind == "dtensor_mlp":
             out.append(_dtensor_mlp(model, x, dy, world_size))
             continue
@@ -597,14 +599,14 @@ def conjugate_worker(rank: int, world_size: int, seed: int, shape: tuple = (2, 3
     f, g, gather, scatter, where "<op>.grad" is dL/dx for L = sum(op(x) * dy_op).
     """
     gen = torch.Generator().manual_seed(1000 * seed + rank)
-    x = torch.randn(*shape, generator=gen)                     # differs per rank
+    x = torch.randn(*shape, generator=gen).to(backend.device())  # differs per rank
     out: dict[str, Any] = {"x": x}
     ops = {"f": copy_to_tp, "g": reduce_from_tp, "gather": gather_from_tp,
            "scatter": scatter_to_tp}
     widths = {"f": shape[-1], "g": shape[-1], "gather": shape[-1] * world_size,
               "scatter": shape[-1] // world_size}
     for name, op in ops.items():
-        dy = torch.randn(*shape[:-1], widths[name], generator=gen)  # dL/d op(x)
+        dy = torch.randn(*shape[:-1], widths[name], generator=gen).to(x.device)  # dL/d op(x)
         xi = x.clone().requires_grad_(True)
         with record_comms() as comms:
             y = op(xi)
@@ -859,12 +861,12 @@ def mlp_comm_to_compute(h: int, tp: int, dtype: torch.dtype | str, flops_per_s: 
 
 
 def _median_time(fn: Callable[[], Any], repeats: int, group: dist.ProcessGroup | None) -> float:
-    times = []
+    times, dev = [], backend.device()
     for _ in range(repeats):
         dist.barrier(group=group)
-        start = time.perf_counter()
+        start = clock(dev)  # on CUDA: wait for queued kernels, then read the clock
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock(dev) - start)
     return statistics.median(times)
 
 
@@ -892,7 +894,8 @@ def time_comm_vs_matmul(rank: int, world_size: int, sizes: Sequence[tuple[int, i
         x = torch.randn(tokens, h, generator=gen)            # (tokens, h)
         w_up = torch.randn(h, local_ffn, generator=gen)      # (h, ffn/t)
         w_down = torch.randn(local_ffn, h, generator=gen)    # (ffn/t, h)
-        partial = torch.empty(tokens, h)                     # (tokens, h)
+        x, w_up, w_down = backend.to_device((x, w_up, w_down))
+        partial = torch.empty(tokens, h, device=x.device)    # (tokens, h)
 
         def matmuls() -> None:
             torch.matmul(F.gelu(x @ w_up), w_down, out=partial)
@@ -958,14 +961,13 @@ def row_parallel_harness(rank: int, world_size: int, fn: Callable, tp_size: int,
         raise ValueError(f"need world_size ({world_size}) divisible by tp_size ({tp_size}) and "
                          f"one input per replica; got {len(xs)} inputs")
     dp_rank, tp_rank = divmod(rank, tp_size)
-    timeout = datetime.timedelta(seconds=60)
     tp_group = None
     for replica in range(world_size // tp_size):  # every rank must create every group
         ranks = list(range(replica * tp_size, (replica + 1) * tp_size))
-        group = dist.new_group(ranks, timeout=timeout)
+        group = backend.new_group(ranks, timeout_s=60)
         if replica == dp_rank:
             tp_group = group
-    x = xs[dp_rank]
+    x, w, bias = backend.to_device((xs[dp_rank], w, bias))
     rows = slice(*shard_range(x.shape[-1], tp_size, tp_rank))
     x_local = x[..., rows].clone()                        # (b, s, h_in/t)
     w_local = w[rows, :].clone()                          # (h_in/t, h_out)
@@ -999,7 +1001,8 @@ def demo(rank: int, world_size: int) -> float:
     """Each rank runs the Megatron MLP and checks itself against the single-device MLP."""
     seed, c = 0, _config(None)
     model, x, dy = _build("mlp", seed, c)
-    ref = reference("mlp", seed, c)
+    ref = backend.to_device(reference("mlp", seed, c))
+    model, x, dy = model.to(backend.device()), *backend.to_device((x, dy))
     tp = TensorParallelMLP.from_mlp(model)
     x.requires_grad_(True)
     y = tp(x)

@@ -40,7 +40,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils import memory
+from course_utils import backend, memory
 
 __all__ = ["STAGES", "STAGE_NAMES", "REDUCE_DTYPES", "make_mlp", "unit_sizes", "shard_numel",
            "make_batches", "padded_state_bytes", "expected_comm_bytes", "CommLog", "ZeroDP",
@@ -347,6 +347,7 @@ class ZeroDP:
                     raise ValueError(f"model parameters must be bf16 (the 16-byte layout); "
                                      f"model[{name}] has {p.dtype}")
         self.model, self.stage, self.prefetch = model, stage, bool(prefetch)
+        self.device = next(model.parameters()).device  # buffers live beside the weights
         self.dp_group = dp_group
         self.dp = dist.get_world_size(dp_group)
         self.dp_rank = dist.get_rank(dp_group)
@@ -364,7 +365,7 @@ class ZeroDP:
             if stage == 0:
                 unit.master = flat.float()                                     # (n,) fp32
             else:
-                padded = torch.zeros(unit.padded, dtype=torch.bfloat16)        # (P,)
+                padded = torch.zeros(unit.padded, dtype=torch.bfloat16, device=self.device)        # (P,)
                 padded[:unit.n] = flat
                 mine = padded[lo * unit.shard:(lo + 1) * unit.shard]           # (S,)
                 unit.master = mine.float()                                     # (S,) fp32
@@ -373,14 +374,14 @@ class ZeroDP:
                 for p, view in zip(unit.params, unit.views(unit.flat_param)):
                     p.data = view  # the module computes with views of the flat buffer
             if stage == 2:
-                unit.grad_shard = torch.zeros(unit.shard, dtype=torch.bfloat16)  # (S,)
+                unit.grad_shard = torch.zeros(unit.shard, dtype=torch.bfloat16, device=self.device)  # (S,)
                 for p in unit.params:  # reduce-scatter the unit as soon as its grads are ready
                     p.register_post_accumulate_grad_hook(
                         lambda _p, unit=unit: self._on_grad_ready(unit))
             elif stage == 3:
                 unit.param_shard = mine.clone().requires_grad_(True)
                 for p in unit.params:  # the full weights are gone: only shards remain
-                    p.data = torch.empty(0, dtype=torch.bfloat16)
+                    p.data = torch.empty(0, dtype=torch.bfloat16, device=self.device)
             unit.master.requires_grad_(True)
         self.optimizer = torch.optim.Adam([u.master for u in self.units], lr=lr)
 
@@ -391,7 +392,7 @@ class ZeroDP:
             self.log.record(op, t.numel(), t.element_size())
 
     def _start_gather(self, unit: _Unit) -> None:
-        full = torch.empty(unit.padded, dtype=torch.bfloat16)                  # (P,)
+        full = torch.empty(unit.padded, dtype=torch.bfloat16, device=self.device)                  # (P,)
         work = dist.all_gather_single(full, unit.param_shard.detach(), group=self.dp_group,
                                       async_op=True)
         self._log("all_gather", full)
@@ -424,13 +425,13 @@ class ZeroDP:
         ``grads``: the unit's gradient as one flat (n,) tensor, or as [weight (out, in),
         bias (out,)].
         """
-        full = torch.zeros(unit.padded, dtype=self.reduce_dtype)                # (P,)
+        full = torch.zeros(unit.padded, dtype=self.reduce_dtype, device=self.device)                # (P,)
         if isinstance(grads, torch.Tensor):
             full[:unit.n] = grads
         else:
             for view, g in zip(unit.views(full), grads):
                 view.copy_(g)
-        shard = torch.empty(unit.shard, dtype=self.reduce_dtype)                # (S,)
+        shard = torch.empty(unit.shard, dtype=self.reduce_dtype, device=self.device)                # (S,)
         dist.reduce_scatter_single(shard, full, op=dist.ReduceOp.SUM, group=self.dp_group)
         self._log("reduce_scatter", full)
         return shard.div_(self.dp).to(torch.bfloat16)
@@ -482,7 +483,7 @@ class ZeroDP:
                 unit.ready = 0  # no full gradient yet: backward creates it, the hook frees it
             elif self.stage <= 1:
                 if unit.flat_grad is None:
-                    unit.flat_grad = torch.zeros(unit.n, dtype=torch.bfloat16)  # (n,)
+                    unit.flat_grad = torch.zeros(unit.n, dtype=torch.bfloat16, device=self.device)  # (n,)
                     for p, view in zip(unit.params, unit.views(unit.flat_grad)):
                         p.grad = view  # backward accumulates into the flat buffer in place
                 else:
@@ -530,7 +531,7 @@ class ZeroDP:
             if self.stage == 0:
                 unit.flat_param.copy_(new)
             elif self.stage <= 2:
-                full = torch.empty(unit.padded, dtype=torch.bfloat16)           # (P,)
+                full = torch.empty(unit.padded, dtype=torch.bfloat16, device=self.device)           # (P,)
                 dist.all_gather_single(full, new, group=self.dp_group)
                 self._log("all_gather", full)
                 unit.flat_param.copy_(full[:unit.n])
@@ -589,7 +590,7 @@ class ZeroDP:
             if self.stage <= 2:
                 out += [p.detach().clone() for p in unit.params]
             else:
-                full = torch.empty(unit.padded, dtype=torch.bfloat16)
+                full = torch.empty(unit.padded, dtype=torch.bfloat16, device=self.device)
                 dist.all_gather_single(full, unit.param_shard.detach(), group=self.dp_group)
                 out += [v.clone() for v in unit.views(full)]
         return out
@@ -609,19 +610,20 @@ def train_worker(rank: int, world_size: int, stage: int, sizes: Sequence[int], s
     last step), comm (ring bytes and call counts of the last step), shards (elements per unit on
     this rank) and padding (zero elements per unit), timeline (last step, if recorded).
     """
-    x, y = make_batches(sizes, seed, n_steps, world_size, micro_batch)
+    x, y = backend.to_device(make_batches(sizes, seed, n_steps, world_size, micro_batch))
     log = CommLog(world_size)
-    engine = ZeroDP(make_mlp(sizes, seed), stage, lr=lr, reduce_dtype=reduce_dtype,
+    engine = ZeroDP(make_mlp(sizes, seed).to(backend.device()), stage, lr=lr, reduce_dtype=reduce_dtype,
                     prefetch=prefetch, log=log)
     losses = []
     for step in range(n_steps):
         log.clear()
         if record_timeline and step == n_steps - 1:
             engine.timeline = []
-        local = torch.tensor([engine.step(x[step, rank], y[step, rank])], dtype=torch.float64)
+        local = torch.tensor([engine.step(x[step, rank], y[step, rank])], dtype=torch.float64,
+                             device=x.device)
         dist.all_reduce(local)  # for reporting only: not part of the algorithm, not logged
         losses.append(local.item() / world_size)
-    params = [p.float().numpy() for p in engine.full_parameters()]
+    params = [backend.to_cpu(p.float()).numpy() for p in engine.full_parameters()]
     return {"losses": losses, "params": params, "bytes": engine.state_bytes(),
             "comm": log.ring_bytes(), "comm_counts": log.counts(),
             "shards": [u.shard if stage else u.n for u in engine.units],
@@ -907,8 +909,9 @@ def shard_step_harness(rank: int, world_size: int, fn: Any, full_master: torch.T
     if padded % world_size:
         raise ValueError(f"full_master has {padded} elements, not divisible by {world_size} ranks")
     s = padded // world_size
+    full_master, local_grads = backend.to_device((full_master, local_grads))
     master = full_master[rank * s:(rank + 1) * s].clone()       # (S,) fp32
-    exp_avg, exp_avg_sq = torch.zeros(s), torch.zeros(s)       # (S,) fp32
+    exp_avg, exp_avg_sq = torch.zeros_like(master), torch.zeros_like(master)  # (S,) fp32
     returned = []
     with _SpyCollectives() as calls:
         for step in range(1, local_grads.shape[0] + 1):
@@ -917,8 +920,9 @@ def shard_step_harness(rank: int, world_size: int, fn: Any, full_master: torch.T
             if isinstance(out, torch.Tensor):
                 out = out.detach().clone()
             returned.append(out)
-    return pickle.dumps({"master": master, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq,
-                         "returned": returned, "calls": list(calls)})
+    return pickle.dumps(backend.to_cpu({"master": master, "exp_avg": exp_avg,
+                                        "exp_avg_sq": exp_avg_sq, "returned": returned,
+                                        "calls": list(calls)}))
 
 
 def run_shard_step(fn: Any, full_master: torch.Tensor, local_grads: torch.Tensor,

@@ -323,6 +323,31 @@ def test_same_worker_runs_under_torchrun(tmp_path):
         "rank 0 returned: 1", "rank 1 returned: 1"]
 
 
+def _torchrun_modules() -> list[str]:
+    """Every course_utils module whose ``__main__`` block starts a worker with torchrun_main."""
+    out = []
+    for path in sorted((ROOT / "course_utils").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if path.stem != "launch" and "torchrun_main(" in text.partition('if __name__ == "__main__":')[2]:
+            out.append(path.stem)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", _torchrun_modules())
+def test_every_demo_module_runs_under_torchrun(module):
+    """The README's promise: `torchrun --standalone --nproc-per-node 2 -m course_utils.MODULE`
+    runs each demo (gloo here, NCCL on a GPU box) and every rank reports."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
+                          "-m", f"course_utils.{module}"],
+                         capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} returned: " in out.stdout, out.stdout[-2000:]
+
+
 def test_a_demo_runs_across_two_nodes_under_torchrun():
     """Two torchrun processes (two "nodes" on the loopback address, c10d rendezvous, 2 ranks
     each) run module 6's DP x TP step: TP inside each node, DP across them; every rank's

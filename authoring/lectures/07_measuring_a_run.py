@@ -27,7 +27,7 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import launch, measure, memory, style, tiny_lm
+from course_utils import backend, launch, measure, memory, style, tiny_lm
 
 style.use()
 torch.set_num_threads(1)  # like each rank: with several ranks per machine, more threads contend
@@ -181,6 +181,14 @@ for opt, name in (("adamw", "AdamW"), ("sgd", "SGD")):
 # read the clock through `measure.clock(device)`, which synchronizes first when `device` (or the
 # tensor passed) is on CUDA and does nothing more than `perf_counter` on CPU;
 # `tests/test_measure.py` checks both, and that every timer in `measure` uses it.
+#
+# Timing is one of several things that change between gloo ranks on CPUs and NCCL ranks on
+# GPUs. The course handles all of them in one module, `course_utils.backend`; every demo
+# worker goes through it, so the worker that runs here on gloo runs unchanged on a GPU machine
+# (`launch.run` picks NCCL when there is one GPU per rank):
+
+# %%
+print(backend.differences_table())
 
 # %%
 run_spec = replace(spec, steps=10, log_every=3, track_memory=True)
