@@ -9,7 +9,27 @@ draws a plan; :class:`Playground` only wires ipywidgets controls to them. In a n
 What the estimate covers: persistent training state per device (weights, gradients,
 optimizer state) with ideal TP/PP sharding and ZeRO over the DP ranks, the idealized pipeline
 bubble, the effective batch, where the groups fall on nodes, and the collectives each axis
-needs. What it leaves out is listed in :data:`OMITTED` and shown beside every plan.
+needs. Given a sequence length (``seq_len``), also the activations saved for backward and a
+peak per device:
+
+* **Activations** (Korthikanti et al. 2022, Table 2, through
+  :func:`course_utils.activations.korthikanti_bytes`: 16-bit, with dropout, whatever the
+  layout): a GPT layer of hidden size h = ``hidden`` and a = ``num_heads`` heads saves
+  s b h (34 + 5 a s / h) bytes for a microbatch of b = ``microbatch_size`` sequences of
+  s = ``seq_len`` tokens, less with TP, sequence parallelism (``sp``) and recomputation
+  (``recompute``: "none", "selective" = the attention core, "full" = only each layer's input).
+  The pipeline runs **1F1B**: its first stage, the fullest, holds ceil(L / P) of the L =
+  ``num_layers`` layers and keeps min(P, m) microbatches in flight, so it saves
+  ceil(L / P) x min(P, m) layer-microbatches; with P dividing L and m >= P that is all L layers
+  of one microbatch, whatever P (as Korthikanti et al. note). Interleaved schedules keep more;
+  embeddings, logits and loss are left out.
+* **Gathered layer**: under ZeRO-3 with DP > 1 each layer's parameters are all-gathered before
+  its forward and backward: one layer of this device's TP shard, N / (L x TP) parameters in the
+  weights' dtype (``layout.weights`` bytes each), is held whole on top of the persistent shard.
+* **Peak** = persistent state + activations + gathered layer, against ``device_memory_gb``.
+
+What it leaves out is listed in :data:`OMITTED` and shown beside every plan: it is a teaching
+model, not a measured peak.
 """
 
 from __future__ import annotations
@@ -19,25 +39,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_utils import memory
+from course_utils.activations import korthikanti_bytes
 from course_utils.mesh import AXES, Mesh
 from course_utils.pipeline_schedule import bubble_fraction, effective_batch
 from course_utils.validate import check_int as _int
 
 __all__ = ["Plan", "plan", "collectives", "figure", "summary", "Playground", "OMITTED",
-           "DEFAULTS"]
+           "DEFAULTS", "RECOMPUTES", "TEACHING_NOTE"]
 
 OMITTED = (
-    "sequence length and activations (saved for backward; often the largest term)",
-    "activation checkpointing (trades recomputation for activation memory)",
-    "layer balance (embeddings, the output layer and uneven stages)",
+    "layer balance (embeddings, the output layer and uneven stages) and the activations outside "
+    "the transformer layers (embeddings, logits, loss)",
     "collective time (bandwidth, latency, overlap with compute)",
-    "peak allocations (gathered parameters, communication buffers, workspaces, fragmentation)",
+    "peak allocations beyond one gathered layer (prefetched layers, communication buffers, "
+    "workspaces, the layer being recomputed, allocator caching and fragmentation)",
 )
+TEACHING_NOTE = "A teaching model, not a measured peak."
+
+RECOMPUTES = ("none", "selective", "full")
+_KORTHIKANTI = {"none": "none", "selective": "attention", "full": "full"}  # activations' names
 
 DEFAULTS: dict[str, Any] = dict(
     model_params_b=70.0, layout="mixed_adam16", tp=4, pp=2, dp=4, zero_stage=3,
     microbatches=16, microbatch_size=2, accumulation_steps=16, device_memory_gb=80.0,
-    devices_per_node=8, devices=32, num_layers=80, num_heads=64, axis_order=AXES)
+    devices_per_node=8, devices=32, num_layers=80, num_heads=64, hidden=8192, seq_len=4096,
+    recompute="none", sp=False, axis_order=AXES)
 
 _PARTS = ("weights", "grads", "optimizer")
 
@@ -61,11 +87,25 @@ class Plan:
     collectives: dict              # {axis: what that axis sends}
     warnings: list = field(default_factory=list)
     omitted: tuple = OMITTED
+    # with seq_len given (else None): bytes per device, first pipeline stage
+    activation_bytes: float | None = None  # saved for backward, 1F1B microbatches in flight
+    layer_microbatches: int | None = None  # ceil(L / P) x min(P, m): what those bytes hold
+    gathered_bytes: float | None = None    # one layer gathered whole under ZeRO-3 (else 0)
+    peak_bytes: float | None = None        # persistent + activations + gathered
+    peak_fits: bool | None = None
 
     @property
     def gb(self) -> dict:
         """Per-device persistent state in GB (10**9 bytes)."""
         return {k: v / memory.GB for k, v in self.bytes.items()}
+
+    @property
+    def peak_gb(self) -> dict | None:
+        """Activations, gathered layer and peak per device in GB; None without ``seq_len``."""
+        if self.peak_bytes is None:
+            return None
+        return {"activations": self.activation_bytes / memory.GB,
+                "gathered": self.gathered_bytes / memory.GB, "peak": self.peak_bytes / memory.GB}
 
 
 def _positive(name: str, value: Any) -> float:
@@ -105,6 +145,13 @@ def collectives(tp: int, pp: int, dp: int, zero_stage: int,
     return out
 
 
+def _gathered_layer_bytes(n_params: float, num_layers: int, tp: int,
+                          lay: memory.Layout) -> float:
+    """One layer of a device's TP shard, gathered whole by ZeRO-3: N / (L x TP) parameters in
+    the weights' dtype."""
+    return n_params / (num_layers * tp) * lay.weights
+
+
 def plan(model_params_b: float = DEFAULTS["model_params_b"], layout: str = DEFAULTS["layout"],
          tp: int = DEFAULTS["tp"], pp: int = DEFAULTS["pp"], dp: int = DEFAULTS["dp"],
          zero_stage: int = DEFAULTS["zero_stage"], microbatches: int = DEFAULTS["microbatches"],
@@ -113,13 +160,19 @@ def plan(model_params_b: float = DEFAULTS["model_params_b"], layout: str = DEFAU
          device_memory_gb: float = DEFAULTS["device_memory_gb"],
          devices_per_node: int = DEFAULTS["devices_per_node"], devices: int | None = None,
          num_layers: int | None = None, num_heads: int | None = None,
-         axis_order: tuple[str, ...] = AXES) -> Plan:
+         axis_order: tuple[str, ...] = AXES, seq_len: int | None = None,
+         hidden: int | None = None, recompute: str = DEFAULTS["recompute"],
+         sp: bool = DEFAULTS["sp"]) -> Plan:
     """Size a TP x PP x DP plan: per-device persistent bytes, bubble, batch, groups, warnings.
 
     ``model_params_b``: parameters in billions; ``layout``: a :data:`course_utils.memory.LAYOUTS`
     name; ``zero_stage`` shards over the DP ranks only; ``device_memory_gb`` in GB (10**9 B);
     ``devices``: GPUs available (default: tp x pp x dp); ``num_layers``/``num_heads``: checked
     against PP/TP when given; ``axis_order``: mesh axes outermost first (last = innermost).
+    ``seq_len`` (tokens) adds the activations of ``microbatch_size`` sequences and the peak (see
+    the module docstring); it needs ``hidden``, ``num_layers`` and ``num_heads``, and
+    ``recompute`` (one of :data:`RECOMPUTES`) and ``sp`` (sequence parallelism, TP > 1) act only
+    with it. Without ``seq_len`` the plan is persistent state only, as before.
     """
     n_params = _positive("model_params_b", model_params_b) * 1e9
     lay = memory.layout(layout)
@@ -139,6 +192,31 @@ def plan(model_params_b: float = DEFAULTS["model_params_b"], layout: str = DEFAU
         _int("num_heads", num_heads)
     if sorted(axis_order) != sorted(AXES):
         raise ValueError(f"axis_order must list each of {list(AXES)} once; got {axis_order!r}")
+    if recompute not in RECOMPUTES:
+        raise ValueError(f"recompute must be one of {list(RECOMPUTES)}; got {recompute!r}")
+    if not isinstance(sp, bool):
+        raise ValueError(f"sp must be a bool; got {sp!r}")
+    if seq_len is None:
+        for name, value, off in (("hidden", hidden, None), ("recompute", recompute, "none"),
+                                 ("sp", sp, False)):
+            if value != off:
+                raise ValueError(f"{name}={value!r} needs seq_len: activations are modelled "
+                                 "only when seq_len (tokens per sequence) is given")
+    else:
+        _int("seq_len", seq_len)
+        for name, value in (("hidden", hidden), ("num_layers", num_layers),
+                            ("num_heads", num_heads)):
+            if value is None:
+                raise ValueError(f"{name} is needed with seq_len (the activations depend on it)")
+        _int("hidden", hidden)
+        if hidden % num_heads:
+            raise ValueError(f"hidden must be a multiple of num_heads={num_heads}; got {hidden}")
+        if sp and tp == 1:
+            raise ValueError("sp=True needs tp > 1: sequence parallelism splits the sequence "
+                             "over the TP ranks")
+        if sp and seq_len % tp:
+            raise ValueError(f"seq_len must be a multiple of tp={tp} with sp=True (each TP rank "
+                             f"holds seq_len / tp tokens); got {seq_len}")
 
     mesh = Mesh.from_degrees(tuple(axis_order), dp=dp, pp=pp, tp=tp)
     needed = tp * pp * dp
@@ -148,13 +226,32 @@ def plan(model_params_b: float = DEFAULTS["model_params_b"], layout: str = DEFAU
     fits = state["total"] <= budget
     crossing = {axis: mesh.groups_crossing_nodes(axis, devices_per_node) for axis in AXES}
 
+    act = gathered = peak = layer_mb = None
+    if seq_len is not None:
+        # 1F1B: the first stage holds ceil(L/P) layers and min(P, m) microbatches in flight
+        layer_mb = -(-num_layers // pp) * min(pp, microbatches)
+        act = korthikanti_bytes(seq_len, microbatch_size, hidden, num_heads, layers=layer_mb,
+                                recompute=_KORTHIKANTI[recompute], tp=tp, sp=sp)
+        gathered = _gathered_layer_bytes(n_params, num_layers, tp, lay) \
+            if zero_stage == 3 and dp > 1 else 0.0
+        peak = state["total"] + act + gathered
+
     warnings = []
     if not fits:
         warnings.append(f"Does not fit: {state['total'] / memory.GB:.2f} GB of persistent state "
                         f"per device > {device_memory_gb:g} GB device, before any activations.")
-    elif state["total"] > 0.9 * budget:
+    elif peak is None and state["total"] > 0.9 * budget:
         warnings.append(f"Fits with under 10% headroom ({state['total'] / memory.GB:.2f} of "
                         f"{device_memory_gb:g} GB): activations and buffers will not fit.")
+    elif peak is not None and peak > budget:
+        warnings.append(f"Peak does not fit: {state['total'] / memory.GB:.2f} GB persistent + "
+                        f"{act / memory.GB:.2f} activations + {gathered / memory.GB:.2f} "
+                        f"gathered layer = {peak / memory.GB:.2f} GB > {device_memory_gb:g} GB "
+                        "device. Recomputation, sequence parallelism or a smaller microbatch "
+                        "shrink the activations.")
+    elif peak is not None and peak > 0.9 * budget:
+        warnings.append(f"Peak within 10% of the device ({peak / memory.GB:.2f} of "
+                        f"{device_memory_gb:g} GB): buffers and fragmentation may not fit.")
     if crossing["tp"]:
         g = crossing["tp"][0]
         warnings.append(f"A TP group crosses a node boundary: {len(crossing['tp'])} of "
@@ -187,14 +284,17 @@ def plan(model_params_b: float = DEFAULTS["model_params_b"], layout: str = DEFAU
                   microbatch_size=microbatch_size, accumulation_steps=accumulation_steps,
                   device_memory_gb=device_memory_gb, devices_per_node=devices_per_node,
                   devices=devices, num_layers=num_layers, num_heads=num_heads,
-                  axis_order=tuple(axis_order))
+                  axis_order=tuple(axis_order), seq_len=seq_len, hidden=hidden,
+                  recompute=recompute, sp=sp)
     return Plan(inputs=inputs, mesh=mesh, devices_needed=needed, replica_devices=tp * pp,
                 params_per_shard=shard, bytes=state, bytes_by_stage=by_stage,
                 budget_bytes=budget, fits=fits, bubble=bubble_fraction(pp, microbatches),
                 effective_batch=effective_batch(microbatch_size, accumulation_steps, dp),
                 crossing=crossing,
                 collectives=collectives(tp, pp, dp, zero_stage, microbatches=microbatches),
-                warnings=warnings)
+                warnings=warnings, activation_bytes=act, layer_microbatches=layer_mb,
+                gathered_bytes=gathered, peak_bytes=peak,
+                peak_fits=None if peak is None else peak <= budget)
 
 
 # --------------------------------------------------------------------------------- presenting
@@ -218,8 +318,26 @@ def summary(p: Plan) -> str:
         ("effective batch", f"{i['microbatch_size']} x {i['accumulation_steps']} x {i['dp']} = "
                             f"{p.effective_batch} examples"),
     ]
+    if p.peak_gb is not None:
+        pk = p.peak_gb
+        rows[3:3] = [
+            ("activations", f"s={i['seq_len']}, b={i['microbatch_size']}, recompute "
+                            f"{i['recompute']}{', SP' if i['sp'] else ''}: "
+                            f"{_in_flight(p)} = {pk['activations']:.2f} GB"),
+            ("peak per device", f"{gb['total']:.2f} + {pk['activations']:.2f} + gathered layer "
+                                f"{pk['gathered']:.2f} = {pk['peak']:.2f} GB of "
+                                f"{i['device_memory_gb']:g} GB -> "
+                                f"{'fits' if p.peak_fits else 'does NOT fit'}"),
+        ]
     rows += [("WARNING", w) for w in p.warnings] or [("warnings", "none")]
     return "\n".join(f"{name:18s}{text}" for name, text in rows)
+
+
+def _in_flight(p: Plan) -> str:
+    """What the activations hold: the first stage's layers times the 1F1B microbatches in flight."""
+    i = p.inputs
+    layers, flight = -(-i["num_layers"] // i["pp"]), min(i["pp"], i["microbatches"])
+    return f"{_count(layers, 'layer')} x {flight} in flight (1F1B)"
 
 
 def _html(p: Plan) -> str:
@@ -240,6 +358,18 @@ def _html(p: Plan) -> str:
         ("effective batch", "pg-batch", f"{p.effective_batch}",
          f"= {i['microbatch_size']} x {i['accumulation_steps']} x {i['dp']} examples"),
     ]
+    if p.peak_gb is not None:
+        pk = p.peak_gb
+        sp = ", sequence parallel" if i["sp"] else ""
+        rows[6:6] = [
+            ("activations", "pg-activations", f"{pk['activations']:.2f}",
+             f"GB: s={i['seq_len']}, b={i['microbatch_size']}, recomputation {i['recompute']}"
+             f"{sp}; first stage: {_in_flight(p)}"),
+            ("gathered layer", "pg-gathered", f"{pk['gathered']:.2f}",
+             "GB: one layer gathered whole (ZeRO-3 with DP > 1)"),
+            ("peak", "pg-peak", f"{pk['peak']:.2f}",
+             f"GB of {i['device_memory_gb']:g} GB: {'fits' if p.peak_fits else 'does NOT fit'}"),
+        ]
     out = []
     if p.warnings:
         out.append('<div class="pg-warnings" style="color:#b00020">')
@@ -255,13 +385,17 @@ def _html(p: Plan) -> str:
     out.append('</table><div style="flex:1; line-height:1.3"><b>Collectives each axis needs</b>')
     out += [f'<div class="pg-coll-{a}"><b>{a.upper()}</b>: {esc(t)}</div>'
             for a, t in p.collectives.items()]
-    out.append('<div class="pg-omitted" style="margin-top:6px"><i>This estimate leaves out: '
+    out.append(f'<div class="pg-omitted" style="margin-top:6px"><b>{esc(TEACHING_NOTE)}</b> '
+               '<i>This estimate leaves out: '
                + "; ".join(esc(o) for o in p.omitted) + ".</i></div></div></div>")
     return "\n".join(out)
 
 
 _MAX_DRAWN = 256
-_PART_WORDS = {"weights": "weights", "grads": "gradients", "optimizer": "optimizer state"}
+_PART_WORDS = {"weights": "weights", "grads": "gradients", "optimizer": "optimizer state",
+               "activations": "activations", "gathered": "gathered layer\n(ZeRO-3)"}
+_COLOUR = {"weights": "weights", "grads": "grads", "optimizer": "optimizer",
+           "activations": "activations", "gathered": "buffers"}
 _GRID_TITLES = {"tp": "TP groups", "pp": "PP stages", "dp": "DP groups"}
 
 
@@ -287,7 +421,9 @@ def _text_colour(colour: str) -> str:
 
 
 def _memory_bars(ax, p: Plan) -> None:
-    """One horizontal stacked bar per ZeRO stage (the chosen one solid), the budget dashed."""
+    """One horizontal stacked bar per ZeRO stage (the chosen one solid), the budget dashed; with
+    ``seq_len``, each bar adds the activations and (ZeRO-3) the gathered layer: it ends at the
+    peak."""
     from matplotlib.colors import to_rgba
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -297,10 +433,14 @@ def _memory_bars(ax, p: Plan) -> None:
     stages = list(p.bytes_by_stage)
     chosen = p.inputs["zero_stage"]
     lefts = [0.0] * len(stages)
-    for part in _PARTS:
-        widths = [p.bytes_by_stage[s][part] / memory.GB for s in stages]
-        ax.barh(stages, widths, left=lefts, height=0.68,
-                color=[to_rgba(STATE_COLORS[part], 1.0 if s == chosen else 0.4) for s in stages])
+    parts = _PARTS if p.peak_bytes is None else _PARTS + ("activations", "gathered")
+    for part in parts:
+        widths = [_bar_bytes(p, s, part) / memory.GB for s in stages]
+        shown = [k for k, w in enumerate(widths) if w > 0 or part in _PARTS]
+        ax.barh([stages[k] for k in shown], [widths[k] for k in shown],
+                left=[lefts[k] for k in shown], height=0.68,
+                color=[to_rgba(STATE_COLORS[_COLOUR[part]], 1.0 if stages[k] == chosen else 0.4)
+                       for k in shown])
         lefts = [a + w for a, w in zip(lefts, widths)]
     budget = p.budget_bytes / memory.GB
     right = max(max(lefts), budget)
@@ -314,14 +454,33 @@ def _memory_bars(ax, p: Plan) -> None:
         tick.set_fontweight("bold" if s == chosen else "normal")
     ax.invert_yaxis()
     _ = ax.set_xlim(0, right * 1.2)
-    _ = ax.set_xlabel("persistent GB per device")
-    _ = ax.set_title(f"ZeRO-{chosen}: {p.gb['total']:.2f} GB of {budget:g} GB per device, "
-                     f"{'fits' if p.fits else 'does not fit'}")
-    handles = [Patch(color=STATE_COLORS[part], label=_PART_WORDS[part]) for part in _PARTS]
+    if p.peak_bytes is None:
+        _ = ax.set_xlabel("persistent GB per device")
+        _ = ax.set_title(f"ZeRO-{chosen}: {p.gb['total']:.2f} GB of {budget:g} GB per device, "
+                         f"{'fits' if p.fits else 'does not fit'}")
+    else:
+        _ = ax.set_xlabel("GB per device at the peak (a teaching model, not a measurement)")
+        _ = ax.set_title(f"ZeRO-{chosen}: peak {p.peak_gb['peak']:.2f} GB of {budget:g} GB per "
+                         f"device, {'fits' if p.peak_fits else 'does not fit'} (s = "
+                         f"{p.inputs['seq_len']}, recomputation {p.inputs['recompute']})")
+    handles = [Patch(color=STATE_COLORS[_COLOUR[part]], label=_PART_WORDS[part])
+               for part in parts]
     handles.append(Line2D([], [], color="black", linestyle="--",
                           label=f"device memory\n({budget:g} GB)"))
     _ = ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5),
                   frameon=False)
+
+
+def _bar_bytes(p: Plan, stage: int, part: str) -> float:
+    """Bytes of one part of ZeRO ``stage``'s bar: the gathered layer only under ZeRO-3."""
+    if part == "activations":
+        return p.activation_bytes
+    if part == "gathered":
+        i = p.inputs
+        return _gathered_layer_bytes(i["model_params_b"] * 1e9, i["num_layers"], i["tp"],
+                                     memory.layout(i["layout"])) \
+            if stage == 3 and i["dp"] > 1 else 0.0
+    return p.bytes_by_stage[stage][part]
 
 
 def _device_grid(ax, p: Plan, axis: str) -> None:
@@ -436,6 +595,14 @@ class Playground:
                                            description="model layers", style=style, layout=lay),
             "num_heads": w.BoundedIntText(value=v["num_heads"], min=1, max=10000,
                                           description="attention heads", style=style, layout=lay),
+            "hidden": w.BoundedIntText(value=v["hidden"], min=1, max=10**6,
+                                       description="hidden size", style=style, layout=lay),
+            "seq_len": w.BoundedIntText(value=v["seq_len"], min=1, max=10**7,
+                                        description="sequence length", style=style, layout=lay),
+            "recompute": w.Dropdown(options=list(RECOMPUTES), value=v["recompute"],
+                                    description="recomputation", style=style, layout=lay),
+            "sp": w.Checkbox(value=v["sp"], description="sequence parallel",
+                             style=style, layout=lay),
         }
         self.axis_order = tuple(v["axis_order"])
         for name, control in self.controls.items():
@@ -445,10 +612,9 @@ class Playground:
         self.summary.add_class("pg-summary")
         self.output = w.Output()
         self.output.add_class("pg-figure")
-        names = list(self.controls)
-        left = w.VBox([self.controls[n] for n in names[:7]])
-        right = w.VBox([self.controls[n] for n in names[7:]])
-        self.widget = w.VBox([w.HBox([left, right]), self.summary, self.output])
+        names = list(self.controls)  # three columns: mesh, batch and device, model
+        columns = [w.VBox([self.controls[n] for n in names[k:k + 6]]) for k in (0, 6, 12)]
+        self.widget = w.VBox([w.HBox(columns), self.summary, self.output])
         self.widget.add_class("pg-playground")
         self.plan: Plan | None = None
         self._update()

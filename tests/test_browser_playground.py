@@ -1,12 +1,14 @@
 """The device-mesh playground in a real JupyterLab (Chromium + Playwright).
 
 Opens a notebook that displays ``Playground()``, runs it, and checks the rendered numbers
-(devices, per-device GB, bubble fraction, effective batch) and the exact warnings against
-:func:`course_utils.playground.plan`; then moves a dropdown, three sliders (keyboard) and a
-text box, and checks after each move that the figures changed to ``plan``'s new values and
-that the matplotlib figure was redrawn (or, for the microbatch count, which the figure does
-not show, that it stayed the same). Screenshots: ``test-artifacts/playground-initial.png``
-and ``test-artifacts/playground.png``. The ``lab_server`` fixture fails the test if a kernel
+(devices, per-device GB, activations, gathered layer and peak, bubble fraction, effective batch)
+and the exact warnings against :func:`course_utils.playground.plan`; then moves a dropdown,
+three sliders (keyboard) and a text box, then the activation controls (the sequence length
+text box, the recomputation dropdown, the sequence-parallel checkbox), and checks after each
+move that the figures changed to ``plan``'s new values and that the matplotlib figure was
+redrawn (or, for the microbatch count, which the figure does not show, that it stayed the
+same). Screenshots: ``test-artifacts/playground-initial.png`` and
+``test-artifacts/playground.png``. The ``lab_server`` fixture fails the test if a kernel
 survives the server's shutdown.
 """
 
@@ -18,7 +20,7 @@ import pytest
 from jupyterlab_harness import (error_outputs, lab_browser, lab_page, lab_server,  # noqa: F401
                                 open_notebook, run_all, screenshot)
 
-from course_utils.playground import plan
+from course_utils.playground import TEACHING_NOTE, plan
 
 pytestmark = pytest.mark.browser
 
@@ -27,7 +29,11 @@ FIELDS = {"pg-devices": lambda p: str(p.devices_needed),
           "pg-weights": lambda p: f"{p.gb['weights']:.2f}",
           "pg-optimizer": lambda p: f"{p.gb['optimizer']:.2f}",
           "pg-bubble": lambda p: f"{p.bubble:.4f}",
-          "pg-batch": lambda p: str(p.effective_batch)}
+          "pg-batch": lambda p: str(p.effective_batch),
+          "pg-activations": lambda p: f"{p.peak_gb['activations']:.2f}",
+          "pg-gathered": lambda p: f"{p.peak_gb['gathered']:.2f}",
+          "pg-peak": lambda p: f"{p.peak_gb['peak']:.2f}"}
+MODEL = dict(devices=32, num_layers=80, num_heads=64, hidden=8192)  # the widget's model
 
 
 def shown(page) -> dict:
@@ -115,15 +121,18 @@ def test_playground_in_jupyterlab(lab_server, lab_page):  # noqa: F811
     page.wait_for_selector(".pg-summary .pg-total", timeout=60_000)
     assert error_outputs(page) == []
 
-    # 1. the lesson's defaults: 70B, TP 4 x PP 2 x DP 4 = 32, ZeRO-3 -> 35.00 GB, fits; its one
-    # warning is ZeRO-3 under PP (every layer gathered once per microbatch)
-    inputs = {}
-    p = plan(**inputs, devices=32, num_layers=80, num_heads=64)
+    # 1. the lesson's defaults: 70B, TP 4 x PP 2 x DP 4 = 32, ZeRO-3 -> 35.00 GB of state,
+    # fits; at 4096 tokens without recomputation the activations (300.65 GB) do not: two
+    # warnings, the peak and ZeRO-3 under PP (every layer gathered once per microbatch)
+    inputs = {"seq_len": 4096}
+    p = plan(**inputs, **MODEL)
     got = wait_for_plan(page, p)
     assert got["pg-total"] == "35.00" and got["pg-devices"] == "32"
-    assert got["warnings"] == p.warnings and len(p.warnings) == 1
-    assert "microbatch" in p.warnings[0]
-    assert "leaves out" in page.locator(".pg-summary .pg-omitted").inner_text()
+    assert got["pg-activations"] == "300.65" and got["pg-peak"] == "336.09"
+    assert got["warnings"] == p.warnings and len(p.warnings) == 2
+    assert p.warnings[0].startswith("Peak does not fit") and "microbatch" in p.warnings[1]
+    note = page.locator(".pg-summary .pg-omitted").inner_text()
+    assert TEACHING_NOTE in note and "leaves out" in note
     src = wait_settled(page, lab_server, figure_src(page), redrawn=False)
     settle(page)
     screenshot(page, "playground-initial")
@@ -131,7 +140,7 @@ def test_playground_in_jupyterlab(lab_server, lab_page):  # noqa: F811
     def step(redrawn=True, **change):
         nonlocal src
         inputs.update(change)
-        p = plan(**inputs, devices=32, num_layers=80, num_heads=64)
+        p = plan(**inputs, **MODEL)
         wait_for_plan(page, p)
         src = wait_settled(page, lab_server, src, redrawn)
         return p
@@ -140,7 +149,8 @@ def test_playground_in_jupyterlab(lab_server, lab_page):  # noqa: F811
     page.locator(".pg-in-zero_stage select").select_option("ZeRO-1")
     assert step(zero_stage=1).gb["total"] == pytest.approx(61.25)
 
-    # 3. slider: DP 4 -> 2: 87.5 GB does not fit, 16 devices != 32, batch halves
+    # 3. slider: DP 4 -> 2: 87.5 GB does not fit (one memory warning, not a second for the
+    #    peak), 16 devices != 32, batch halves
     press(page, "dp", "ArrowLeft", 2)
     p = step(dp=2)
     assert not p.fits and p.effective_batch == 64 and len(p.warnings) == 2
@@ -155,12 +165,37 @@ def test_playground_in_jupyterlab(lab_server, lab_page):  # noqa: F811
     p = step(devices_per_node=2)
     assert any("crosses a node boundary" in w for w in p.warnings)
 
-    # 6. text box: a 95 GB device now holds the 87.5 GB, with under 10% headroom
+    # 6. text box: a 95 GB device now holds the 87.5 GB of state, but not the activations
     box = page.locator(".pg-in-device_memory_gb input")
     box.fill("95")
     box.press("Enter")
     p = step(device_memory_gb=95.0)
-    assert p.fits and any("headroom" in w for w in p.warnings)
+    assert p.fits and not p.peak_fits and p.warnings[0].startswith("Peak does not fit")
+    before = p.activation_bytes
+
+    # 7. text box: 2048 tokens: s b h halves, and so does a s / h: 56 s b h at 4096 tokens
+    #    become (16 + 20) / 2 = 18 s b h (in units of the 4096-token s b h)
+    box = page.locator(".pg-in-seq_len input")
+    box.fill("2048")
+    box.press("Enter")
+    p = step(seq_len=2048)
+    assert p.activation_bytes == pytest.approx(before * 18 / 56)
+
+    # 8. dropdown: full recomputation keeps 2 s b h per layer, 1 in those units: 5.37 GB; the
+    #    peak, 92.87 GB, is within 10% of the 95 GB device
+    page.locator(".pg-in-recompute select").select_option("full")
+    p = step(recompute="full")
+    assert p.activation_bytes == pytest.approx(before * 1 / 56)
+    assert any(w.startswith("Peak within 10%") for w in p.warnings)
+
+    # 9. dropdown, then checkbox: selective recomputation (16 / 2 = 8 units), then sequence
+    #    parallelism over the 4 TP ranks (34 / 4 / 2 = 4.25 units): lower, still over 95 GB
+    page.locator(".pg-in-recompute select").select_option("selective")
+    assert step(recompute="selective").activation_bytes == pytest.approx(before * 8 / 56)
+    page.locator(".pg-in-sp input[type=checkbox]").check()
+    p = step(sp=True)
+    assert p.activation_bytes == pytest.approx(before * 4.25 / 56)
+    assert not p.peak_fits and p.peak_gb["peak"] == pytest.approx(87.5 + 22.81701376)
 
     settle(page)
     path = screenshot(page, "playground")

@@ -13,7 +13,8 @@
 # * say how often DP talks under ZeRO-1 and ZeRO-3, and why ZeRO-3 and PP combine badly,
 # * draw an all-to-all, say what mixture-of-experts (MoE) parallelism and Ulysses move with it,
 #   and how ring attention and Megatron sequence parallelism communicate instead, and
-# * use the device-mesh playground, and say what its estimate leaves out.
+# * use the device-mesh playground, with activations and recomputation, and say what its
+#   estimate leaves out.
 
 # %%
 import functools
@@ -294,9 +295,10 @@ print(f"Ulysses over the TP groups {res[0]['sp_ranks']} and {res[2]['sp_ranks']}
 # sends). The lesson's plan, whose one warning is the ZeRO-3 x PP cost from above:
 
 # %%
-p = plan(model_params_b=70, layout="mixed_adam16", tp=4, pp=2, dp=4, zero_stage=3,
-         microbatches=16, microbatch_size=2, accumulation_steps=16, device_memory_gb=80,
-         devices_per_node=8, devices=32, num_layers=80, num_heads=64)
+lesson = dict(model_params_b=70, layout="mixed_adam16", tp=4, pp=2, dp=4, zero_stage=3,
+              microbatches=16, microbatch_size=2, accumulation_steps=16, device_memory_gb=80,
+              devices_per_node=8, devices=32, num_layers=80, num_heads=64)
+p = plan(**lesson)
 print(summary(p))
 figure(p)
 plt.show()
@@ -305,6 +307,51 @@ plt.show()
 # Top: persistent GB per device for ZeRO stages 0-3 (the chosen stage solid) against the
 # device budget, in the state colours of module 1. Bottom: the 32 devices, one row per node of
 # 8, shaded by TP group, PP stage and DP group in each axis's colour (the DP blue of module 2).
+#
+# ### Activations and the peak
+#
+# The 35 GB is persistent state only. Give `plan` a sequence length and the model's shape (a
+# GPT-style 70B: hidden size 8192, 64 heads, 80 layers) and it adds the activations saved for
+# backward, with module 9's formula (Korthikanti et al.: 16-bit, with dropout; it shrinks with
+# TP, sequence parallelism and recomputation), and a **peak** per device:
+#
+# * the pipeline runs **1F1B**: its first stage, the fullest, holds 80 / 2 = 40 layers and keeps
+#   up to P = 2 microbatches in flight, so it saves 40 x 2 = 80 layer-microbatches: as many as
+#   all 80 layers of one microbatch, whatever P;
+# * under ZeRO-3 each layer is gathered whole before its forward and its backward: one layer of
+#   the device's TP shard, 70B / (80 x 4) parameters in 2-byte weights = 0.44 GB, on top;
+# * peak = persistent state + activations + gathered layer, against the 80 GB device.
+#
+# The lesson's plan at 4096 tokens per sequence, with full recomputation:
+
+# %%
+p_act = plan(**lesson, seq_len=4096, hidden=8192, recompute="full")
+print(summary(p_act))
+figure(p_act)
+plt.show()
+
+# %% [markdown]
+# The activations (purple) sit on every ZeRO stage's bar; the grey sliver on ZeRO-3 is the
+# gathered layer, and each bar ends at that stage's peak. Full recomputation is the cheapest in
+# memory; the other settings, at microbatch size 2 unless stated:
+
+# %%
+for recompute, sp, b in [("none", False, 2), ("selective", False, 2), ("selective", True, 2),
+                         ("selective", True, 1)]:
+    q = plan(**{**lesson, "microbatch_size": b}, seq_len=4096, hidden=8192,
+             recompute=recompute, sp=sp)
+    print(f"recompute {recompute:9s} SP {'on ' if sp else 'off'}  b = {b}: activations "
+          f"{q.peak_gb['activations']:6.2f} GB, peak {q.peak_gb['peak']:6.2f} GB -> "
+          f"{'fits' if q.peak_fits else 'does not fit'}")
+
+# %% [markdown]
+# Without recomputation the activations are 301 GB, more than eight times the persistent state.
+# Selective recomputation drops the attention scores (86 GB); sequence parallelism also splits
+# the LayerNorm and dropout activations over the 4 TP ranks (46 GB), which leaves the peak at
+# 81.07 GB, just over the device; one sequence per microbatch halves the activations and fits.
+# (With full recomputation the formula keeps each layer's whole input, 2 s b h bytes, with or
+# without SP.) These are estimates of a model, not measurements: module 7 measures.
+#
 # Change a setting and the warnings say what goes wrong: here TP = 8 on 4-device nodes, and 3
 # pipeline stages for 80 layers.
 
@@ -316,8 +363,10 @@ for w in bad.warnings:
     print("WARNING:", w)
 
 # %% [markdown]
-# Try it: the playground below starts from this broken plan. Move the controls until no
-# warning is left, and watch the bars, the grid and the warnings change. (The widget needs a
+# Try it: the playground below starts from this broken plan, with activations at 4096 tokens
+# and no recomputation (its peak is 208.55 GB). Move the controls until no warning is left: the
+# mesh, and the sequence length, microbatch size, recomputation (none / selective / full) and
+# sequence parallelism; watch the bars, the grid and the warnings change. (The widget needs a
 # running kernel; in a static view of this notebook you see only its last state.)
 
 # %%
@@ -327,8 +376,9 @@ Playground(tp=8, pp=3, dp=2, zero_stage=1, devices_per_node=4)
 # %% [markdown]
 # ## What the playground leaves out
 #
-# A bar that ends before the budget line is not a guarantee that the job fits. The estimate
-# omits:
+# The bars are a teaching model, not a measured peak: a bar that ends before the budget line is
+# not a guarantee that the job fits. The estimate now counts activations, recomputation,
+# sequence parallelism and one gathered layer, under the 1F1B assumption above; it still omits:
 
 # %%
 for item in OMITTED:
