@@ -522,8 +522,9 @@ None
 # %% [markdown]
 # ## Q6. What the estimate leaves out (2 points, graded by hand)
 #
-# The playground says the lesson's plan needs 35 GB of an 80 GB device. A colleague concludes
-# the job will fit with 45 GB to spare. In a few sentences: name at least three things the
+# The playground's persistent-state estimate (`plan()` without a sequence length) says the
+# lesson's plan needs 35 GB of an 80 GB device. A colleague concludes the job will fit with
+# 45 GB to spare. In a few sentences: name at least three things the
 # estimate leaves out that could use that room, and what you would measure in a first real run
 # to check. Then: the team wants to add expert parallelism with 4 expert groups. Must the job
 # grow to 4 x 32 devices? Explain when EP can reuse existing device groups.
