@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils import backend, launch, measure
+from course_utils.validate import check_int as _check_int
 
 __all__ = ["LESSON_GRADS", "LESSON_W0", "LESSON_LR", "NORMALIZATIONS", "WEIGHTINGS",
            "sgd_reference", "two_replica_update_worker", "normalization_worker",
@@ -141,10 +142,8 @@ def all_normalizations_worker(rank: int, world_size: int,
 def make_regression(seed: int, n: int, dim: int = 2,
                     noise: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """A linear-regression data set: X (n, dim), y (n,) = X @ w_true + noise (float64)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1; got {n!r}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        raise ValueError(f"dim must be an int >= 1; got {dim!r}")
+    _check_int("n", n)
+    _check_int("dim", dim)
     gen = torch.Generator().manual_seed(seed)
     X = torch.randn(n, dim, generator=gen, dtype=torch.float64)  # (n, dim)
     w_true = torch.arange(1, dim + 1, dtype=torch.float64)  # (dim,)

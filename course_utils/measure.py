@@ -44,6 +44,7 @@ import torch.distributed as dist
 
 from course_utils import backend, memory, style, tiny_lm
 from course_utils.backend import synchronize
+from course_utils.validate import check_int as _check_int
 
 __all__ = ["GRAD_SCALINGS", "ENGINES", "OPTIMIZERS", "PHASES", "RunSpec", "ScalingReport",
            "reference_gradients", "reference_losses", "dp_gradients", "dp_train",
@@ -235,8 +236,7 @@ def allreduce_gradients(model: torch.nn.Module, world_size: int, scaling: str = 
     """
     if scaling not in GRAD_SCALINGS:
         raise ValueError(f"scaling must be one of {GRAD_SCALINGS}; got {scaling!r}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1; got {world_size!r}")
+    _check_int("world_size", world_size)
     params = [p for p in model.parameters() if p.grad is not None]
     flat = torch.cat([p.grad.reshape(-1) for p in params])                     # (N,)
     sent0, t0 = bytes_written(), clock(flat)  # clock: on CUDA, wait for backward's kernels first
@@ -440,8 +440,7 @@ def dp_train_each(rank: int, world_size: int, specs: Sequence[RunSpec]) -> list[
 
 def allreduce_bytes_sent(rank: int, world_size: int, n_elements: int) -> dict[str, float]:
     """Worker: bytes this rank sends in one fp32 all-reduce of ``n_elements`` (after a warm-up)."""
-    if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
-        raise ValueError(f"n_elements must be an int >= 1; got {n_elements!r}")
+    _check_int("n_elements", n_elements)
     t = torch.ones(n_elements, device=backend.device())                        # (n,) fp32
     dist.all_reduce(t)  # warm-up: connections and buffers
     dist.barrier()
@@ -483,8 +482,7 @@ def check_gradient_scaling(dp_grad: torch.Tensor, ref_grad: torch.Tensor, world_
     if dp_grad.shape != ref_grad.shape:
         raise ValueError(f"dp_grad and ref_grad must have the same shape; got "
                          f"{tuple(dp_grad.shape)} and {tuple(ref_grad.shape)}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1; got {world_size!r}")
+    _check_int("world_size", world_size)
     a, b = dp_grad.double(), ref_grad.double()
     ref_norm = b.norm().item()
     if ref_norm == 0:
@@ -533,8 +531,7 @@ def predicted_allreduce_bytes(n_bytes: float, world_size: int) -> float:
     """Bytes each rank sends in a ring all-reduce of ``n_bytes``: 2 (D-1)/D x n_bytes."""
     if isinstance(n_bytes, bool) or not isinstance(n_bytes, (int, float)) or not n_bytes >= 0:
         raise ValueError(f"n_bytes must be a non-negative number; got {n_bytes!r}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1; got {world_size!r}")
+    _check_int("world_size", world_size)
     return 2 * (world_size - 1) / world_size * n_bytes
 
 
@@ -596,8 +593,7 @@ def profile_rows(prof: Any, n_steps: int = 1, top: int = 6) -> list[dict[str, An
     Phase regions (``kind="phase"``, total time, self time inside ``wait`` is the blocking wait)
     come first, then the ``top`` operators by self CPU time (``kind="op"``).
     """
-    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
-        raise ValueError(f"n_steps must be an int >= 1; got {n_steps!r}")
+    _check_int("n_steps", n_steps)
     events = list(prof.key_averages())
     rows = []
     for phase in PHASES:
@@ -650,8 +646,7 @@ def profile_table(results: Sequence[dict[str, Any]], top: int = 3, digits: int =
     """
     if not results or not all(isinstance(r, dict) and r.get("profile") for r in results):
         raise ValueError("results must be the list dp_train returns with RunSpec(profile=True)")
-    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
-        raise ValueError(f"top must be an int >= 0; got {top!r}")
+    _check_int("top", top, 0)
     by_rank = [{(row["kind"], row["name"]): row["ms_per_step"] for row in r["profile"]}
                for r in results]
     ops: list[str] = []

@@ -238,8 +238,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     rank, world_size, next_rank, prev_rank = _ring(group)
     if pieces is None:
         pieces = default_pieces(flat.numel(), world_size, flat.element_size())
-    if isinstance(pieces, bool) or not isinstance(pieces, int) or pieces < 1:
-        raise ValueError(f"pieces must be an int >= 1; got {pieces!r}")
+    _check_int("pieces", pieces)
     channels = list(channels) if channels else [group]
     stats = RingStats()
     if world_size == 1 or flat.numel() == 0:

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils.validate import check_int as _check_int
+
 __all__ = ["TinyLMConfig", "TinyLM", "MarkovCorpus", "count_params", "predicted_param_count",
            "lm_loss", "shard_batch", "build", "uniform_loss"]
 
@@ -132,8 +134,7 @@ class MarkovCorpus:
     """
 
     def __init__(self, vocab_size: int = 64, n_successors: int = 4, seed: int = 0):
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
-            raise ValueError(f"vocab_size must be an int >= 2; got {vocab_size!r}")
+        _check_int("vocab_size", vocab_size, 2)
         if (isinstance(n_successors, bool) or not isinstance(n_successors, int)
                 or not 1 <= n_successors <= vocab_size):
             raise ValueError(f"n_successors must be an int from 1 to vocab_size={vocab_size}; "
@@ -183,8 +184,7 @@ class MarkovCorpus:
 
 def shard_batch(x: torch.Tensor, dp_rank: int, dp_size: int) -> torch.Tensor:
     """Rows of the global batch ``x`` (B, ...) that ``dp_rank`` of ``dp_size`` owns: (B/dp_size, ...)."""
-    if isinstance(dp_size, bool) or not isinstance(dp_size, int) or dp_size < 1:
-        raise ValueError(f"dp_size must be an int >= 1; got {dp_size!r}")
+    _check_int("dp_size", dp_size)
     if isinstance(dp_rank, bool) or not isinstance(dp_rank, int) or not 0 <= dp_rank < dp_size:
         raise ValueError(f"dp_rank must be an int from 0 to {dp_size - 1}; got {dp_rank!r}")
     if x.shape[0] % dp_size:
