@@ -144,7 +144,8 @@ def run(size: str = "full") -> dict[str, Any]:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     dev = torch.device("cuda", 0) if gpus else torch.device("cpu")
     report: dict[str, Any] = {"size": size, "machine": machine(), "device": str(dev)}
-    checks = {"state": lambda: check_state(s, dev), "activations": lambda: check_activations(s, dev),
+    checks = {"state": lambda: check_state(s, dev),
+              "activations": lambda: check_activations(s, dev),
               "allreduce": lambda: check_allreduce(s, gpus),
               "bubble": lambda: check_bubble(s, gpus),
               "straggler": lambda: check_straggler(s, gpus)}
@@ -183,8 +184,9 @@ def markdown(r: dict[str, Any]) -> str:
     ar = r["allreduce"]
     lines += [f"## 3. All-reduce, {ar['ranks']} ranks ({ar['backend']})", "",
               "| bytes | ring | library | ring bus bw | library bus bw |", "|---|---|---|---|---|"]
-    lines += [f"| {row['bytes']:,} | {1e3 * row['ring_s']:.2f} ms | {1e3 * row['library_s']:.2f} ms "
-              f"| {row['ring_busbw_gbs']:.2f} GB/s | {row['library_busbw_gbs']:.2f} GB/s |"
+    lines += [f"| {row['bytes']:,} | {1e3 * row['ring_s']:.2f} ms "
+              f"| {1e3 * row['library_s']:.2f} ms | {row['ring_busbw_gbs']:.2f} GB/s "
+              f"| {row['library_busbw_gbs']:.2f} GB/s |"
               for row in ar["rows"]]
     b = r["bubble"]
     lines += ["", "## 4. Pipeline bubble, GPipe", ""]

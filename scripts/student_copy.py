@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # What goes into the copy (files or folders, relative to the repository).
 INCLUDE = ["notebooks", "assignments", "course_utils", "scripts/setup.sh", "scripts/workspace.py",
-           "scripts/cluster.sbatch",
+           "scripts/cluster.sbatch", "benchmarks/gpu_check.py",
            "jupyter", "requirements.txt",
            "environment.yml", "pyproject.toml", ".gitignore", "tests"]
 # Tests that need solutions/, authoring/ or the grading machinery stay with the instructor.

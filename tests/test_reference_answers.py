@@ -257,3 +257,25 @@ def test_a9_judge_numbers_and_choices():
     rules.q4_test({"q4_fix": "keep an fp32 master copy of the weights"}, {})
     with pytest.raises(AssertionError, match="rounded away"):
         rules.q4_test({"q4_fix": "nothing: bf16 master weights are enough"}, {})
+
+
+def test_a9_judge_q6_sequence_parallelism():
+    """Q6's expected values are the library's korthikanti_bytes with tp (and sp); each named
+    misconception is recognised."""
+    from course_utils import activations
+
+    rules = _a9_judge()
+    cfg = dict(s=2048, b=1, h=5120, a=40, layers=40, tp=8)
+    right = {"q6_tp_gb": activations.korthikanti_bytes(**cfg) / 1e9,
+             "q6_sp_gb": activations.korthikanti_bytes(**cfg, sp=True) / 1e9}
+    rules.q6_test(right, right)
+    sbh, att = 2048 * 5120, 5 * 40 * 2048 / 5120
+    for wrong, words in [
+            ({**right, "q6_sp_gb": right["q6_tp_gb"]}, "also splits the 10 s b h"),
+            ({**right, "q6_sp_gb": sbh * (34 + att / 8) / 8 * 40 / 1e9}, "divided the attention "
+                                                                         "term twice"),
+            ({**right, "q6_tp_gb": right["q6_sp_gb"]}, "as if sp were on"),
+            ({**right, "q6_tp_gb": sbh * (34 + att) * 40 / 1e9}, "one device"),
+            ({**right, "q6_tp_gb": right["q6_tp_gb"] * 1e9 / 2**30}, "GiB")]:
+        with pytest.raises(AssertionError, match=words):
+            rules.q6_test(wrong, right)

@@ -26,7 +26,8 @@
 # rejects a few known wrong values, naming the misconception, but never tells you the right
 # value. For Q3 (a function) the test cell runs your function on visible cases and checks the
 # bytes. **Grading adds** the graded values themselves and Q3 on further hidden modules;
-# Q5 is an explanation your instructor grades by hand.
+# Q7 is an explanation your instructor grades by hand. Q5 is measured on real ranks: your
+# timings are your own, and grading checks your pick against the table you measured.
 #
 # **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
 # outright (here, for example, `activations.korthikanti_bytes` and `activations.saved_bytes`).
@@ -328,7 +329,182 @@ submit("q4_fix", q4_fix)
 None
 
 # %% [markdown]
-# ## Q5. Selective or full? (2 points, graded by hand)
+# ## Q5. Pick the bucket size (3 points)
+#
+# Lecture 9 all-reduced the gradients by buckets during backward and timed it on real ranks:
+# per bucket size, each rank's median over several steps (ms) of the whole step
+# (`step_ms`: forward, backward with the buckets' all-reduces, the waits), compute alone
+# (`compute_ms`), communication alone (`comm_ms`) and the time blocked in `work.wait()` after
+# backward (`wait_ms`). A step is over when **every** rank has its averaged gradients. The team
+# wants the bucket size with the **fastest step**.
+#
+# *Practice (not graded)*: two ranks measured these medians (`PRACTICE_RUNS[r][i]` is rank r's
+# row for bucket size `PRACTICE_SIZES[i]`, in MiB). Assign to `practice_step_ms` the list of
+# step times that decide, one per size in the order of `PRACTICE_SIZES`, and to
+# `practice_best` the bucket size to pick.
+
+# %%
+PRACTICE_SIZES = [0.25, 1.0, 4.0, 25.0]
+PRACTICE_RUNS = [
+    [{"bucket_mb": 0.25, "step_ms": 41.0, "compute_ms": 19.0, "comm_ms": 30.0, "wait_ms": 12.0},
+     {"bucket_mb": 1.0, "step_ms": 31.0, "compute_ms": 19.5, "comm_ms": 12.0, "wait_ms": 4.0},
+     {"bucket_mb": 4.0, "step_ms": 29.0, "compute_ms": 18.5, "comm_ms": 10.0, "wait_ms": 5.0},
+     {"bucket_mb": 25.0, "step_ms": 36.0, "compute_ms": 19.0, "comm_ms": 9.0, "wait_ms": 11.0}],
+    [{"bucket_mb": 0.25, "step_ms": 42.5, "compute_ms": 19.5, "comm_ms": 31.0, "wait_ms": 13.0},
+     {"bucket_mb": 1.0, "step_ms": 30.5, "compute_ms": 19.0, "comm_ms": 12.5, "wait_ms": 3.5},
+     {"bucket_mb": 4.0, "step_ms": 33.5, "compute_ms": 19.0, "comm_ms": 10.5, "wait_ms": 6.0},
+     {"bucket_mb": 25.0, "step_ms": 36.5, "compute_ms": 19.5, "comm_ms": 9.5, "wait_ms": 12.0}],
+]
+
+# %% [answer q5_practice]
+### BEGIN SOLUTION
+practice_step_ms = [max(run[i]["step_ms"] for run in PRACTICE_RUNS)
+                    for i in range(len(PRACTICE_SIZES))]
+practice_best = PRACTICE_SIZES[practice_step_ms.index(min(practice_step_ms))]
+### END SOLUTION
+
+# %%
+checks.check_sequence("practice_step_ms", practice_step_ms, [42.5, 31.0, 33.5, 36.5], hint=(
+    "Per size, take the step time of the slowest rank (the largest of the two): a step ends "
+    "when every rank has its gradients. Rank 0's column alone, or the mean of the ranks, "
+    "hides the rank that everyone waits for."))
+checks.check_number("practice_best", practice_best, 1.0, unit="MiB", mistakes=[
+    (4.0, "4 MiB is fastest on rank 0 alone, but rank 1 takes 33.5 ms there; the slowest "
+          "rank decides, and at 1 MiB it takes 31.0 ms."),
+    (25.0, "25 MiB has the least communication alone (one call), but one bucket starts only "
+           "when backward ends: nothing overlaps. Pick by step time."),
+    (0.25, "the smallest buckets start earliest but pay the per-call latency many times "
+           "(32 calls here): their step is the slowest."),
+])
+print("practice Q5: right")
+
+# %% [markdown]
+# **Graded**: measure it yourself. The next cell runs the lecture's worker
+# `overlap.timing_worker` on **2 real ranks** through `launch.run`, for the bucket sizes
+# `Q5_SIZES` (the lecture's MLP: 32 layers 256 wide, 8 MiB of gradients; medians of 7 steps
+# after 2 of warm-up). `q5_runs[r][i]` is rank r's row for `Q5_SIZES[i]`, with the keys of the
+# practice rows. It takes a few seconds; your numbers are yours, they differ from anyone
+# else's, and grading checks your pick against **your** table.
+#
+# Assign to `q5_step_ms` the list of step times that decide (one per size, in the order of
+# `Q5_SIZES`, ms) and to `q5_best` the bucket size with the fastest step (a size within 2% of
+# the fastest counts as the fastest). Do not use `overlap.measure_overlap` (it builds the
+# table for you).
+
+# %%
+from course_utils import launch, overlap
+
+Q5_SIZES = [0.25, 1.0, 4.0, 25.0]
+q5_runs = launch.run(overlap.timing_worker, 2, Q5_SIZES, 7, 2, timeout_s=120, show_output=False)
+print(f"{'rank':>4}{'bucket MiB':>12}{'step':>8}{'compute':>9}{'comm':>8}{'wait':>8}")
+for r, run in enumerate(q5_runs):
+    for row in run:
+        print(f"{r:>4}{row['bucket_mb']:>12g}{row['step_ms']:>8.1f}{row['compute_ms']:>9.1f}"
+              f"{row['comm_ms']:>8.1f}{row['wait_ms']:>8.1f}")
+
+# %% [answer q5]
+### BEGIN SOLUTION
+q5_step_ms = [max(run[i]["step_ms"] for run in q5_runs) for i in range(len(Q5_SIZES))]
+q5_best = Q5_SIZES[q5_step_ms.index(min(q5_step_ms))]
+### END SOLUTION
+
+# %% [test q5_test points=3]
+if not isinstance(q5_step_ms, (list, tuple)) or len(q5_step_ms) != len(Q5_SIZES):
+    raise AssertionError(f"q5_step_ms should be a list with one step time per size of "
+                         f"Q5_SIZES ({len(Q5_SIZES)} numbers).")
+for _i, _v in enumerate(q5_step_ms):
+    checks.check_number(f"q5_step_ms[{_i}]", _v, unit="ms")
+_rank0 = [float(row["step_ms"]) for row in q5_runs[0]]
+_rank1 = [float(row["step_ms"]) for row in q5_runs[1]]
+if [float(v) for v in q5_step_ms] == _rank0 and any(a < b for a, b in zip(_rank0, _rank1)):
+    raise AssertionError("q5_step_ms is rank 0's column, and rank 1 was slower at some size: "
+                         "the step is over only when the slower rank is done too.")
+checks.check_number("q5_best", q5_best, unit="MiB")
+if float(q5_best) not in Q5_SIZES:
+    raise AssertionError(f"q5_best = {q5_best!r}: pick one of Q5_SIZES {Q5_SIZES}.")
+### BEGIN HIDDEN TESTS
+from course_utils.checks import submit
+
+submit("q5_runs", q5_runs)
+submit("q5_step_ms", q5_step_ms)
+submit("q5_best", q5_best)
+### END HIDDEN TESTS
+None
+
+# %% [markdown]
+# ## Q6. Sequence parallelism (2 points)
+#
+# With Megatron tensor parallelism over t GPUs (no recomputation, 16-bit, dropout), each GPU
+# saves per layer (Korthikanti et al. 2022, as in lecture 9)
+#
+# $$s\,b\,h\,\Bigl(10 + \frac{24}{t} + 5\,\frac{a\,s}{h\,t}\Bigr)\ \text{bytes}.$$
+#
+# Sequence parallelism runs LayerNorm and dropout on s/t of the tokens on each GPU (lecture 9,
+# section 4), on top of the same tensor parallelism.
+#
+# *Practice (not graded)*: a GPT model with h = 2048, a = 16 heads and 24 layers trains on
+# sequences of s = 4096 tokens, micro-batch b = 1, tensor parallel over **t = 4** GPUs. How many
+# GB of activations does each GPU save for backward (all layers) (a) with tensor parallelism
+# alone, `practice_tp_gb`, and (b) with sequence parallelism as well, `practice_sp_gb`?
+
+# %% [answer q6_practice]
+### BEGIN SOLUTION
+practice_tp_gb = 4096 * 1 * 2048 * (10 + 24 / 4 + 5 * 16 * 4096 / (2048 * 4)) * 24 / 1e9
+practice_sp_gb = 4096 * 1 * 2048 * (34 + 5 * 16 * 4096 / 2048) / 4 * 24 / 1e9
+### END SOLUTION
+
+# %%
+checks.check_number("practice_tp_gb", practice_tp_gb, 11.274289152, unit="GB", mistakes=[
+    (9.764339712, "that divides the whole s b h (34 + 5 a s / h) by t: tensor parallelism alone "
+                  "keeps the LayerNorm and dropout activations (the 10 s b h) whole on every GPU."),
+    (39.057358848, "that is one device's activations: tensor parallelism splits the 24 s b h of "
+                   "the matmuls' inputs and the attention matrix by t."),
+    (35.433480192, "the attention matrix is split by heads too: 5 a s / h is divided by t."),
+    (0.469762048, "that is one layer; the model has 24."),
+    (11.274289152e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
+])
+checks.check_number("practice_sp_gb", practice_sp_gb, 9.764339712, unit="GB", mistakes=[
+    (11.274289152, "that is tensor parallelism alone: sequence parallelism also splits the "
+                   "10 s b h that TP replicates (LayerNorm inputs and outputs, dropout masks)."),
+    (3.724541952, "the attention term was divided by t twice: tensor parallelism already splits "
+                  "it by heads, and sequence parallelism does not split it again. Every term "
+                  "is divided by t once: s b h (34 + 5 a s / h) / t."),
+    (39.057358848, "that is one device's activations: divide by t."),
+    (9.764339712e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
+])
+print("practice Q6: right")
+
+# %% [markdown]
+# **Graded**: a GPT model with h = 5120, a = 40 heads and 40 layers trains on sequences of
+# s = 2048 tokens, micro-batch b = 1, tensor parallel over **t = 8** GPUs, no recomputation.
+# How many GB of activations does each GPU save for backward (all layers) (a) with tensor
+# parallelism alone, `q6_tp_gb`, and (b) with sequence parallelism as well, `q6_sp_gb`?
+
+# %% [answer q6]
+### BEGIN SOLUTION
+q6_tp_gb = 2048 * 1 * 5120 * (10 + 24 / 8 + 5 * 40 * 2048 / (5120 * 8)) * 40 / 1e9
+q6_sp_gb = 2048 * 1 * 5120 * (34 + 5 * 40 * 2048 / 5120) / 8 * 40 / 1e9
+### END SOLUTION
+
+# %% [test q6_test points=2]
+checks.check_number("q6_tp_gb", q6_tp_gb, unit="GB")
+checks.check_number("q6_sp_gb", q6_sp_gb, unit="GB")
+if abs(float(q6_sp_gb) - float(q6_tp_gb)) <= 1e-3 * abs(float(q6_tp_gb)):
+    raise AssertionError("q6_sp_gb equals q6_tp_gb: sequence parallelism also splits the "
+                         "10 s b h that tensor parallelism keeps whole on every GPU.")
+if float(q6_sp_gb) > float(q6_tp_gb):
+    raise AssertionError("q6_sp_gb is larger than q6_tp_gb: sequence parallelism only splits "
+                         "what tensor parallelism keeps whole; it never adds activations.")
+### BEGIN HIDDEN TESTS
+from course_utils.checks import submit
+
+submit("q6_tp_gb", q6_tp_gb)
+submit("q6_sp_gb", q6_sp_gb)
+### END HIDDEN TESTS
+None
+
+# %% [markdown]
+# ## Q7. Selective or full? (2 points, graded by hand)
 #
 # In Q2, selective recomputation fits 2 sequences per micro-batch and full recomputation would
 # fit 32. Explain, with the formulas: which saved tensors selective recomputation drops, and why
@@ -336,7 +512,7 @@ None
 # recomputation, and why; and one reason a team might still choose full recomputation with the
 # larger micro-batch. Does either change the loss or the gradients?
 
-# %% [manual q5_explain points=2]
+# %% [manual q7_explain points=2]
 # ### BEGIN SOLUTION
 # Selective recomputation drops the 5 a s / h part of s b h (34 + 5 a s / h): the attention
 # scores' softmax output, its dropout mask and dropout output, a s^2 b values per layer, 160 of

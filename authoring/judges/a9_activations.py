@@ -7,13 +7,21 @@ with the message that names the mistake. See ``grading/judge.py``.
 Q3's bytes are compared with the reference solution's measurement of the same modules; the
 known wrong counts (every saved tensor counted, parameters included, elements instead of
 bytes) are measured here on the same modules, rebuilt from the same seeds.
+
+Q5's step times are the student's own measurement on real ranks: the table must follow from
+the submitted runs (checked to be ``overlap.timing_worker``'s), and the pick is judged against
+that table, never against the reference's timings.
 """
 
 import torch
 from torch import nn
 
-from course_utils import tiny_lm
-from course_utils.checks import check_choice, check_number
+from course_utils import overlap, tiny_lm
+from course_utils.checks import as_number, check_choice, check_number
+
+# Answers the student measures on their own ranks (Q5): judged against the student's own
+# measurement, so there is no fixed value a lecture could give away.
+MEASURED = {"q5_runs", "q5_step_ms", "q5_best"}
 
 # Course helpers that compute a graded answer outright, per answer cell: a submission whose
 # answer cell (or any cell it added) uses one is flagged in the instructor's report
@@ -24,6 +32,8 @@ HELPERS_NOT_ALLOWED = {
     "q2": ["activations.korthikanti_bytes"],
     "q3": ["activations.saved_bytes", "activations.measured_block_bytes",
            "activations.measured_model_bytes"],
+    "q5": ["overlap.measure_overlap"],
+    "q6": ["activations.korthikanti_bytes"],
 }
 
 Q2_RECOMPUTES = ["none", "selective", "full"]
@@ -152,3 +162,129 @@ def q4_test(got, ref):
             "micro-batches and ranks more accurate, but the update is still added to a bf16 "
             "weight and rounded away: the weights cannot move.",
     })
+
+
+# Q6: h = 5120, a = 40, 40 layers, s = 2048, b = 1, t = 8, no recomputation
+_Q6_SBH, _Q6_T, _Q6_LAYERS = 2048 * 1 * 5120, 8, 40
+_Q6_ATT = 5 * 40 * 2048 / 5120                  # 5 a s / h
+_Q6_TP_GB = _Q6_SBH * (10 + 24 / _Q6_T + _Q6_ATT / _Q6_T) * _Q6_LAYERS / 1e9
+_Q6_SP_GB = _Q6_SBH * (34 + _Q6_ATT) / _Q6_T * _Q6_LAYERS / 1e9
+_Q6_ONE_GB = _Q6_SBH * (34 + _Q6_ATT) * _Q6_LAYERS / 1e9
+
+
+# Q5: the student's own timings on real ranks (never compared with the reference's).
+Q5_SIZES = [0.25, 1.0, 4.0, 25.0]
+Q5_TOLERANCE = 0.02          # a size within 2% of the fastest step counts as the fastest
+_Q5_KEYS = ("step_ms", "compute_ms", "comm_ms", "wait_ms")
+
+
+def _q5_runs(runs):
+    """The measured rows, checked to be ``overlap.timing_worker``'s on 2 ranks for Q5_SIZES."""
+    sizes = overlap.param_sizes(overlap.make_mlp(width=256, depth=32))
+    n_buckets = [len(overlap.bucket_assignment(sizes, mb)) for mb in Q5_SIZES]   # 32, 8, 2, 1
+    if not isinstance(runs, list) or len(runs) != 2:
+        raise AssertionError("q5_runs must be what launch.run returned for 2 ranks: run the "
+                             "measuring cell as given, then answer from its q5_runs.")
+    for r, run in enumerate(runs):
+        if not isinstance(run, list) or len(run) != len(Q5_SIZES):
+            raise AssertionError(f"q5_runs[{r}] must hold one row per size of Q5_SIZES.")
+        for i, row in enumerate(run):
+            if not isinstance(row, dict) or row.get("bucket_mb") != Q5_SIZES[i] \
+                    or row.get("n_buckets") != n_buckets[i]:
+                raise AssertionError(f"q5_runs[{r}][{i}] is not overlap.timing_worker's row "
+                                     f"for {Q5_SIZES[i]} MiB: run the measuring cell as given.")
+            for k in _Q5_KEYS:
+                v = as_number(f"q5_runs[{r}][{i}][{k!r}]", row.get(k))
+                if not 0 < v < 60_000:
+                    raise AssertionError(f"q5_runs[{r}][{i}][{k!r}] = {v:g} ms is not a "
+                                         "plausible median time of a step on real ranks.")
+            if row["wait_ms"] > row["step_ms"]:
+                raise AssertionError(f"q5_runs[{r}][{i}]: the wait is longer than the whole "
+                                     "step, which contains it: not a real measurement.")
+    return runs
+
+
+def q5_test(got, ref):
+    runs = _q5_runs(got["q5_runs"])
+    column = {k: [max(run[i][k] for run in runs) for i in range(len(Q5_SIZES))]
+              for k in _Q5_KEYS}                                   # the slowest rank, per size
+    table = column["step_ms"]
+    value = got["q5_step_ms"]
+    if not isinstance(value, list) or len(value) != len(Q5_SIZES):
+        raise AssertionError("q5_step_ms should be a list of one step time per size of "
+                             "Q5_SIZES, in their order.")
+    mine = [as_number(f"q5_step_ms[{i}]", v) for i, v in enumerate(value)]
+
+    def same(a):
+        return all(abs(x - y) <= 1e-6 * max(1.0, abs(y)) for x, y in zip(mine, a))
+
+    if not same(table):
+        for wrong, message in [
+            ([runs[0][i]["step_ms"] for i in range(len(Q5_SIZES))],
+             "that is rank 0's step time alone: a step ends when every rank has its averaged "
+             "gradients, so the slowest rank's time decides (the largest of the ranks')."),
+            ([sum(run[i]["step_ms"] for run in runs) / len(runs) for i in range(len(Q5_SIZES))],
+             "that is the mean of the ranks: a step ends when the slowest rank is done, so "
+             "take the largest of the ranks' step times."),
+            ([min(run[i]["step_ms"] for run in runs) for i in range(len(Q5_SIZES))],
+             "that is the fastest rank's time: the step ends with the slowest rank."),
+            (column["comm_ms"], "that is the communication alone; the question is about the "
+                                "whole step (step_ms)."),
+            (column["wait_ms"], "that is the wait after backward, only the exposed part of "
+                                "the communication; the question is about the whole step."),
+        ]:
+            if same(wrong):
+                raise AssertionError(f"q5_step_ms: {message}")
+        raise AssertionError("q5_step_ms does not match your q5_runs: per size, the step time "
+                             "of the slowest rank (step_ms), in the order of Q5_SIZES.")
+    best = as_number("q5_best", got["q5_best"])
+    if best not in Q5_SIZES:
+        raise AssertionError(f"q5_best = {best:g}: pick one of Q5_SIZES {Q5_SIZES}.")
+    fastest = min(table)
+    if table[Q5_SIZES.index(best)] <= fastest * (1 + Q5_TOLERANCE):
+        return
+    shown = f"q5_best = {best:g} MiB takes {table[Q5_SIZES.index(best)]:.1f} ms per step in " \
+            f"your table, the fastest {fastest:.1f} ms"
+    by_comm = Q5_SIZES[column["comm_ms"].index(min(column["comm_ms"]))]
+    by_wait = Q5_SIZES[column["wait_ms"].index(min(column["wait_ms"]))]
+    if best == by_comm:
+        raise AssertionError(f"{shown}: you picked the least communication time. Communication "
+                             "that overlaps backward costs nothing; pick by the whole step.")
+    if best == by_wait:
+        raise AssertionError(f"{shown}: you picked the shortest wait after backward. A short "
+                             "wait can come with a slower backward (the all-reduces compete "
+                             "with it): pick by the whole step.")
+    if best == max(Q5_SIZES):
+        raise AssertionError(f"{shown}: the largest bucket is one bucket for this 8 MiB model: "
+                             "it starts only when backward ends, so nothing overlaps.")
+    if best == min(Q5_SIZES):
+        raise AssertionError(f"{shown}: the smallest buckets start earliest but pay the per-call "
+                             "latency 32 times. Pick the fastest step of your table.")
+    raise AssertionError(f"{shown}: pick the size with the fastest step of your table.")
+
+
+def q6_test(got, ref):
+    check_number("q6_tp_gb", got["q6_tp_gb"], _Q6_TP_GB, unit="GB", mistakes=[
+        (_Q6_SP_GB, "that divides the whole s b h (34 + 5 a s / h) by t, as if sp were on: "
+                    "tensor parallelism alone keeps the 10 s b h of LayerNorm and dropout "
+                    "activations whole on every GPU."),
+        (_Q6_ONE_GB, "that is one device's activations: tensor parallelism splits the 24 s b h "
+                     "and the attention matrix by t."),
+        (_Q6_SBH * (10 + 24 / _Q6_T + _Q6_ATT) * _Q6_LAYERS / 1e9,
+         "the attention matrix is split by heads too: 5 a s / h is divided by t."),
+        (_Q6_TP_GB / _Q6_LAYERS, "that is one layer; the model has 40."),
+        (_Q6_TP_GB * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
+        (_Q6_TP_GB * 1e9, "that is bytes; give GB."),
+    ])
+    check_number("q6_sp_gb", got["q6_sp_gb"], _Q6_SP_GB, unit="GB", mistakes=[
+        (_Q6_TP_GB, "that is tensor parallelism alone: you forgot that sequence parallelism also "
+                    "splits the 10 s b h that TP replicates (LayerNorm inputs and outputs, "
+                    "dropout masks)."),
+        (_Q6_SBH * (34 + _Q6_ATT / _Q6_T) / _Q6_T * _Q6_LAYERS / 1e9,
+         "you divided the attention term twice: it is split by heads (tensor parallelism) and "
+         "not again by sequence parallelism; every term is divided by t once."),
+        (_Q6_ONE_GB, "that is one device's activations: divide by t."),
+        (_Q6_SP_GB / _Q6_LAYERS, "that is one layer; the model has 40."),
+        (_Q6_SP_GB * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
+        (_Q6_SP_GB * 1e9, "that is bytes; give GB."),
+    ])

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Module 9: Activation memory, recomputation and precision
+# # Module 9: Activations, recomputation, overlap and precision
 #
 # Every "does it fit" answer so far counted persistent state: weights, gradients, optimizer
 # state, 16 bytes per parameter in the lesson's layout, 112 GB for a 7B model. Training also
@@ -12,10 +12,15 @@
 # 2. sets that beside the published formula for a GPT layer and evaluates it for the 7B model;
 # 3. trades memory for compute with activation checkpointing (recomputation), full and
 #    selective, and checks that the loss and gradients do not change;
-# 4. shows on real tensors why the 16-byte layout keeps an fp32 master copy, why fp16 needs
+# 4. splits along the sequence, on real ranks, what tensor parallelism keeps whole on every
+#    rank (sequence parallelism), and checks it against one device;
+# 5. starts the data-parallel all-reduce by buckets during backward, times it on real ranks for
+#    several bucket sizes, and checks it against DDP and one device;
+# 6. shows on real tensors why the 16-byte layout keeps an fp32 master copy, why fp16 needs
 #    loss scaling, and why gradients are summed in fp32.
 #
-# Helpers: `course_utils.activations` and `course_utils.precision`.
+# Helpers: `course_utils.activations`, `course_utils.sequence_parallel`, `course_utils.overlap`
+# and `course_utils.precision`.
 
 # %%
 import matplotlib.pyplot as plt
@@ -190,7 +195,199 @@ for mode, s in times.items():
 # only the attention core, a few percent of the flops. On this small CPU model, one thread,
 # the ratios differ (attention is a larger share of the work here) and vary between runs.
 #
-# ## 4. Precision: what each byte of the layouts is for
+# ## 4. Sequence parallelism: split what tensor parallelism replicates
+#
+# Module 4's tensor parallelism (TP) splits a block's matmuls over t ranks: each rank holds
+# a slice of the heads and of the MLP features, so their saved tensors shrink by t. The rest
+# of the block, the two LayerNorms, the residual adds and dropout, runs on the whole (b, s, h)
+# activation on **every** rank: TP copies it, and so does what it saves. That is the **10 s·b·h**
+# in Korthikanti et al.'s form with tensor parallelism,
+#
+# $$\text{bytes per layer} = s\,b\,h\,\Bigl(10 + \frac{24}{t} + 5\,\frac{a\,s}{h\,t}\Bigr):$$
+#
+# the LayerNorm inputs (4), the LayerNorm outputs that feed the QKV and MLP matmuls (4) and
+# the two dropout masks (2), the same on all t ranks. LayerNorm, dropout and the residual add
+# treat each token on its own, so they can run on a slice of the sequence, (b, s/t, h) per
+# rank, with no communication at all. **Sequence parallelism** (SP, Korthikanti et al. 2022,
+# section 4.2.2) does that, and swaps TP's two conjugates (module 4's f and g) for two others
+# at the borders between "tokens split" and "heads or features split":
+#
+# | operator | forward | backward | placed |
+# | --- | --- | --- | --- |
+# | TP's f | identity | all-reduce | before the column-parallel linear (QKV, MLP up) |
+# | TP's g | all-reduce | identity | after the row-parallel linear (output projection, MLP down) |
+# | SP's g | all-gather along the sequence | reduce-scatter | where TP's f was |
+# | SP's ḡ | reduce-scatter along the sequence | all-gather | where TP's g was |
+#
+# A ring all-reduce *is* a reduce-scatter followed by an all-gather, so the forward pass sends
+# the same bytes as TP's. `sequence_parallel.compare` runs module 4's block (LayerNorm,
+# attention, residual, LayerNorm, MLP, residual; no dropout, so that one device can be matched
+# exactly) as TP and as TP + SP on 2 gloo ranks, counts what each rank saves with
+# `activations.saved_bytes`, logs every collective (gloo's reduce-scatter is built from an
+# all-to-all), and checks every output and gradient against one device, over two seeds:
+
+# %%
+from course_utils import sequence_parallel
+
+sp_run = sequence_parallel.compare(tp_size=2, seeds=(0, 1), timeout_s=120)
+print(sequence_parallel.report(sp_run))
+
+# %% [markdown]
+# One device saves 6,400 bytes for this block (4(8BTC + 2BTF + 4BT + BHT), the fused CPU
+# attention kernel). TP halves only the heads' and features' part: each rank still keeps the
+# whole 2,176-byte LayerNorm part, 4,288 bytes in all. TP + SP keeps 1,088 of it per rank, and
+# 3,200 in all, exactly one device's bytes / 2: predicted and measured agree to the byte. That
+# LayerNorm part is 4BTC + 4BT elements (the two LayerNorms' inputs, outputs and statistics):
+# Korthikanti's 10 s·b·h without the dropout masks, in fp32. The forward pass sends the same
+# 1,024 bytes per rank. Backward sends more, 1,536 bytes: like Megatron, each rank keeps only
+# its slice of the two LayerNorm outputs and all-gathers it again in backward to compute the
+# weight gradients (Megatron overlaps it with the reduce-scatter of the input gradient). Keeping the gathered outputs instead costs their
+# bytes and makes backward's bytes equal too:
+
+# %%
+kept = sequence_parallel.compare(tp_size=2, seeds=(0, 1), regather=False, timeout_s=120)
+backward = sequence_parallel.comm_summary(kept.comms["sp"], 2)["backward"]
+print(f"TP + SP, gathered LayerNorm outputs kept: {kept.saved_bytes['sp'][0]:,} bytes per rank")
+print(f"backward ring sends {backward['ring_bytes']:,.0f} B; equal to one device: {kept.equal}")
+
+# %% [markdown]
+# One more collective is needed: each rank's LayerNorm weights (and the biases added after
+# ḡ) see only its tokens, so their gradients are summed over the TP ranks once per step, a few
+# all-reduces of h values each, nothing next to the activations. For the 7B model of section 2
+# with TP over t = 8 GPUs, Korthikanti's form gives per GPU (`korthikanti_bytes(..., tp=, sp=)`):
+
+# %%
+for mode in ("none", "attention"):
+    tp_gb = activations.korthikanti_bytes(**seven_b, recompute=mode, tp=8) / 1e9
+    sp_gb = activations.korthikanti_bytes(**seven_b, recompute=mode, tp=8, sp=True) / 1e9
+    print(f"recompute={mode:<10} tp=8: {tp_gb:6.2f} GB per GPU   tp=8 + sp: {sp_gb:6.2f} GB")
+
+# %% [markdown]
+# Without recomputation SP takes 17.72 GB down to 13.02 GB per GPU: s·b·h (34 + 5as/h) / t,
+# every term divided by t. With selective recomputation the attention matrix is gone and the
+# replicated 10 s·b·h is most of what TP leaves (10 of 13 s·b·h per layer): SP divides it too,
+# 6.98 GB down to 2.28 GB, 34 s·b·h / t. Selective recomputation plus sequence parallelism is
+# the combination Korthikanti et al. recommend: next to the 104 GB one GPU would keep, each of
+# the 8 keeps 2.28 GB, and no block is recomputed whole.
+#
+# ## 5. Overlap: all-reduce by buckets during backward
+#
+# A data-parallel step (Module 2) all-reduces the gradients after backward. But backward
+# produces them last layer first: the last layer's gradient is final while backward still has
+# every other layer to go, and the network sits idle. **Bucketing** starts the communication
+# early. The gradients are grouped, in the order backward produces them (reverse parameter
+# order), into buckets of about `bucket_mb` MiB. A hook on each parameter
+# (`register_post_accumulate_grad_hook`, called once its `.grad` is final) counts down its
+# bucket; when the bucket is complete, its gradients are copied into one flat buffer and
+# `dist.all_reduce(flat, async_op=True)` starts. The call returns a *work handle* at once and
+# backward goes on while the bucket travels. After backward: `work.wait()` on every handle,
+# divide by D, copy back. That is `overlap.BucketAllReduce(model, bucket_mb=...)`; DDP does the
+# same inside `DistributedDataParallel(model, bucket_cap_mb=...)` (default 25).
+#
+# The model: an MLP of 32 layers 256 wide, 8 MiB of fp32 gradients, each layer (weight and
+# bias) just over 0.25 MiB. A bucket closes as soon as it holds at least its size:
+
+# %%
+from course_utils import overlap
+
+mlp = overlap.make_mlp(width=256, depth=32)
+sizes = overlap.param_sizes(mlp)                         # [(name, bytes)], parameter order
+print(f"{len(sizes)} parameters, {sum(b for _, b in sizes) / 2**20:.2f} MiB of gradients")
+for mb in overlap.BUCKET_SIZES:
+    buckets = overlap.bucket_assignment(sizes, mb)       # names per bucket, backward's order
+    print(f"{overlap.bucket_name(mb):>15}: {len(buckets):>2} bucket(s) of "
+          f"{len(buckets[0]) // 2:>2} layer(s)")
+print("the first 1 MiB bucket:", overlap.bucket_assignment(sizes, 1.0)[0])
+
+# %% [markdown]
+# When does the communication end? A cost model (`overlap.simulate`): backward takes 12 ms and
+# produces the gradients at a steady rate; the all-reduce of a bucket takes a fixed latency
+# (0.5 ms: the call, the handshakes) plus its bytes at 1 GB/s; the all-reduces run one at a
+# time, in bucket order. The step ends when backward and the last all-reduce are both done:
+
+# %%
+grad_bytes = [b for _, b in sizes]
+cost = dict(backward_s=12e-3, latency_s=0.5e-3, bytes_per_s=1e9)
+timelines = {overlap.bucket_name(mb): overlap.simulate(grad_bytes, bucket_mb=mb, **cost)
+             for mb in overlap.BUCKET_SIZES}
+for name, s in timelines.items():
+    print(f"{name:>15}: step {1e3 * s['step_s']:5.1f} ms, waiting after backward "
+          f"{1e3 * s['exposed_s']:4.1f} ms")
+ax = overlap.plot_timeline({k: timelines[k] for k in ("0.25 MiB", "1 MiB", "after backward")})
+_ = ax.set_title("Cost model: backward 12 ms; an all-reduce 0.5 ms + bytes at 1 GB/s")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# With one all-reduce after backward, all of the communication (8.9 ms) is waited for: 20.9 ms
+# per step. With 1 MiB buckets the first all-reduce starts 1.5 ms into backward and only the
+# last bucket is left when backward ends: 13.9 ms. Smaller is not better: 32 buckets of
+# 0.25 MiB pay the latency 32 times, the all-reduces fall behind backward and the step takes
+# 24.8 ms, worse than no overlap at all. Larger is not better either: a bucket starts only
+# when its last gradient exists, so 4 MiB buckets start halfway through backward (16.7 ms),
+# and 25 MiB, DDP's default, is more than this whole model: one bucket, no overlap.
+#
+# **On real ranks.** `overlap.measure_overlap` runs `overlap.timing_worker` on 2 gloo ranks
+# through `launch.run`. For each bucket size it times, per step, the whole step (forward,
+# backward with the buckets starting from the hooks, the waits: averaged gradients in place),
+# compute alone (the same forward and backward, hooks off), communication alone (the same
+# buckets all-reduced with nothing else running) and the time blocked in `work.wait()` after
+# backward: the exposed communication. The table shows the slowest rank's median of 5 steps,
+# in ms. Perfect overlap would bring the step down toward max(compute, comm); without
+# overlap it is compute + comm:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+rows = overlap.measure_overlap(bucket_mbs=overlap.BUCKET_SIZES, world_size=2, steps=5)
+print(overlap.format_table(rows))
+
+# %% [markdown]
+# These timings change from run to run (the tests never compare them). gloo runs the
+# all-reduces on worker threads of its own, so the overlap on this CPU is real: compare the wait
+# column of the bucketed rows with "after backward". But the two ranks and their gloo threads
+# share this machine's few cores: the communication takes cycles from backward (step minus
+# wait is backward's time with the all-reduces running: compare it with compute), so the step
+# gains less than the wait suggests, on a 2-core machine often nothing (step close to
+# compute + comm), and from one run to the next the best bucket size can change. Where the
+# bytes move without taking the compute cores (NCCL on GPUs, below), the cost model's picture
+# is the closer one. Assignment 9 asks you to pick the bucket size from your own measurement;
+# `benchmarks/overlap_buckets.py` prints the same table at other sizes.
+#
+# Overlap must not change the result. The hand-made buckets and DDP with the same
+# `bucket_cap_mb`, against one process on the whole batch (2 ranks, two seeds, a smaller MLP of
+# 3 layers 64 wide; 0.01 MiB is one bucket per layer):
+
+# %%
+for line in overlap.check_grads(seeds=(0, 1), bucket_mbs=(0.01, 0.02, None)):
+    print(line)
+
+# %% [markdown]
+# **When overlap cannot help.**
+#
+# * *No independent work left.* The last bucket holds the first layers' gradients, the last
+#   ones backward produces: nothing is left to compute while it travels, so its all-reduce is
+#   always exposed. When communication takes longer than backward, the difference is exposed
+#   too: overlap hides communication behind compute, it does not make it faster.
+# * *Bucket size.* Too small, every call pays its latency (0.25 MiB above); too large, a bucket
+#   starts late, and one bucket as large as the model is no overlap at all.
+# * *Memory headroom.* Every bucket in flight holds a flat copy of its gradients
+#   (`overlap.bucket_copy_bytes`): up to a second copy of all the gradients during backward, on
+#   a device that may have no room left (DDP's `gradient_as_bucket_view=True` makes the
+#   gradients views into its bucket buffers and saves that copy).
+#
+# **On GPUs.** NCCL runs every collective on a CUDA stream of its own, so the GPU can compute
+# backward's kernels and move a bucket at the same time without the CPU threads gloo competes
+# for here (NCCL's kernels still take some of the GPU's cores and memory bandwidth). The calls
+# are asynchronous: `dist.all_reduce(..., async_op=True)` returns once the collective is
+# enqueued, and `work.wait()` only makes the current stream wait for it, without blocking the
+# host. A host clock around them measures nothing: synchronize first (`measure.clock(device)`,
+# which every timer in `overlap` uses), or record CUDA events on the streams, or read the
+# profiler's trace, where NCCL's kernels overlap backward's. Synchronizing drains NCCL's stream
+# too, so on CUDA the wait column reads near 0 and the exposed communication is the step minus
+# compute.
+
+# %% [markdown]
+# ## 6. Precision: what each byte of the layouts is for
 #
 # Module 1's layouts differ in precisions: 16 B/param (bf16 weights and gradients, fp32 master
 # copy, fp32 Adam moments), 18 B/param (the same with fp32 gradients) and 12 B/param (no
@@ -270,11 +467,15 @@ for n in (1, 8, 64):
 # | TinyLM block, math attention | 4(8BTD + 2BTF + 4BT + BHT²) bytes | equal, to the byte |
 # | 7B, s = 4096, b = 1 | 104.2 GB of activations (112 GB state) | (formula) |
 # | selective / full recomputation, B = 4, T = 256 | 50% / 97% of a block's bytes saved | equal |
+# | TP + SP, 2 ranks, module 4's block | one device's bytes / 2 per rank | equal, to the byte |
+# | 7B, tp = 8, selective recomputation | 6.98 GB per GPU, 2.28 GB with SP | (formula) |
+# | 1 MiB buckets, cost model (8 MiB, backward 12 ms) | step 13.9 ms (20.9 ms unbucketed) | gradients == DDP == one process |
 # | bf16 master copy absent, lr 1e-5 | | 84% of weights never move |
 # | fp16, no loss scaling | | 99.8% of gradients zero |
 
 # %% [markdown]
 # **Next**: assignment `a9_activations` (in your workspace under `assignments/a9_activations/`):
-# activation bytes for a new configuration, which recomputation and micro-batch size fit a
-# memory budget, a function that measures what a module saves for backward, and which
-# precision choice a training recipe needs.
+# activation bytes for a new configuration and per GPU with tensor and sequence parallelism,
+# which recomputation and micro-batch size fit a memory budget, a function that measures what
+# a module saves for backward, the bucket size with the fastest step from your own timings on
+# real ranks, and which precision choice a training recipe needs.
