@@ -279,3 +279,61 @@ def test_a9_judge_q6_sequence_parallelism():
             ({**right, "q6_tp_gb": right["q6_tp_gb"] * 1e9 / 2**30}, "GiB")]:
         with pytest.raises(AssertionError, match=words):
             rules.q6_test(wrong, right)
+
+
+# a9 Q5: the bucket size, judged against the student's own timings (course_utils.overlap)
+
+
+def _q5_runs(step0, step1, comm=(30.0, 12.0, 10.0, 9.0), wait=(12.0, 3.0, 5.0, 11.0)):
+    """Rows shaped like timing_worker's for a9's Q5_SIZES on 2 ranks."""
+    sizes, n_buckets = [0.25, 1.0, 4.0, 25.0], [32, 8, 2, 1]
+    return [[{"bucket_mb": mb, "n_buckets": n, "grad_mb": 8.03, "step_ms": s, "compute_ms": 19.0,
+              "comm_ms": c, "wait_ms": w}
+             for mb, n, s, c, w in zip(sizes, n_buckets, steps, comm, wait)]
+            for steps in (step0, step1)]
+
+
+def test_a9_q5_judge_takes_the_students_own_table():
+    from grading import judge
+
+    rules = judge.load("a9_activations")
+    runs = _q5_runs([41.0, 31.0, 29.0, 36.0], [42.5, 30.5, 33.5, 36.5])
+    table = [42.5, 31.0, 33.5, 36.5]                   # the slowest rank per size
+    rules.q5_test({"q5_runs": runs, "q5_step_ms": table, "q5_best": 1.0}, {})
+    tie = _q5_runs([41.0, 31.0, 31.5, 36.0], [42.5, 30.5, 31.2, 36.5])   # 31.5 within 2% of 31
+    rules.q5_test({"q5_runs": tie, "q5_step_ms": [42.5, 31.0, 31.5, 36.5], "q5_best": 4.0}, {})
+    for got, words in [
+            ({"q5_step_ms": [41.0, 31.0, 29.0, 36.0], "q5_best": 4.0}, "rank 0's step time"),
+            ({"q5_step_ms": [41.75, 30.75, 31.25, 36.25], "q5_best": 1.0}, "mean of the ranks"),
+            ({"q5_step_ms": [30.0, 12.0, 10.0, 9.0], "q5_best": 25.0}, "communication alone"),
+            ({"q5_step_ms": table, "q5_best": 25.0}, "least communication"),
+            ({"q5_step_ms": table, "q5_best": 0.25}, "smallest buckets"),
+            ({"q5_step_ms": table, "q5_best": 2.0}, "pick one of Q5_SIZES")]:
+        with pytest.raises(AssertionError, match=words):
+            rules.q5_test({"q5_runs": runs, **got}, {})
+    # the largest bucket, when it is not also the least communication
+    runs_c = _q5_runs([41.0, 31.0, 29.0, 36.0], [42.5, 30.5, 33.5, 36.5],
+                      comm=(30.0, 8.0, 10.0, 9.0), wait=(12.0, 1.0, 5.0, 11.0))
+    with pytest.raises(AssertionError, match="one bucket for this 8 MiB model"):
+        rules.q5_test({"q5_runs": runs_c, "q5_step_ms": table, "q5_best": 25.0}, {})
+    # the shortest wait, when it is not the fastest step
+    with pytest.raises(AssertionError, match="shortest wait"):
+        rules.q5_test({"q5_runs": _q5_runs([41.0, 31.0, 29.0, 36.0], [42.5, 30.5, 33.5, 36.5],
+                                           wait=(12.0, 5.0, 3.0, 11.0)),
+                       "q5_step_ms": table, "q5_best": 4.0}, {})
+
+
+def test_a9_q5_judge_rejects_tables_not_from_real_ranks():
+    from grading import judge
+
+    rules = judge.load("a9_activations")
+    runs = _q5_runs([41.0, 31.0, 29.0, 36.0], [42.5, 30.5, 33.5, 36.5])
+    table = [42.5, 31.0, 33.5, 36.5]
+    one_rank = runs[:1]
+    wrong_buckets = [[dict(row, n_buckets=1) for row in run] for run in runs]
+    negative = [[dict(row, comm_ms=-1.0) for row in run] for run in runs]
+    wait_too_long = [[dict(row, wait_ms=row["step_ms"] + 5) for row in run] for run in runs]
+    for bad, words in [(one_rank, "2 ranks"), (wrong_buckets, "timing_worker's row"),
+                       (negative, "plausible"), (wait_too_long, "longer than the whole step")]:
+        with pytest.raises(AssertionError, match=words):
+            rules.q5_test({"q5_runs": bad, "q5_step_ms": table, "q5_best": 1.0}, {})
