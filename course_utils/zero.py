@@ -347,7 +347,7 @@ class ZeroDP:
                     raise ValueError(f"model parameters must be bf16 (the 16-byte layout); "
                                      f"model[{name}] has {p.dtype}")
         self.model, self.stage, self.prefetch = model, stage, bool(prefetch)
-        self.device = next(model.parameters()).device  # buffers live beside the weights
+        self.device = next(model.parameters(), torch.empty(0)).device  # buffers beside weights
         self.dp_group = dp_group
         self.dp = dist.get_world_size(dp_group)
         self.dp_rank = dist.get_rank(dp_group)
