@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course_utils import backend
+from course_utils.validate import check_int
 
 __all__ = ["LOSS_RTOL", "Workload", "init_params", "batches", "dp_rank_worker", "run_torch",
            "run_jax", "compare", "table", "machine"]
@@ -67,9 +68,7 @@ class Workload:
             raise ValueError(f"sizes must be a tuple of at least 2 ints >= 1; got {sizes!r}")
         object.__setattr__(self, "sizes", tuple(sizes))
         for name in ("global_batch", "steps", "workers", "threads_per_worker"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+            check_int(name, getattr(self, name))
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or not (
                 0 <= self.warmup < self.steps):
             raise ValueError(f"warmup must be an int from 0 to steps - 1 = {self.steps - 1}; "

@@ -74,15 +74,7 @@ _FP32 = 4
 def _all_gather_seq(x: torch.Tensor, group: dist.ProcessGroup | None,
                     phase: str) -> torch.Tensor:
     """(B, T/t, ...) per rank -> (B, T, ...) on every rank, slices in rank order (logged)."""
-    t = dist.get_world_size(group)
-    if t == 1:
-        return x
-    x = x.contiguous()
-    parts = [torch.empty_like(x) for _ in range(t)]
-    dist.all_gather(parts, x, group=group)
-    out = torch.cat(parts, dim=SEQ_DIM)                    # (B, T, ...)
-    tp._log("all_gather", phase, out)
-    return out
+    return tp._all_gather_cat(x, group, phase, dim=SEQ_DIM)
 
 
 def _reduce_scatter_seq(x: torch.Tensor, group: dist.ProcessGroup | None,

@@ -121,15 +121,17 @@ def _all_reduce(x: torch.Tensor, group: dist.ProcessGroup | None, phase: str) ->
     return out
 
 
-def _all_gather_last(x: torch.Tensor, group: dist.ProcessGroup | None,
-                     phase: str) -> torch.Tensor:
+def _all_gather_cat(x: torch.Tensor, group: dist.ProcessGroup | None, phase: str,
+                    dim: int = -1) -> torch.Tensor:
+    """Every rank's ``x`` concatenated along ``dim`` in rank order (logged): the last dim for
+    TP's features, the sequence dim for sequence parallelism."""
     t = _group_size(group)
     if t == 1:
         return x
     x = x.contiguous()
     parts = [torch.empty_like(x) for _ in range(t)]
     dist.all_gather(parts, x, group=group)
-    out = torch.cat(parts, dim=-1)  # (..., t * n_local)
+    out = torch.cat(parts, dim=dim)  # t times x's size along dim
     _log("all_gather", phase, out)
     return out
 
@@ -176,7 +178,7 @@ class GatherFromTensorParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
         ctx.group = group
-        return _all_gather_last(x, group, "forward")
+        return _all_gather_cat(x, group, "forward")
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -193,7 +195,7 @@ class ScatterToTensorParallel(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return _all_gather_last(grad, ctx.group, "backward"), None
+        return _all_gather_cat(grad, ctx.group, "backward"), None
 
 
 def copy_to_tp(x: torch.Tensor, tp_group: dist.ProcessGroup | None = None) -> torch.Tensor:

@@ -41,9 +41,7 @@ class TinyLMConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers", "d_ff"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+            _check_int(name, getattr(self, name))
         if self.vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2; got {self.vocab_size}")
         if self.d_model % self.n_heads:

@@ -5,17 +5,12 @@ Speed is measured in benchmarks (benchmarks/overlap_buckets.py), not asserted he
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from course_utils import launch, overlap
 
-ROOT = Path(__file__).resolve().parent.parent
 MIB = 2 ** 20
 
 
@@ -145,17 +140,3 @@ def test_timing_worker_returns_a_sane_table():
 def test_bad_input_raises_value_error_naming_it(call, match):
     with pytest.raises(ValueError, match=match):
         call()
-
-
-@pytest.mark.slow
-def test_the_check_runs_under_torchrun():
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
-                          "-m", "course_utils.overlap"],
-                         capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = sorted(line for line in out.stdout.splitlines() if "returned" in line)
-    assert [line.split(" returned")[0] for line in lines] == ["rank 0", "rank 1"], out.stdout
-    assert all(float(line.split(": ")[1]) < 1e-6 for line in lines), lines
-

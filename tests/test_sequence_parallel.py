@@ -3,16 +3,11 @@ saved bytes per rank against the prediction, the collectives, and lecture 9's fi
 
 from __future__ import annotations
 
-import os
 import pickle
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import ROOT
 from course_utils import activations, launch
 from course_utils import sequence_parallel as sp
 from course_utils import tensor_parallel as tp
@@ -203,19 +198,3 @@ def test_bad_arguments_raise_value_error():
         sp.report(None)
     with pytest.raises(ValueError, match="block must be"):
         sp.TensorParallelBlock(tp.MLP(4, 8))
-
-
-# ------------------------------------------------------------------------------ torchrun
-
-
-@pytest.mark.slow
-def test_demo_runs_under_torchrun():
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
-                          "-m", "course_utils.sequence_parallel"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = sorted(line for line in out.stdout.splitlines() if "returned" in line)
-    assert [line.split(" returned")[0] for line in lines] == ["rank 0", "rank 1"], out.stdout
-    assert all(float(line.split(": ")[1]) < 1e-5 for line in lines), lines
