@@ -104,10 +104,21 @@ def _map_tensors(obj: Any, fn: Any) -> Any:
     return obj
 
 
+def _as_device(dev: Any) -> torch.device:
+    """``dev`` as a torch.device (a tensor gives its own), or ValueError naming it."""
+    if isinstance(dev, torch.Tensor):
+        return dev.device
+    try:
+        return torch.device(dev)
+    except (TypeError, RuntimeError):
+        raise ValueError(f"device must be a torch.device, a device string or a tensor; "
+                         f"got {dev!r}") from None
+
+
 def to_device(obj: Any, dev: torch.device | None = None) -> Any:
     """``obj`` with every tensor in it (nested dicts, lists, tuples) moved to ``dev``
     (default :func:`device`); other values unchanged. Inputs sent to a rank arrive on the CPU."""
-    dev = device() if dev is None else dev
+    dev = device() if dev is None else _as_device(dev)
     return _map_tensors(obj, lambda t: t.to(dev))
 
 
@@ -127,13 +138,7 @@ def synchronize(dev: torch.device | str | torch.Tensor) -> None:
     CUDA events or the profiler. ``dev`` may be a tensor (its device is used). Other
     accelerators go through ``torch.accelerator.synchronize``.
     """
-    if isinstance(dev, torch.Tensor):
-        dev = dev.device
-    try:
-        dev = torch.device(dev)
-    except (TypeError, RuntimeError):
-        raise ValueError(f"device must be a torch.device, a device string or a tensor; "
-                         f"got {dev!r}") from None
+    dev = _as_device(dev)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     elif dev.type not in ("cpu", "meta"):
@@ -159,7 +164,7 @@ def scaled_sum(t: torch.Tensor, factor: float, group: dist.ProcessGroup | None =
 def peak_memory_bytes(dev: torch.device | str | None = None) -> int | None:
     """The CUDA allocator's peak bytes on ``dev`` since the last :func:`reset_peak_memory`
     (``torch.cuda.max_memory_allocated``); ``None`` on CPU, which has no allocator peak."""
-    dev = device() if dev is None else torch.device(dev)
+    dev = device() if dev is None else _as_device(dev)
     if dev.type != "cuda":
         return None
     return int(torch.cuda.max_memory_allocated(dev))
@@ -167,7 +172,7 @@ def peak_memory_bytes(dev: torch.device | str | None = None) -> int | None:
 
 def reset_peak_memory(dev: torch.device | str | None = None) -> None:
     """Start a new peak for :func:`peak_memory_bytes` (nothing to do on CPU)."""
-    dev = device() if dev is None else torch.device(dev)
+    dev = device() if dev is None else _as_device(dev)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
 

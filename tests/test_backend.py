@@ -54,8 +54,10 @@ def test_cpu_has_no_allocator_peak_and_nothing_to_synchronize():
     assert backend.peak_memory_bytes("cpu") is None
     backend.reset_peak_memory("cpu")
     backend.synchronize(torch.ones(1))
-    with pytest.raises(ValueError, match="device must be"):
-        backend.synchronize(1.5)
+    for bad in (lambda: backend.synchronize(1.5), lambda: backend.peak_memory_bytes("gpu"),
+                lambda: backend.reset_peak_memory([]), lambda: backend.to_device({}, "tpu0")):
+        with pytest.raises(ValueError, match="device must be"):
+            bad()
     assert backend.host_sees_collective_bytes() is None  # outside a process group
 
 
