@@ -145,6 +145,12 @@ def collectives(tp: int, pp: int, dp: int, zero_stage: int,
     return out
 
 
+def _first_stage(num_layers: int, pp: int, microbatches: int) -> tuple[int, int]:
+    """1F1B's fullest stage, the first: its ceil(L / P) layers and the min(P, m) microbatches
+    it keeps in flight."""
+    return -(-num_layers // pp), min(pp, microbatches)
+
+
 def _gathered_layer_bytes(n_params: float, num_layers: int, tp: int,
                           lay: memory.Layout) -> float:
     """One layer of a device's TP shard, gathered whole by ZeRO-3: N / (L x TP) parameters in
@@ -228,8 +234,8 @@ def plan(model_params_b: float = DEFAULTS["model_params_b"], layout: str = DEFAU
 
     act = gathered = peak = layer_mb = None
     if seq_len is not None:
-        # 1F1B: the first stage holds ceil(L/P) layers and min(P, m) microbatches in flight
-        layer_mb = -(-num_layers // pp) * min(pp, microbatches)
+        layers, in_flight = _first_stage(num_layers, pp, microbatches)
+        layer_mb = layers * in_flight
         act = korthikanti_bytes(seq_len, microbatch_size, hidden, num_heads, layers=layer_mb,
                                 recompute=_KORTHIKANTI[recompute], tp=tp, sp=sp)
         gathered = _gathered_layer_bytes(n_params, num_layers, tp, lay) \
@@ -336,7 +342,7 @@ def summary(p: Plan) -> str:
 def _in_flight(p: Plan) -> str:
     """What the activations hold: the first stage's layers times the 1F1B microbatches in flight."""
     i = p.inputs
-    layers, flight = -(-i["num_layers"] // i["pp"]), min(i["pp"], i["microbatches"])
+    layers, flight = _first_stage(i["num_layers"], i["pp"], i["microbatches"])
     return f"{_count(layers, 'layer')} x {flight} in flight (1F1B)"
 
 
