@@ -55,6 +55,17 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # verdict: what SaveAutoGrades stores is the judge's score.
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
+# Before anything else reads a submission, every nbgrader field of every graded, answer and
+# locked cell is put back from the release (a test cell whose "grade" flag was set to false is
+# graded as released; grading/preprocessors.py).
+c.Autograde.sanitize_preprocessors = [
+    "grading.preprocessors.RestoreReleaseMetadata",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 c.Autograde.autograde_preprocessors = [
     "grading.preprocessors.RecoveringExecute",
     "nbgrader.preprocessors.IgnorePattern",
@@ -68,6 +79,12 @@ c.Autograde.autograde_preprocessors = [
 ]
 # A student who deletes a test cell gets it back (and is graded by it).
 c.OverwriteCells.add_missing_cells = True
+
+# Autograde and feedback copy no file but the notebooks: nbgrader would otherwise copy every other
+# file of the student's folder into the autograded folder and on into the feedback the student
+# gets back (the kernels never see either folder: grading/sandbox.py).
+if sys.argv[1:2] and sys.argv[1] in ("autograde", "generate_feedback"):
+    c.CourseDirectory.ignore = ["*", ".*"]
 
 # Feedback shows the student's work and the judge's verdict on each test cell (the judge replaced
 # the cell's outputs while grading), never hidden-test code or a traceback.

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import csv
 import hashlib
 import json
@@ -39,6 +40,7 @@ import nbformat
 
 from course_utils.checks import SUBMIT_MIME
 from grading import judge
+from grading.files import NotRegular, entry_kind, read_regular, write_private
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,6 +76,70 @@ def submissions_by_cell(nb) -> dict[str, list]:
             for cell in nb.cells if is_test_cell(cell)}
 
 
+# ------------------------------------------------------------------------------ metadata
+
+MAX_NOTEBOOK_BYTES = 50_000_000  # a submitted or autograded notebook the grader will read
+_NBGRADER_CELL_KEYS = ("deletable", "editable")
+
+
+def read_notebook(path: Path):
+    """An nbformat notebook from a regular file of at most ``MAX_NOTEBOOK_BYTES`` (a link, a
+    named pipe or a huge file is refused: ``grading.files.NotRegular``)."""
+    return nbformat.reads(read_regular(path, MAX_NOTEBOOK_BYTES).decode("utf-8"), as_version=4)
+
+
+def release_notebook(assignment: str | None, notebook: str | None):
+    """The committed release of one notebook (``assignments/<a>/<notebook>.ipynb``), or None."""
+    if not assignment or not notebook:
+        return None
+    path = ROOT / "assignments" / assignment / f"{Path(notebook).stem}.ipynb"
+    return nbformat.read(path, as_version=4) if path.exists() else None
+
+
+def restore_metadata(nb, release) -> list[str]:
+    """Put back, in ``nb``, the nbgrader metadata and the type of every cell the release marks
+    (graded, answer or locked), from the release; strip nbgrader metadata the release does not
+    have. A submitted cell is the release's cell with the same grade id, else the one with the
+    same cell id. Returns what was changed, one line per cell (empty: nothing was)."""
+    wanted = {_meta(c)["grade_id"]: c for c in release.cells if _meta(c).get("grade_id")}
+    by_id = {c.get("id"): gid for gid, c in wanted.items() if c.get("id")}
+    matched: set[str] = set()
+    changes: list[str] = []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader")
+        gid = meta.get("grade_id") if isinstance(meta, dict) else None
+        if gid not in wanted or gid in matched:
+            gid = by_id.get(cell.get("id")) if by_id.get(cell.get("id")) not in matched else None
+        if gid is None:
+            if meta:
+                cell.setdefault("metadata", {}).pop("nbgrader", None)
+                changes.append("a cell claimed nbgrader metadata the release does not have "
+                               "(removed)")
+            continue
+        matched.add(gid)
+        source = wanted[gid]
+        want = copy.deepcopy(source.metadata["nbgrader"])
+        if meta != want:
+            fields = sorted(k for k in set(want) | set(meta if isinstance(meta, dict) else {})
+                            if not isinstance(meta, dict) or meta.get(k) != want.get(k))
+            changes.append(f"cell {gid}: nbgrader metadata edited ({', '.join(fields)})")
+        cell.setdefault("metadata", {})["nbgrader"] = want
+        for key in _NBGRADER_CELL_KEYS:
+            if key in source.metadata:
+                cell.metadata[key] = source.metadata[key]
+            else:
+                cell.metadata.pop(key, None)
+        if cell.get("cell_type") != source.cell_type:
+            changes.append(f"cell {gid}: type changed to {cell.get('cell_type')}")
+            cell["cell_type"] = source.cell_type
+            if source.cell_type == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+            else:
+                cell.pop("outputs", None)
+                cell.pop("execution_count", None)
+    return changes
+
+
 # ------------------------------------------------------------------------------ reference run
 
 
@@ -99,55 +165,110 @@ def reference_cache_path(assignment: str, notebook: str, cache: Path) -> Path:
     return cache / assignment / f"{Path(notebook).stem}.{key}.json"
 
 
+SOLUTIONS_CHECK_ENV = "COURSE_SOLUTIONS_CHECK"  # "off": run a reference not in git's HEAD
+
+
+def check_committed(assignment: str) -> None:
+    """Refuse to run the reference of ``assignment`` (RuntimeError naming each file) unless its
+    solution notebooks and its judge file are exactly as committed (git's ``HEAD``): a changed
+    ``solutions/`` would otherwise set every student's expected values.
+    ``COURSE_SOLUTIONS_CHECK=off`` skips the check (the instructor's own, unfinished edits)."""
+    import subprocess
+
+    if os.environ.get(SOLUTIONS_CHECK_ENV, "on").lower() in ("off", "0", "no"):
+        return
+    files = [ROOT / "solutions" / assignment / n for n in notebook_names(assignment)]
+    files.append(judge.JUDGES / f"{assignment}.py")
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    if git("rev-parse", "--is-inside-work-tree") != "true":
+        raise RuntimeError(
+            f"cannot check that solutions/{assignment} is the committed version: {ROOT} is not a "
+            f"git checkout (set {SOLUTIONS_CHECK_ENV}=off to grade with it anyway)")
+    changed = []
+    for path in files:
+        rel = path.relative_to(ROOT).as_posix()
+        if entry_kind(path) != "file":
+            changed.append(f"{rel} ({entry_kind(path)})")
+        elif git("rev-parse", f"HEAD:{rel}") != git("hash-object", "--", rel):
+            changed.append(rel)
+    if changed:
+        raise RuntimeError(
+            f"refusing to grade {assignment}: {', '.join(changed)} differ(s) from the committed "
+            f"version (git diff shows how); commit or restore it, or set "
+            f"{SOLUTIONS_CHECK_ENV}=off to grade with it anyway")
+
+
 def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
                   cache: Path | None = None) -> dict[str, dict]:
     """Run the reference solution once and record what each test cell submits; cached.
 
     Returns ``{notebook: {"submissions": {grade_id: [[name, value], ...]}, "max_cell_s":
     seconds, "problems": [...]}}``, where ``problems`` lists every error output and every
-    stderr text of a test cell. Raises RuntimeError if the judge does not pass every test cell
-    of the reference (a judge file whose expected values disagree with the solution). The cache
-    (``cache``, default ``$COURSE_DATA/reference``) is keyed by the solution notebook, its judge
-    file, every ``course_utils`` source and the versions of Python, torch and the kernel: change
-    any of them and the reference runs again.
+    stderr text of a test cell. The reference runs in the same sandbox as every submission,
+    with the hidden cases drawn for the key ``"reference"``, and only once
+    :func:`check_committed` agrees that the solution and its judge are the committed ones.
+    Raises RuntimeError if the judge does not pass every test cell of the reference (a judge
+    file whose expected values disagree with the solution). The cache (``cache``, default
+    ``$COURSE_DATA/reference``) is keyed by the solution notebook, its judge file, every
+    ``course_utils`` source and the versions of Python, torch and the kernel: change any of them
+    and the reference runs again.
     """
-    from nbclient import NotebookClient
-
     data = data or data_dir()
     cache = cache or data / "reference"
     out = {}
     for name in notebook_names(assignment):
-        src = ROOT / "solutions" / assignment / name
         path = reference_cache_path(assignment, name, cache)
-        if path.exists():
-            out[name] = json.loads(path.read_text())
+        if entry_kind(path) == "file":
+            out[name] = json.loads(read_regular(path, MAX_NOTEBOOK_BYTES))
             continue
-        nb = nbformat.read(src, as_version=4)
-        # the kernel's environment as nbgrader_config.py gives it
-        with _environ({"COURSE_LAUNCH_PRELOAD": "light"}):
-            with tempfile.TemporaryDirectory() as tmp:
-                NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                               resources={"metadata": {"path": tmp}}).execute()
-        subs = submissions_by_cell(nb)
-        rules = judge.load(assignment)
-        failed = []
-        for cell in nb.cells:
-            if is_test_cell(cell):
-                gid = _meta(cell)["grade_id"]
-                v = judge.judge_cell(rules, gid, [tuple(p) for p in subs[gid]],
-                                     [tuple(p) for p in subs[gid]], judge.kernel_error(cell))
-                if not v.passed:
-                    failed.append(f"{gid}: {v.message}")
-        if failed:
-            raise RuntimeError(f"the reference solution of {assignment} fails its judge: "
-                               + "; ".join(failed))
-        out[name] = {"submissions": subs, "max_cell_s": _max_cell_seconds(nb),
-                     "problems": _problems(nb)}
+        check_committed(assignment)
+        out[name] = _run_reference(assignment, name, timeout)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp_path.write_text(json.dumps(out[name], indent=1))
-        tmp_path.replace(path)  # atomic: a concurrent reader sees all of it or nothing
+        write_private(path, json.dumps(out[name], indent=1))  # a reader sees all of it or none
     return out
+
+
+def _run_reference(assignment: str, name: str, timeout: int) -> dict:
+    """Execute one solution notebook in the sandbox and judge it (see :func:`reference_run`)."""
+    from nbclient import NotebookClient
+
+    from grading import sandbox
+
+    sandbox.require()
+    rules = judge.load(assignment)
+    cases = judge.hidden_cases(rules, judge.REFERENCE_KEY)
+
+    class ReferenceClient(NotebookClient):
+        def create_kernel_manager(self):
+            km = super().create_kernel_manager()
+            km.hidden_cases = json.dumps(cases)
+            return km
+
+    nb = nbformat.read(ROOT / "solutions" / assignment / name, as_version=4)
+    # the kernel's environment as nbgrader_config.py gives it
+    with _environ({"COURSE_LAUNCH_PRELOAD": "light"}):
+        with tempfile.TemporaryDirectory() as tmp:
+            ReferenceClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                            kernel_manager_class=sandbox.SandboxedKernelManager,
+                            resources={"metadata": {"path": tmp}}).execute()
+    subs = submissions_by_cell(nb)
+    failed = []
+    for cell in nb.cells:
+        if is_test_cell(cell):
+            gid = _meta(cell)["grade_id"]
+            v = judge.judge_cell(rules, gid, [tuple(p) for p in subs[gid]],
+                                 [tuple(p) for p in subs[gid]], judge.kernel_error(cell),
+                                 cases.get(gid), cases.get(gid))
+            if not v.passed:
+                failed.append(f"{gid}: {v.message}")
+    if failed:
+        raise RuntimeError(f"the reference solution of {assignment} fails its judge: "
+                           + "; ".join(failed))
+    return {"submissions": subs, "max_cell_s": _max_cell_seconds(nb), "problems": _problems(nb)}
 
 
 @contextlib.contextmanager
@@ -238,12 +359,29 @@ def _python_source(source: str) -> str:
         return source
 
 
-def scan_source(source: str) -> list[str]:
-    """Tampering flags for one answer cell's code (empty list: nothing suspicious)."""
+def _parse(source: str):
+    """The AST of a cell, or None for a syntax error (that only costs the student the
+    question). Anything else the parser raises on hostile code (RecursionError on a chain
+    100,000 deep, MemoryError) propagates to :func:`scan_source`'s caller's guard."""
     try:
-        tree = ast.parse(_python_source(source))
+        return ast.parse(_python_source(source))
     except SyntaxError:
-        return []  # a syntax error only costs the student the question
+        return None
+
+
+def scan_source(source: str) -> list[str]:
+    """Tampering flags for one answer cell's code (empty list: nothing suspicious). Code the
+    scanner cannot parse for another reason than a syntax error is itself a flag."""
+    try:
+        return _scan_source(source)
+    except Exception as err:  # noqa: BLE001 - RecursionError, MemoryError
+        return [f"line ?: could not be scanned ({type(err).__name__}): review this cell by hand"]
+
+
+def _scan_source(source: str) -> list[str]:
+    tree = _parse(source)
+    if tree is None:
+        return []
     flags: list[str] = []
     modules: set[str] = {"math", "sys", "builtins", "course_utils", "checks", "torch", "numpy",
                          "np", "os", "IPython", "nbgrader", "importlib", "dist"}
@@ -325,23 +463,71 @@ def _course_modules() -> list[str]:
     return sorted(p.stem for p in (ROOT / "course_utils").glob("*.py") if p.stem != "__init__")
 
 
+def _fold(node) -> str | None:
+    """The string an expression always evaluates to, if it is built from constants only
+    (``"state" + "_bytes"``, ``f"zero_{'state'}"``, ``"".join(["a", "b"])``), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _fold(node.left), _fold(node.right)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.JoinedStr):
+        parts = [_fold(v.value if isinstance(v, ast.FormattedValue) else v) for v in node.values]
+        return None if None in parts else "".join(parts)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "join" and len(node.args) == 1
+            and isinstance(node.args[0], (ast.List, ast.Tuple))):
+        sep = _fold(node.func.value)
+        parts = [_fold(e) for e in node.args[0].elts]
+        return None if sep is None or None in parts else sep.join(parts)
+    return None
+
+
+_DYNAMIC_IMPORTS = {"importlib.import_module", "import_module", "__import__",
+                    "importlib.__import__", "sys.modules.get"}
+
+
 def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
     """Which of ``helpers`` (``"memory.zero_state_bytes"``: a ``course_utils`` function) the
-    code in ``source`` refers to: called or named through any import alias, or named in a
-    string (``getattr(memory, "zero_state_bytes")``). ``setup``: code that ran before it (the
+    code in ``source`` refers to, whatever the spelling: called or named through any import
+    alias, named in a string or in a string built from constants
+    (``getattr(memory, "state" + "_bytes")``), or possibly reached by a name computed at run
+    time (``getattr(memory, name)``, ``vars(memory)``, ``memory.__dict__``,
+    ``importlib.import_module(...)``, ``sys.modules[...]``): those are reported as
+    ``"<helper> (through a computed name)"``. ``setup``: code that ran before it (the
     release's import cells), whose import aliases count too."""
     wanted = {h: h.split(".") for h in helpers}
     aliases = {m: m for m in _course_modules()} | {"course_utils": ""}
     star: set[str] = set()
     found: list[str] = []
 
-    def trees(code: str):
-        try:
-            return [ast.parse(_python_source(code))]
-        except SyntaxError:
-            return []
+    def add(h: str) -> None:
+        plain = h.split(" ")[0]
+        if h == plain and f"{h} (through a computed name)" in found:
+            found[found.index(f"{h} (through a computed name)")] = h
+        elif h not in found and plain not in found:
+            found.append(h)
 
-    for tree in trees(setup) + trees(source):
+    def module_of(node) -> str | None:
+        """The course_utils module (``"memory"``, or ``""`` for the package) an expression
+        names, if it is one."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        dotted = _dotted(node).split(".")
+        head = aliases.get(dotted[0])
+        if head is None:
+            return None
+        path = [x for x in head.split(".") if x] + dotted[1:]
+        name = ".".join(path)
+        return name if name == "" or name in _course_modules() else None
+
+    def computed(module: str | None) -> None:
+        for h, parts in wanted.items():
+            if module is None or module == "" or parts[0] == module:
+                add(f"{h} (through a computed name)")
+
+    trees = [t for t in (_parse(setup), _parse(source)) if t is not None]
+    for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -355,39 +541,72 @@ def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
                         star.add(inner)
                     else:
                         aliases[a.asname or a.name] = f"{inner}.{a.name}".strip(".")
-    for tree in trees(source):
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Attribute, ast.Name)):
-                dotted = _dotted(node).split(".")
-                head = aliases.get(dotted[0])
-                if head is None:
-                    if not (isinstance(node, ast.Name) and star):
-                        continue
-                    resolved = [[m, node.id] for m in star]
-                else:
-                    resolved = [[x for x in head.split(".") if x] + dotted[1:]]
-                for path in resolved:
-                    for h, parts in wanted.items():
-                        if path == parts and h not in found:
-                            found.append(h)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+    tree = _parse(source)
+    for node in ast.walk(tree) if tree is not None else []:
+        if isinstance(node, (ast.Attribute, ast.Name)):
+            dotted = _dotted(node).split(".")
+            head = aliases.get(dotted[0])
+            if head is None:
+                if not (isinstance(node, ast.Name) and star):
+                    continue
+                resolved = [[m, node.id] for m in star]
+            else:
+                resolved = [[x for x in head.split(".") if x] + dotted[1:]]
+            for path in resolved:
                 for h, parts in wanted.items():
-                    if node.value in (parts[-1], h) and h not in found:
-                        found.append(h)
+                    if path == parts:
+                        add(h)
+            if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                computed(module_of(node.value))
+        elif isinstance(node, ast.Subscript) and _dotted(node.value) == "sys.modules":
+            computed(None)
+        elif isinstance(node, ast.Call):
+            func = _dotted(node.func)
+            if func in ("getattr", "operator.attrgetter", "attrgetter") and node.args:
+                target = node.args[0] if func == "getattr" else None
+                name = node.args[1] if func == "getattr" and len(node.args) > 1 else node.args[0]
+                if _fold(name) is None and (target is None or module_of(target) is not None):
+                    computed(module_of(target) if target is not None else None)
+            elif func in ("vars", "dir", "inspect.getmembers") and node.args:
+                module = module_of(node.args[0])
+                if module is not None:
+                    computed(module)
+            elif func in _DYNAMIC_IMPORTS and node.args:
+                name = _fold(node.args[0])
+                if name is None or name.startswith("course_utils"):
+                    computed(name.partition(".")[2] if name else None)
+        if isinstance(node, (ast.Constant, ast.BinOp, ast.JoinedStr, ast.Call)):
+            text = _fold(node)
+            if text is not None:
+                for h, parts in wanted.items():
+                    if text in (parts[-1], h):
+                        add(h)
     return found
+
+
+def _walk(folder: Path) -> list[tuple[str, str]]:
+    """``(relative path, entry kind)`` of everything under ``folder``, from ``lstat`` (a link
+    to a folder is a link, not walked into)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            out.append((path.relative_to(folder).as_posix(), entry_kind(path)))
+    return sorted(out)
 
 
 def scan_files(submission: Path, notebooks: list[str]) -> list[str]:
     """Flags for files in the submission folder beside the notebooks (shadowing attempts)."""
     flags = []
-    for path in sorted(submission.rglob("*")):
-        rel = path.relative_to(submission).as_posix()
+    for rel, kind in _walk(submission):
         if rel.startswith(".ipynb_checkpoints") or rel in notebooks or rel == "timestamp.txt":
             continue
-        top = rel.split("/")[0]
-        if top == "course_utils" and path.is_dir() and rel == "course_utils":
+        top, suffix = rel.split("/")[0], Path(rel).suffix
+        if kind not in ("file", "dir"):
+            flags.append(f"submitted {rel}, a {kind} (not read by the grader)")
+        elif rel == "course_utils" and kind == "dir":
             flags.append("submitted a course_utils/ folder (would shadow the course's library)")
-        elif path.suffix in {".py", ".pth", ".so"} and not rel.startswith("course_utils/"):
+        elif suffix in {".py", ".pth", ".so"} and not rel.startswith("course_utils/"):
             flags.append(f"submitted a Python file {rel}")
         elif top in {"sitecustomize.py", "usercustomize.py", "math.py", "numpy", "torch"}:
             flags.append(f"submitted {rel} (would shadow a module)")
@@ -401,8 +620,10 @@ def scan_notebook(nb, release, not_allowed: dict[str, list[str]] | None = None) 
     flags = []
     not_allowed = not_allowed or {}
     release_tests = {_meta(c)["grade_id"]: c for c in release.cells if is_test_cell(c)}
-    setup = "\n".join(c.source for c in release.cells
-                      if c.get("cell_type") == "code" and not _meta(c).get("grade_id"))
+    setup = "\n".join(c.source for c in release.cells  # the release's own locked code cells
+                      if c.get("cell_type") == "code" and not is_test_cell(c)
+                      and not is_answer_cell(c))
+    flags += restore_metadata(copy.deepcopy(nb), release)
     every_helper = sorted({h for hs in not_allowed.values() for h in hs})
     seen = {}
     for cell in nb.cells:
@@ -416,7 +637,13 @@ def scan_notebook(nb, release, not_allowed: dict[str, list[str]] | None = None) 
         where = f"cell {gid}" if gid else "an added cell"
         flags += [f"{where}, {f}" for f in scan_source(cell.source)]
         helpers = not_allowed.get(gid, []) if gid else every_helper
-        for h in helper_uses(cell.source, helpers, setup):
+        try:
+            used = helper_uses(cell.source, helpers, setup)
+        except Exception as err:  # noqa: BLE001 - RecursionError on hostile code
+            flags.append(f"{where}, could not be checked for course helpers "
+                         f"({type(err).__name__}): review it by hand")
+            used = []
+        for h in used:
             flags.append(f"{where}, uses course_utils.{h}, which computes a graded answer "
                          f"(the question asks for the reasoning: review it)")
     for gid, cell in release_tests.items():
@@ -439,7 +666,10 @@ def _digests_path(assignment: str, data: Path) -> Path:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    try:
+        return hashlib.sha256(read_regular(path, MAX_NOTEBOOK_BYTES)).hexdigest()
+    except OSError as err:
+        return f"unreadable ({err})"
 
 
 def record_digests(assignment: str, students: list[str], data: Path) -> Path:
@@ -448,16 +678,18 @@ def record_digests(assignment: str, students: list[str], data: Path) -> Path:
     from grading import sandbox
 
     path = _digests_path(assignment, data)
-    book = json.loads(path.read_text()) if path.exists() else {"students": {}}
+    book = (json.loads(read_regular(path, MAX_NOTEBOOK_BYTES)) if entry_kind(path) == "file"
+            else {"students": {}})
     book["isolation"] = sandbox.description()
     for student in students:
         auto = data / "autograded" / student / assignment
         files = {n: auto / n for n in notebook_names(assignment)}
         files.update({f"judge log {n}": judge.log_path(data, assignment, student, n)
                       for n in notebook_names(assignment)})
-        book["students"][student] = {n: _sha256(f) for n, f in files.items() if f.exists()}
+        book["students"][student] = {n: _sha256(f) for n, f in files.items()
+                                     if entry_kind(f) == "file"}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(book, indent=1, sort_keys=True))
+    write_private(path, json.dumps(book, indent=1, sort_keys=True))
     return path
 
 
@@ -465,15 +697,15 @@ def check_digests(assignment: str, data: Path) -> dict:
     """The recorded digests (see :func:`record_digests`); raises :class:`ResultsChanged`
     naming each student whose autograded notebook is no longer what grading wrote."""
     path = _digests_path(assignment, data)
-    if not path.exists():
+    if entry_kind(path) != "file":
         return {"students": {}, "isolation": "unknown (no record of the autograde run)"}
-    book = json.loads(path.read_text())
+    book = json.loads(read_regular(path, MAX_NOTEBOOK_BYTES))
     changed = []
     for student, files in sorted(book["students"].items()):
         for name, digest in files.items():
             f = (judge.log_path(data, assignment, student, name.removeprefix("judge log "))
                  if name.startswith("judge log ") else data / "autograded" / student / assignment / name)
-            if not f.exists() or _sha256(f) != digest:
+            if _sha256(f) != digest:
                 changed.append(f"{student} ({name})")
     if changed:
         raise ResultsChanged(
@@ -509,6 +741,7 @@ class StudentResult:
     manual_pending: float = 0.0
     cells: list[CellResult] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    limits: list[str] = field(default_factory=list)  # grading limits that fired (judge log)
 
     @property
     def graded(self) -> bool:
@@ -537,7 +770,7 @@ def verify_cell(cell, verdict: judge.Verdict | None) -> CellResult:
 
 
 def _roster(assignment: str, data: Path) -> list[str]:
-    students = {p.name for p in (data / "submitted").glob("*") if p.is_dir()}
+    students = {p.name for p in (data / "submitted").glob("*") if entry_kind(p) == "dir"}
     db = data / "gradebook.db"
     if db.exists():
         from nbgrader.api import Gradebook
@@ -548,36 +781,62 @@ def _roster(assignment: str, data: Path) -> list[str]:
 
 
 def verify_student(assignment: str, student: str, data: Path) -> StudentResult:
-    """The verified result of one student (see the module doc for the rules)."""
+    """The verified result of one student (see the module doc for the rules). Whatever the
+    submission holds, this returns a result: a failure of the grader itself on it is that
+    student's 0, with the reason as a flag (never a crash of the report for everyone)."""
+    try:
+        return _verify_student(assignment, student, data)
+    except Exception as err:  # noqa: BLE001 - RecursionError, MemoryError, a broken file
+        release = nbformat.read(ROOT / "assignments" / assignment /
+                                notebook_names(assignment)[0], as_version=4)
+        points = sum(float(_meta(c).get("points", 0)) for c in release.cells if is_test_cell(c))
+        return StudentResult(student, "graded", score=0.0, kernel_score=None,
+                             max_score=points, flags=[
+                                 f"the grader failed on this submission ({type(err).__name__}: "
+                                 f"{str(err)[:200]}); scored 0: review it by hand"])
+
+
+def collect_log(assignment: str, data: Path | None = None) -> dict[str, list[str]]:
+    """What the last ``collect`` of ``assignment`` skipped, per student (empty if none)."""
+    path = (data or data_dir()) / "logs" / f"collect-{assignment}.json"
+    if entry_kind(path) != "file":
+        return {}
+    return json.loads(read_regular(path, 10_000_000))
+
+
+def _verify_student(assignment: str, student: str, data: Path) -> StudentResult:
     names = notebook_names(assignment)
     sub = data / "submitted" / student / assignment
     auto = data / "autograded" / student / assignment
     result = StudentResult(student, "graded")
-    if not sub.is_dir():
+    if entry_kind(sub) != "dir":
         result.status = "not graded: no submission"
         return result
     result.flags += scan_files(sub, names)
+    result.flags += [f"collect skipped {line}" for line in
+                     collect_log(assignment, data).get(student, [])]
     rules = judge.load(assignment)
     for name in names:
         release = nbformat.read(ROOT / "assignments" / assignment / name, as_version=4)
-        if not (sub / name).exists():
+        if entry_kind(sub / name) == "missing":
             others = sorted(p.name for p in sub.glob("*.ipynb"))
             result.status = (f"not graded: notebook {name} missing"
                              + (f" (found {', '.join(others)})" if others else ""))
             return result
         try:
-            submitted = nbformat.read(sub / name, as_version=4)
-        except Exception as err:  # malformed JSON, not a notebook
+            submitted = read_notebook(sub / name)
+        except Exception as err:  # malformed JSON, not a notebook, not a regular file
             result.status = f"not graded: {name} is not a valid notebook ({str(err)[:80]})"
             return result
         result.flags += scan_notebook(submitted, release,
                                       getattr(rules, "HELPERS_NOT_ALLOWED", {}))
-        if not (auto / name).exists():
+        if entry_kind(auto / name) != "file":
             result.status = "not graded: autograde failed (see the autograde log)"
             return result
-        graded = nbformat.read(auto / name, as_version=4)
+        graded = read_notebook(auto / name)
         log = judge.log_path(data, assignment, student, name)
-        verdicts = judge.read_log(log) if log.exists() else {}
+        verdicts = judge.read_log(log) if entry_kind(log) == "file" else {}
+        result.limits += judge.read_limits(log) if entry_kind(log) == "file" else []
         for cell in graded.cells:
             m = _meta(cell)
             if is_test_cell(cell):
@@ -608,10 +867,12 @@ def report(assignment: str, data: Path | None = None,
     out = data / "reports"
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / f"{assignment}.csv"
-    with csv_path.open("w", newline="") as f:
+    import io
+
+    with io.StringIO(newline="") as f:
         w = csv.writer(f)
         w.writerow(["student", "status", "score", "max_score", "nbgrader_score",
-                    "manual_points_pending", "failed_cells", "mistakes", "flags"])
+                    "manual_points_pending", "failed_cells", "mistakes", "flags", "limits"])
         for r in results:
             w.writerow([r.student, r.status,
                         "" if r.score is None else f"{r.score:g}",
@@ -621,8 +882,10 @@ def report(assignment: str, data: Path | None = None,
                         " ".join(c.grade_id for c in r.failed_cells),
                         " | ".join(f"{c.grade_id}: {c.message}" for c in r.failed_cells
                                    if c.message),
-                        " | ".join(condense(r.flags))])
-    (out / f"{assignment}.txt").write_text(render_text(assignment, results, book["isolation"]))
+                        " | ".join(condense(r.flags)), " | ".join(r.limits)])
+        write_private(csv_path, f.getvalue(), mode=0o644)
+    write_private(out / f"{assignment}.txt", render_text(assignment, results, book["isolation"]),
+                  mode=0o644)
     return results, csv_path
 
 
@@ -668,5 +931,7 @@ def render_text(assignment: str, results: list[StudentResult], isolation: str = 
                              f"{c.message or 'no message'}")
         for flag in condense(r.flags):
             lines.append(f"    FLAG {flag}")
+        for limit in r.limits:
+            lines.append(f"    LIMIT {limit}")
         lines.append("")
     return "\n".join(lines)

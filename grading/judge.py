@@ -20,18 +20,32 @@ The trust model (docs/instructor.md, "What a grade means"):
 A cell passes only if its kernel raised no error, it submitted exactly the names the reference
 submitted, in the same order, and the judge function accepts every value. A kernel can submit
 anything, but it cannot submit the right value without computing it: that is the point.
+
+**Hidden inputs drawn per submission.** A judge module may name, in ``HIDDEN_CASES``, a draw
+function per test cell (``draw(rng: random.Random) -> list``). The grader draws each submission's
+cases from a key that the student cannot know in advance (:func:`submission_key`: an HMAC, with
+the course's secret in ``$COURSE_DATA``, of the assignment, the student and the submission's
+code), passes them to the kernel (``checks.hidden_cases``) and to the judge function
+(``got.cases``; the reference's, drawn from the fixed key ``"reference"``, are ``ref.cases``).
+A table of one submission's cases is worthless for another student, and for the same student's
+next submission. The judge's messages describe a failing case by its number, never its inputs.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib.util
 import json
+import os
+import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
 from course_utils.checks import SUBMIT_MIME
+from grading.files import read_regular, write_private
 
 ROOT = Path(__file__).resolve().parent.parent
 JUDGES = ROOT / "authoring" / "judges"
@@ -52,10 +66,19 @@ class Verdict:
 
 
 class Values(dict):
-    """``{name: value}`` submitted by one test cell, in order; a missing name says which."""
+    """``{name: value}`` submitted by one test cell, in order; a missing name says which.
+    ``cases``: the hidden inputs the grader drew for this cell (``HIDDEN_CASES``), or None."""
+
+    cases: Any = None
 
     def __missing__(self, name: str):
         raise AssertionError(f"no value was submitted for {name!r}")
+
+
+def _values(pairs, cases) -> Values:
+    out = Values((n, decode(v)) for n, v in pairs)
+    out.cases = cases
+    return out
 
 
 _opaque_types: dict[str, type] = {}
@@ -143,13 +166,25 @@ def _shown(names: list[str]) -> str:
 
 
 def judge_cell(judge: ModuleType | Callable, grade_id: str, got: list[tuple[str, Any]],
-               ref: list[tuple[str, Any]], error: tuple[str, str] | None = None) -> Verdict:
+               ref: list[tuple[str, Any]], error: tuple[str, str] | None = None,
+               cases: Any = None, ref_cases: Any = None) -> Verdict:
     """Decide one test cell from what it submitted (``got``) and what the reference did.
 
     ``judge``: the assignment's judge module (its function ``grade_id`` is called as
     ``fn(got_values, ref_values)`` and raises AssertionError with the feedback message) or that
-    function itself. ``error``: the kernel's own error in this cell, if any.
+    function itself. ``error``: the kernel's own error in this cell, if any. ``cases`` /
+    ``ref_cases``: the hidden inputs drawn for the submission and for the reference. Whatever
+    the values are (nested a million deep, huge, malformed), the verdict is a Verdict: an
+    error while judging is this cell's 0 with the reason, never the grader's crash.
     """
+    try:
+        return _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases)
+    except Exception as err:  # noqa: BLE001 - RecursionError, MemoryError on hostile data
+        return Verdict(grade_id, False, f"the grader could not judge this cell "
+                       f"({type(err).__name__}); it scores 0", 0)
+
+
+def _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases) -> Verdict:
     fn = judge if callable(judge) else getattr(judge, grade_id, None)
     if fn is None:
         return Verdict(grade_id, False, f"the grader has no judge for test cell {grade_id}")
@@ -172,7 +207,7 @@ def judge_cell(judge: ModuleType | Callable, grade_id: str, got: list[tuple[str,
                    else "the test submitted its values out of order")
         return Verdict(grade_id, False, why, len(got))
     try:
-        fn(Values((n, decode(v)) for n, v in got), Values((n, decode(v)) for n, v in ref))
+        fn(_values(got, cases), _values(ref, ref_cases))
     except AssertionError as err:
         return Verdict(grade_id, False, str(err).strip() or "not right", len(got))
     except Exception as err:  # noqa: BLE001 - a value the judge could not read is not right
@@ -181,20 +216,75 @@ def judge_cell(judge: ModuleType | Callable, grade_id: str, got: list[tuple[str,
     return Verdict(grade_id, True, "", len(got))
 
 
+# ------------------------------------------------------------------------------ hidden cases
+
+SECRET_FILE = "secret.key"
+REFERENCE_KEY = "reference"
+
+
+def course_secret(data: Path) -> bytes:
+    """The course's secret (``$COURSE_DATA/secret.key``, 32 random bytes, made on first use,
+    mode 0600): without it nobody can tell which hidden cases a submission will get."""
+    import time
+
+    path = Path(data) / SECRET_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        for _ in range(100):  # another grader made it a moment ago: wait for its 32 bytes
+            secret = read_regular(path, 1024)
+            if len(secret) >= 32:
+                return secret
+            time.sleep(0.01)
+        raise RuntimeError(f"{path} holds no secret: delete it and grade again") from None
+    with os.fdopen(fd, "wb") as f:
+        secret = os.urandom(32)
+        f.write(secret)
+    return secret
+
+
+def submission_key(data: Path, assignment: str, student: str, code: list[str]) -> str:
+    """The key a submission's hidden cases are drawn from: an HMAC with the course's secret of
+    the assignment, the student and the code of the submission's cells (a resubmission with
+    other code gets other cases; grading the same submission again gets the same)."""
+    message = json.dumps([assignment, student, code]).encode()
+    return hmac.new(course_secret(data), message, hashlib.sha256).hexdigest()[:32]
+
+
+def hidden_cases(rules: ModuleType | None, key: str) -> dict[str, Any]:
+    """``{grade_id: cases}`` drawn from ``key`` by the judge module's ``HIDDEN_CASES``
+    (JSON-shaped, as the kernel gets them: tuples become lists)."""
+    draws = getattr(rules, "HIDDEN_CASES", {}) if rules is not None else {}
+    return json.loads(json.dumps({gid: draw(random.Random(f"{key}/{gid}"))
+                                  for gid, draw in draws.items()}))
+
+
 def log_path(data: Path, assignment: str, student: str, notebook: str) -> Path:
     """Where the judge's verdicts on one student's notebook are kept (outside every sandbox)."""
     return data / "judge" / assignment / student / f"{Path(notebook).stem}.json"
 
 
-def write_log(path: Path, verdicts: list[Verdict], isolation: str) -> None:
-    """Write the judge log of one notebook (atomic replace)."""
+def write_log(path: Path, verdicts: list[Verdict], isolation: str,
+              limits: list[str] | None = None) -> None:
+    """Write the judge log of one notebook (atomic replace): the verdicts, how the kernel was
+    isolated and each limit that fired while it ran (``limits``: one line each)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"isolation": isolation,
-                               "cells": [v.as_dict() for v in verdicts]}, indent=1))
-    tmp.replace(path)
+    write_private(path, json.dumps({"isolation": isolation, "limits": list(limits or []),
+                                    "cells": [v.as_dict() for v in verdicts]}, indent=1))
+
+
+MAX_LOG_BYTES = 50_000_000
 
 
 def read_log(path: Path) -> dict[str, Verdict]:
     """``{grade_id: Verdict}`` from a judge log."""
-    return {c["grade_id"]: Verdict(**c) for c in json.loads(path.read_text())["cells"]}
+    return {c["grade_id"]: Verdict(**c) for c in _log(path)["cells"]}
+
+
+def read_limits(path: Path) -> list[str]:
+    """The limits that fired while the notebook of this judge log ran."""
+    return [str(x) for x in _log(path).get("limits", [])]
+
+
+def _log(path: Path) -> dict:
+    return json.loads(read_regular(path, MAX_LOG_BYTES))

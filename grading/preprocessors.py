@@ -1,39 +1,52 @@
-"""nbgrader autograde preprocessors that keep one bad cell from costing a whole submission.
+"""nbgrader preprocessors that keep one bad submission from costing more than its own points.
 
-``nbgrader_config.py`` puts them into ``Autograde.autograde_preprocessors``:
+``nbgrader_config.py`` puts them into ``Autograde.sanitize_preprocessors`` and
+``Autograde.autograde_preprocessors``:
 
+* :class:`RestoreReleaseMetadata` (first sanitizer): every nbgrader field of every graded,
+  answer and locked cell (grade, solution, locked, points, grade_id, checksum), and the cell's
+  type, is put back from the release before nbgrader reads it; cells that claim nbgrader
+  metadata the release does not have lose it. A test cell whose ``grade`` flag the student set
+  to false is graded as released (the report flags the edit).
 * :class:`RecoveringExecute` replaces nbgrader's ``Execute``. **Every test cell is judged
   outside the kernel** (``grading.judge``): when it ends, its submitted values are judged against
   the reference solution's and its outputs are replaced by the verdict, so what nbgrader saves is
-  the judge's score; the verdicts also go to the judge log. A cell that outlives
-  ``Execute.timeout`` is interrupted as before; if the kernel ignores the interrupt (a loop that
-  catches ``KeyboardInterrupt``) or dies (``os._exit`` in an answer), nbgrader would give up on
-  the whole notebook and grade nothing. Here the kernel is restarted, the cells before the bad
-  one are run again (silently, their outputs kept), the bad cell gets a ``CellTimeoutError`` /
-  ``DeadKernelError`` output, and grading goes on with the next cell.
-  Recoveries are capped (``max_recoveries``) and so is the whole submission's time
-  (``max_submission_s``): past either, the remaining cells are not run and say why, so replays
-  cannot make one submission take minutes. Kernels run in the sandbox of ``grading.sandbox``.
+  the judge's score; the verdicts also go to the judge log. It also:
+
+  - keeps outputs only up to a per-cell and a per-notebook byte budget *as they arrive*, drops
+    widget traffic, and refuses outputs nested deeper than ``max_output_depth``; the grader's
+    sockets refuse any single message over ``SandboxedKernelManager.max_message_mb``, and a
+    channel that refused one is reconnected;
+  - restarts a kernel that ignores the interrupt, dies, is killed by its memory limit, or sends
+    something the grader cannot read (any exception while a cell runs), runs the cells before
+    the bad one again (silently), gives the bad cell an error naming why, and goes on;
+  - caps restarts (``max_recoveries``) and the whole submission's time (``max_submission_s``);
+  - records each limit that fired (the report lists them) in the judge log;
+  - gives the kernel this submission's hidden cases (``grading.judge.hidden_cases``).
+
+  Kernels run in the sandbox of ``grading.sandbox``.
 * :class:`StderrToStdout` moves stderr text in *test* cells to stdout before the grades are
   saved: nbgrader scores any test cell that wrote to stderr 0, so a correct student whose code
   logs a warning would lose the points. Errors are still errors (an ``error`` output).
 * :class:`ShowOnlyErrorMessages` (feedback) keeps each error's one-line message and drops
   tracebacks and submission outputs.
-* :class:`LimitOutputBytes` cuts every output to ``max_bytes`` (a 50 MB print would otherwise
-  become a 50 MB autograded notebook and feedback page).
+* :class:`LimitOutputBytes` cuts every kept output to ``max_bytes`` (a 50 MB print would
+  otherwise become a 50 MB autograded notebook and feedback page).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from pathlib import Path
 
+import zmq
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Bool, Float, Int
 
 from course_utils.checks import SUBMIT_MIME
@@ -41,20 +54,78 @@ from grading import judge
 from grading.sandbox import SandboxedKernelManager, description
 
 LIMIT_ENAME = "GradingLimit"  # the error name of a cell stopped by a limit (the report names it)
+_OUTPUT_MESSAGES = {"stream", "display_data", "execute_result", "error", "update_display_data"}
+_EFBIG = "[Errno 27] File too large"
+
+
+def payload_size(content, max_depth: int) -> int | None:
+    """Bytes of text in a message's content (strings and keys), or None if it is nested more
+    than ``max_depth`` deep. Iterative: a hostile structure cannot exhaust the stack."""
+    total, stack = 0, [(content, 0)]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > max_depth:
+            return None
+        if isinstance(obj, str):
+            total += len(obj)
+        elif isinstance(obj, dict):
+            total += sum(len(k) for k in obj if isinstance(k, str))
+            stack.extend((v, depth + 1) for v in obj.values())
+        elif isinstance(obj, list):
+            total += len(obj)
+            stack.extend((v, depth + 1) for v in obj)
+        else:
+            total += 8
+    return total
+
+
+def _is_test(cell) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def _where(cell, index: int) -> str:
+    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    return f"cell {gid}" if gid else f"cell {index + 1}"
+
+
+class RestoreReleaseMetadata(NbGraderPreprocessor):
+    """Sanitizer: nbgrader's metadata and cell types of every graded/answer/locked cell come
+    from the committed release (``assignments/<a>/<notebook>.ipynb``), not from the student."""
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from grading import integrity
+
+        info = resources.get("nbgrader", {})
+        release = integrity.release_notebook(info.get("assignment"), info.get("notebook"))
+        if release is not None:
+            for change in integrity.restore_metadata(nb, release):
+                self.log.warning("restored from the release: %s", change)
+        return nb, resources
 
 
 class RecoveringExecute(Execute):
-    """nbgrader's Execute, but a kernel stuck in (or killed by) one cell is restarted."""
+    """nbgrader's Execute, hardened: see the module doc."""
 
     max_recoveries = Int(3, config=True,
                          help="kernel restarts per submission before the rest is not run")
     max_submission_s = Float(600.0, config=True,
                              help="seconds for a whole submission before the rest is not run")
+    max_cell_output_mb = Float(4.0, config=True,
+                               help="output kept per cell as it arrives (MB)")
+    max_notebook_output_mb = Float(20.0, config=True,
+                                   help="output kept per notebook as it arrives, test cells' "
+                                        "own budgets aside (MB)")
+    max_output_depth = Int(64, config=True, help="deepest nesting of an output kept")
 
     def __init__(self, *args, **kwargs):
         # nbgrader's Execute passes AsyncKernelManager explicitly unless told otherwise
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(*args, **kwargs)
+
+    # ---------------------------------------------------------------- the notebook
 
     def preprocess(self, nb, resources=None, km=None):
         """Execute ``nb`` cell by cell (see :meth:`preprocess_cell`), judge its test cells and
@@ -64,20 +135,28 @@ class RecoveringExecute(Execute):
         self._stopped: str | None = None
         self._deadline = time.monotonic() + self.max_submission_s
         self._verdicts: list[judge.Verdict] = []
-        self._setup_judge(resources or {})
-        out = super().preprocess(nb, resources, km)
+        self._limits: list[str] = []
+        self._notebook_bytes = 0
+        self._oom_seen = 0
+        self._monitors: list = []
+        self._setup_judge(nb, resources or {})
+        try:
+            out = super().preprocess(nb, resources, km)
+        finally:
+            self._unwatch()
         if self._log is not None:
-            judge.write_log(self._log, self._verdicts, description())
+            judge.write_log(self._log, self._verdicts, description(), self._limits)
         return out
 
-    def _setup_judge(self, resources: dict) -> None:
-        """The judge module and the reference's submissions of this notebook (outside the
-        kernel: the sandbox hides the repository and the course data from it)."""
+    def _setup_judge(self, nb, resources: dict) -> None:
+        """The judge module, the reference's submissions of this notebook and this submission's
+        hidden cases (outside the kernel: the sandbox hides the course data from it)."""
         from grading import integrity
 
         info = resources.get("nbgrader", {})
         assignment, notebook = info.get("assignment"), info.get("notebook")
         self._judge, self._reference, self._log = None, {}, None
+        self._cases, self._ref_cases = {}, {}
         if not assignment or not notebook:
             return  # not an nbgrader autograde (a plain nbconvert run): nothing to judge
         data = integrity.data_dir()
@@ -85,20 +164,46 @@ class RecoveringExecute(Execute):
         run = integrity.reference_run(assignment, data, cache=Path(cache) if cache else None)
         self._reference = run[f"{notebook}.ipynb"]["submissions"]
         self._judge = judge.load(assignment)
-        if info.get("student"):
-            self._log = judge.log_path(data, assignment, info["student"], notebook)
+        self._ref_cases = judge.hidden_cases(self._judge, judge.REFERENCE_KEY)
+        student = info.get("student")
+        if student:
+            self._log = judge.log_path(data, assignment, student, notebook)
+            key = judge.submission_key(data, assignment, student,
+                                       [c.get("source", "") for c in nb.cells])
+            self._cases = judge.hidden_cases(self._judge, key)
+
+    def create_kernel_manager(self):
+        km = super().create_kernel_manager()
+        if self._cases and hasattr(km, "hidden_cases"):
+            import json
+
+            km.hidden_cases = json.dumps(self._cases)
+        return km
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        self._watch()
+        return kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    # ---------------------------------------------------------------- one cell
 
     def preprocess_cell(self, cell, resources, index):
         """Run one cell (:meth:`_run_cell`); if it is a test cell, judge it outside the kernel
         and replace its outputs with the verdict."""
         cell, resources = self._run_cell(cell, resources, index)
-        meta = cell.metadata.get("nbgrader", {})
-        if (self._judge is not None and cell.cell_type == "code" and meta.get("grade")
-                and not meta.get("solution")):
-            gid = meta["grade_id"]
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error" and _EFBIG in str(output.get("evalue", "")):
+                self._limit(cell, index, f"a file reached the file-size limit "
+                                         f"({getattr(self.km, 'max_file_mb', 0):g} MiB)")
+                break
+        if self._judge is not None and _is_test(cell):
+            gid = cell.metadata["nbgrader"]["grade_id"]
             error = judge.kernel_error(cell)
             verdict = judge.judge_cell(self._judge, gid, judge.submissions(cell),
-                                       self._reference.get(gid, []), error)
+                                       self._reference.get(gid, []), error,
+                                       self._cases.get(gid), self._ref_cases.get(gid))
             self._verdicts.append(verdict)
             if verdict.passed:
                 cell.outputs = [new_output("stream", name="stdout", text=(
@@ -110,49 +215,192 @@ class RecoveringExecute(Execute):
                                            traceback=[f"{ename}: {evalue}"])]
         return cell, resources
 
+    def _limit(self, cell, index: int, why: str) -> None:
+        line = f"{_where(cell, index)}: {why}"
+        if line not in self._limits:
+            self._limits.append(line)
+
     def _limit_output(self, cell, why: str):
         cell.outputs = [new_output("error", ename=LIMIT_ENAME, evalue=why,
                                    traceback=[f"{LIMIT_ENAME}: {why}"])]
         return cell, self.resources
 
     def _run_cell(self, cell, resources, index):
-        """Run one cell; on an unrecoverable timeout or a dead kernel restart and replay."""
+        """Run one cell; on a timeout that the interrupt did not end, a dead kernel or any
+        failure while handling its messages, restart the kernel and replay."""
         if cell.cell_type == "code" and self._stopped is None and time.monotonic() > self._deadline:
             self._stopped = (f"not run: the submission used its {self.max_submission_s:g} s "
                              f"grading time")
+            self._limit(cell, index, f"the submission's grading time "
+                                     f"({self.max_submission_s:g} s) ran out")
         if cell.cell_type == "code" and self._stopped is not None:
             self._skip.add(index)
             return self._limit_output(cell, self._stopped)
+        self._cell_bytes, self._cell_dropped, self._cell_note = 0, 0, None
         try:
-            return super().preprocess_cell(cell, resources, index)
+            result = super().preprocess_cell(cell, resources, index)
+            failure = None
         except (CellTimeoutError, DeadKernelError) as err:
-            dead = isinstance(err, DeadKernelError)
+            failure = err
+        except Exception as err:  # noqa: BLE001 - a message the grader could not read, ...
+            failure = err
+        refused = self._refused_channels(wait_ms=300 if failure is not None else 0)
+        if failure is None and not refused:
+            return result
+        if refused and not isinstance(failure, DeadKernelError) and self._kernel_alive():
+            # a message over the size limit: the channel that refused it is reconnected, and
+            # the kernel (and everything the cell did) goes on
+            why = (f"this cell sent a message over {getattr(self.km, 'max_message_mb', 0):g} MiB; "
+                   f"the grader dropped it, and what the cell printed after it")
+            self._limit(cell, index, why)
+            self._skip.add(index)  # (not replayed after a later restart)
+            run_sync(self._async_fresh_client)()
+            cell.outputs = [o for o in cell.get("outputs", [])] + [new_output(
+                "error", ename=LIMIT_ENAME, evalue=why, traceback=[f"{LIMIT_ENAME}: {why}"])]
+            return cell, self.resources
+        return self._recover(cell, index, failure)
+
+    def _recover(self, cell, index: int, failure: BaseException | None):
         self._skip.add(index)
         self._recoveries += 1
+        oom = self.km.oom_kills() if hasattr(self.km, "oom_kills") else 0
+        if isinstance(failure, DeadKernelError) and oom > self._oom_seen:
+            ename, evalue = LIMIT_ENAME, (
+                f"the memory limit ({getattr(self.km, 'memory_gb', 0):g} GiB, files in /tmp "
+                f"included) stopped the kernel in this cell")
+        elif isinstance(failure, DeadKernelError):
+            ename, evalue = "DeadKernelError", "the kernel died while running this cell"
+        elif isinstance(failure, CellTimeoutError):
+            ename, evalue = "CellTimeoutError", (
+                f"this cell ran longer than {self.timeout} s and did not stop when interrupted")
+        else:
+            ename, evalue = LIMIT_ENAME, (
+                f"the grader could not read what this cell sent "
+                f"({type(failure).__name__}); the kernel was restarted")
+        self._oom_seen = oom
+        if ename == LIMIT_ENAME:
+            self._limit(cell, index, evalue)
         if self._recoveries > self.max_recoveries:
             self._stopped = (f"not run: the kernel had to be restarted more than "
                              f"{self.max_recoveries} times")
+            self._limit(cell, index, f"the kernel was restarted {self.max_recoveries} times; "
+                                     f"the cells after this one were not run")
             return self._limit_output(cell, self._stopped)
-        self.log.warning("cell %d %s: restarting the kernel and re-running the cells before it",
-                         index, "killed the kernel" if dead else "ignored the interrupt")
-        run_sync(self._async_recover)(index)
-        if dead:
-            ename, evalue = "DeadKernelError", "the kernel died while running this cell"
-        else:
-            ename, evalue = "CellTimeoutError", (
-                f"this cell ran longer than {self.timeout} s and did not stop when interrupted")
+        self.log.warning("cell %d (%s): restarting the kernel and re-running the cells before it",
+                         index, ename)
+        try:
+            run_sync(self._async_recover)(index)
+        except Exception as err:  # noqa: BLE001 - a kernel that will not come back
+            self._stopped = f"not run: the kernel could not be restarted ({type(err).__name__})"
+            self._limit(cell, index, "the kernel could not be restarted; the cells after this "
+                                     "one were not run")
+            return self._limit_output(cell, self._stopped)
         cell.outputs = [new_output("error", ename=ename, evalue=evalue,
                                    traceback=[f"{ename}: {evalue}"])]
         return cell, self.resources
 
+    def _kernel_alive(self) -> bool:
+        try:
+            return bool(run_sync(self.km.is_alive)())
+        except Exception:  # noqa: BLE001
+            return False
+
+    async def _async_fresh_client(self) -> None:
+        """A new client (new sockets) for the same kernel: a socket that refused an oversized
+        message is closed by ZeroMQ for good."""
+        self._unwatch()
+        if self.kc is not None:
+            self.kc.stop_channels()
+        self.kc = self.km.client()
+        await ensure_async(self.kc.start_channels())
+        await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))
+        self.kc.allow_stdin = False
+        self._watch()
+
     async def _async_recover(self, index: int) -> None:
         await ensure_async(self.km.restart_kernel(now=True))
-        await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))
+        await self._async_fresh_client()
         for j, cell in enumerate(self.nb.cells[:index]):
             if cell.cell_type != "code" or j in self._skip or not cell.source.strip():
                 continue
             msg_id = self.kc.execute(cell.source, store_history=False, allow_stdin=False)
             await self.async_wait_for_reply(msg_id, cell)
+        if self._refused_channels(wait_ms=100):  # a replayed cell's oversized message
+            await self._async_fresh_client()
+
+    # ---------------------------------------------------------------- channels
+
+    def _watch(self) -> None:
+        """Watch the client's sockets for disconnection (ZeroMQ's answer to a message over
+        ``ZMQ_MAXMSGSIZE``)."""
+        self._unwatch()
+        for name in ("shell", "iopub", "stdin", "control"):
+            channel = getattr(self.kc, f"_{name}_channel", None)
+            if channel is None or getattr(channel, "socket", None) is None:
+                continue
+            monitor = channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self._monitors.append((name, monitor, zmq.Socket.shadow(monitor.underlying)))
+
+    def _unwatch(self) -> None:
+        for _, monitor, _sync in getattr(self, "_monitors", []):
+            try:
+                monitor.close(linger=0)
+            except Exception:  # noqa: BLE001
+                pass
+        self._monitors = []
+
+    def _refused_channels(self, wait_ms: int = 0) -> list[str]:
+        """Channels whose socket was disconnected since the last look (``wait_ms``: how long
+        to wait for ZeroMQ's event after a failure)."""
+        refused = []
+        for name, _, sync in self._monitors:
+            try:
+                while sync.poll(wait_ms if not refused else 0):
+                    sync.recv_multipart(zmq.NOBLOCK)
+                    refused.append(name)
+            except zmq.ZMQError:
+                pass
+        return refused
+
+    # ---------------------------------------------------------------- outputs as they arrive
+
+    def process_message(self, msg, cell, cell_index):
+        """Keep an output only within the cell's and the notebook's budgets; widget messages
+        are not kept (nothing is graded from them)."""
+        kind = msg.get("msg_type", "")
+        if kind.startswith("comm"):
+            return None
+        if kind in _OUTPUT_MESSAGES:
+            content = msg.get("content")
+            size = payload_size(content, self.max_output_depth)
+            submission = kind == "display_data" and SUBMIT_MIME in (content or {}).get("data", {})
+            cell_cap = int(self.max_cell_output_mb * 1e6)
+            notebook_cap = int(self.max_notebook_output_mb * 1e6)
+            if size is None:
+                self._drop(cell, cell_index, 0, f"an output nested more than "
+                                                f"{self.max_output_depth} deep")
+                return None
+            over_notebook = (not (submission and _is_test(cell))
+                             and self._notebook_bytes + size > notebook_cap)
+            if self._cell_bytes + size > cell_cap or over_notebook:
+                self._drop(cell, cell_index, size,
+                           f"more than {self.max_notebook_output_mb:g} MB of output in the "
+                           f"notebook" if over_notebook else
+                           f"more than {self.max_cell_output_mb:g} MB of output in one cell")
+                return None
+            self._cell_bytes += size
+            if not (submission and _is_test(cell)):
+                self._notebook_bytes += size
+        return super().process_message(msg, cell, cell_index)
+
+    def _drop(self, cell, index: int, size: int, why: str) -> None:
+        if self._cell_note is None:
+            self._cell_note = new_output("stream", name="stdout", text="")
+            cell.outputs.append(self._cell_note)
+            self._limit(cell, index, why)
+        self._cell_dropped += size
+        self._cell_note["text"] = (f"\n[{self._cell_dropped:,} bytes of output cut by the "
+                                   f"grader: {why}]\n")
 
 
 class StderrToStdout(Preprocessor):
@@ -162,8 +410,7 @@ class StderrToStdout(Preprocessor):
 
     def preprocess_cell(self, cell, resources, index):
         """Rename stderr streams of a graded, non-answer code cell to stdout."""
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+        if _is_test(cell):
             for output in cell.get("outputs", []):
                 if output.get("output_type") == "stream" and output.get("name") == "stderr":
                     output["name"] = "stdout"
@@ -217,3 +464,7 @@ class ShowOnlyErrorMessages(Preprocessor):
         if "outputs" in cell:
             cell["outputs"] = kept
         return cell, resources
+
+
+__all__ = ["LIMIT_ENAME", "LimitOutputBytes", "RecoveringExecute", "RestoreReleaseMetadata",
+           "ShowOnlyErrorMessages", "StderrToStdout", "payload_size"]

@@ -12,8 +12,11 @@ nbgrader opens a short session per write, and sqlite serializes the writers (mea
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,9 +24,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading import sandbox
-from grading.integrity import (ROOT, data_dir, notebook_names, record_digests, reference_run,
-                               report)
+from grading import judge, sandbox
+from grading.files import NotRegular, entry_kind, read_regular, write_private
+from grading.integrity import (ROOT, check_committed, data_dir, notebook_names, record_digests,
+                               reference_run, report)
 
 NBGRADER = [sys.executable, "-m", "nbgrader"]
 
@@ -84,39 +88,132 @@ def register(assignment: str, data: Path | None = None, release_dir: Path | None
         register(assignment, data, Path(tmp))
 
 
-def collect(source: Path, assignment: str, data: Path | None = None) -> dict[str, list[str]]:
+MAX_FILE_BYTES = 20_000_000        # one file a student sends (a notebook is ~100 kB)
+MAX_SUBMISSION_BYTES = 50_000_000  # all files of one student for one assignment
+MAX_FILES = 200                    # files of one student for one assignment
+MAX_DEPTH = 6                      # folders inside a student's assignment folder
+_STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")
+
+
+class Collected(dict):
+    """``{assignment: [students collected]}``; ``skipped``: ``{student or entry: [why]}``."""
+
+    def __init__(self):
+        super().__init__()
+        self.skipped: dict[str, list[str]] = {}
+
+
+def _plain_name(name: str) -> bool:
+    """A file name the grader will copy: printable, no leading dot, no path separator."""
+    return (0 < len(name) <= 255 and not name.startswith(".") and name.isprintable()
+            and "/" not in name and "\\" not in name)
+
+
+def _copy_regular(src: Path, dst: Path, budget: list[int]) -> str | None:
+    """Copy one regular file (read with ``O_NOFOLLOW``, at most ``MAX_FILE_BYTES``); returns
+    why it was skipped, or None."""
+    try:
+        data = read_regular(src, min(MAX_FILE_BYTES, budget[0]))
+    except NotRegular as err:
+        return str(err)
+    budget[0] -= len(data)
+    budget[1] -= 1
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    write_private(dst, data, mode=0o644)
+    return None
+
+
+def _copy_folder(src: Path, dst: Path, budget: list[int], depth: int = 0) -> list[str]:
+    """Copy the regular files of a student's folder (no link followed, no special file, no
+    oversized file, no hidden entry); returns one line per entry skipped."""
+    skipped = []
+    with os.scandir(src) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        rel = os.path.relpath(entry.path, src) if depth == 0 else entry.name
+        where = Path(entry.path)
+        if entry.name in (".ipynb_checkpoints", "timestamp.txt"):
+            continue  # (nbgrader trusts timestamp.txt for late penalties: the student's is not)
+        if not _plain_name(entry.name):
+            skipped.append(f"{ascii(entry.name)}: not a plain file name")
+        elif entry.is_symlink():
+            skipped.append(f"{entry.name}: a symbolic link (not followed)")
+        elif entry.is_dir(follow_symlinks=False):
+            if depth + 1 >= MAX_DEPTH:
+                skipped.append(f"{entry.name}/: folders nested more than {MAX_DEPTH} deep")
+            else:
+                skipped += [f"{entry.name}/{line}" for line in
+                            _copy_folder(where, dst / entry.name, budget, depth + 1)]
+        elif not entry.is_file(follow_symlinks=False):
+            skipped.append(f"{entry.name}: a {entry_kind(where)}, not a regular file")
+        elif budget[1] <= 0:
+            skipped.append(f"{entry.name}: more than {MAX_FILES} files")
+        else:
+            why = _copy_regular(where, dst / entry.name, budget)
+            if why is not None:
+                skipped.append(f"{rel}: {why}")
+    return skipped
+
+
+def collect(source: Path, assignment: str, data: Path | None = None) -> Collected:
     """Copy student notebooks from ``source`` into ``$COURSE_DATA/submitted``.
 
-    Accepted layouts (student = first folder level):
+    Accepted layouts (student = first folder level, a plain id):
     ``<source>/<student>/<assignment>.ipynb`` and ``<source>/<student>/<assignment>/...``
-    (the whole folder is copied, so extra files are kept for the integrity scan).
-    Returns ``{assignment: [students collected]}``.
+    (the folder's files are kept for the integrity scan). Only regular files are copied:
+    no link is followed, named pipes, devices and sockets are skipped, and so is every file
+    over ``MAX_FILE_BYTES`` (a sparse file counts its whole size) or past ``MAX_FILES`` /
+    ``MAX_SUBMISSION_BYTES`` per student. Each skipped entry is named for its student in the
+    result's ``skipped`` and in ``$COURSE_DATA/logs/collect-<assignment>.json`` (the report
+    shows it); one student's odd folder never stops the others.
     """
     data = data or data_dir()
     source = Path(source)
-    if not source.is_dir():
+    if entry_kind(source) != "dir":
         raise ValueError(f"source must be a folder of student folders, got {source}")
-    got: dict[str, list[str]] = {}
+    got = Collected()
     for a in expand(assignment):
         names = notebook_names(a)
-        for student_dir in sorted(p for p in source.iterdir() if p.is_dir()):
-            student = student_dir.name
-            target = data / "submitted" / student / a
-            if (student_dir / a).is_dir():
-                if target.exists():
-                    shutil.rmtree(target)
-                shutil.copytree(student_dir / a, target,
-                                ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-                # nbgrader trusts timestamp.txt for late penalties: a student's own is discarded
-                (target / "timestamp.txt").unlink(missing_ok=True)
-            elif (student_dir / f"{a}.ipynb").exists() and len(names) == 1:
-                if target.exists():
-                    shutil.rmtree(target)
-                target.mkdir(parents=True)
-                shutil.copy2(student_dir / f"{a}.ipynb", target / names[0])
-            else:
+        log: dict[str, list[str]] = {}
+        with os.scandir(source) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            student = entry.name
+            if not entry.is_dir(follow_symlinks=False):
+                if entry.is_symlink():
+                    got.skipped.setdefault(student, []).append(
+                        "a symbolic link, not a student folder (not followed)")
                 continue
+            if not _STUDENT_ID.fullmatch(student):
+                got.skipped.setdefault(ascii(student), []).append(
+                    "not a student id (letters, digits and . _ @ + - only)")
+                continue
+            folder, single = Path(entry.path) / a, Path(entry.path) / f"{a}.ipynb"
+            target = data / "submitted" / student / a
+            try:
+                if entry_kind(folder) == "dir":
+                    if entry_kind(target) != "missing":
+                        shutil.rmtree(target)
+                    target.mkdir(parents=True)
+                    skipped = _copy_folder(folder, target, [MAX_SUBMISSION_BYTES, MAX_FILES])
+                elif entry_kind(single) != "missing" and len(names) == 1:
+                    if entry_kind(target) != "missing":
+                        shutil.rmtree(target)
+                    target.mkdir(parents=True)
+                    why = _copy_regular(single, target / names[0],
+                                        [MAX_SUBMISSION_BYTES, MAX_FILES])
+                    skipped = [] if why is None else [f"{single.name}: {why}"]
+                else:
+                    continue
+            except OSError as err:  # a folder that cannot be read: this student only
+                skipped = [f"could not be collected ({err})"]
             got.setdefault(a, []).append(student)
+            if skipped:
+                log[student] = skipped
+                got.skipped.setdefault(student, []).extend(skipped)
+        (data / "logs").mkdir(parents=True, exist_ok=True)
+        write_private(data / "logs" / f"collect-{a}.json", json.dumps(log, indent=1),
+                      mode=0o644)
     return got
 
 
@@ -124,7 +221,7 @@ def submitted_students(assignment: str, data: Path | None = None) -> list[str]:
     """Students with a folder ``$COURSE_DATA/submitted/<student>/<assignment>``."""
     data = data or data_dir()
     return sorted(p.parent.name for p in (data / "submitted").glob(f"*/{assignment}")
-                  if p.is_dir())
+                  if entry_kind(p) == "dir")
 
 
 @dataclass
@@ -137,6 +234,15 @@ class AutogradeRun:
     seconds: float
     returncodes: list[int]
     logs: list[Path]
+    timed_out: list[int]  # the workers stopped at their time limit (their rest: not graded)
+
+
+def worker_time_limit(n_students: int) -> float:
+    """Seconds one nbgrader worker may take for ``n_students``: each submission's own limit
+    (``RecoveringExecute.max_submission_s``) plus kernel start-ups and nbgrader's own work."""
+    from grading.preprocessors import RecoveringExecute
+
+    return n_students * (RecoveringExecute.max_submission_s.default_value + 180) + 120
 
 
 def autograde(assignment: str, workers: int = 2, data: Path | None = None,
@@ -150,10 +256,15 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
     notebook: :func:`grading.integrity.report` lists them as "not graded", never as 0.
 
     The reference solution runs first (or comes from its cache, ``reference_cache``, default
-    ``$COURSE_DATA/reference``): the judge inside each nbgrader process compares with it.
+    ``$COURSE_DATA/reference``): the judge inside each nbgrader process compares with it. It
+    must be the committed one (:func:`grading.integrity.check_committed`). Each worker has a
+    time limit (:func:`worker_time_limit`); one past it is stopped, with every kernel it
+    started, and its students left without results ("not graded").
     """
     data = data or data_dir()
     sandbox.require()  # refuse to grade unisolated unless the instructor said so
+    check_committed(assignment)
+    judge.course_secret(data)  # made once, before the workers race to make it
     everyone = submitted_students(assignment, data)
     chosen = list(dict.fromkeys(students)) if students is not None else everyone
     if workers < 1:
@@ -177,16 +288,22 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
         log = data / "logs" / f"autograde-{assignment}-{k}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         f = log.open("w")
-        procs.append((subprocess.Popen(args, cwd=ROOT, env=env, stdout=f,
-                                       stderr=subprocess.STDOUT), f))
+        procs.append((subprocess.Popen(args, cwd=ROOT, env=env, stdout=f, start_new_session=True,
+                                       stderr=subprocess.STDOUT), f, len(shard)))
         logs.append(log)
-    codes = []
-    for proc, f in procs:
-        codes.append(proc.wait())
+    codes, timed_out = [], []
+    deadline = {id(p): time.monotonic() + worker_time_limit(n) for p, _, n in procs}
+    for k, (proc, f, _) in enumerate(procs):
+        try:
+            codes.append(proc.wait(timeout=max(1.0, deadline[id(proc)] - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # nbgrader and its kernels (bwrap dies with it)
+            codes.append(proc.wait())
+            timed_out.append(k)
         f.close()
     record_digests(assignment, chosen, data)
     return AutogradeRun(assignment, len(chosen), len(shards), time.perf_counter() - start,
-                        codes, logs)
+                        codes, logs, timed_out)
 
 
 def feedback(assignment: str, data: Path | None = None) -> Path:
@@ -194,14 +311,24 @@ def feedback(assignment: str, data: Path | None = None) -> Path:
 
     Raises RuntimeError naming every autograded student who got no feedback page (nbgrader
     can fail for one notebook and still carry on, or fail entirely and say little).
+    Feedback holds the HTML pages only: nbgrader copies no other file (``nbgrader_config.py``
+    ignores every other file for this step), and anything else found there is removed.
     """
     data = data or data_dir()
     for a in expand(assignment):
         log = data / "logs" / f"feedback-{a}.log"
         out = nbgrader("generate_feedback", a, "--force", data=data, log=log, check=False)
-        graded = sorted(p.parent.name for p in (data / "autograded").glob(f"*/{a}") if p.is_dir())
+        graded = sorted(p.parent.name for p in (data / "autograded").glob(f"*/{a}")
+                        if entry_kind(p) == "dir")
+        pages = {n.replace(".ipynb", ".html") for n in notebook_names(a)}
+        for folder in (data / "feedback").glob(f"*/{a}"):
+            for entry in os.scandir(folder):
+                if entry.name not in pages or not entry.is_file(follow_symlinks=False):
+                    path = Path(entry.path)
+                    shutil.rmtree(path) if entry_kind(path) == "dir" else path.unlink()
         missing = [s for s in graded for n in notebook_names(a)
-                   if not (data / "feedback" / s / a / n.replace(".ipynb", ".html")).exists()]
+                   if entry_kind(data / "feedback" / s / a / n.replace(".ipynb", ".html"))
+                   != "file"]
         if missing:
             raise RuntimeError(
                 f"nbgrader generate_feedback {a} (exit {out.returncode}) wrote no feedback for "
