@@ -92,5 +92,6 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
     "grading.preprocessors.ShowOnlyErrorMessages",
+    "grading.preprocessors.LimitSourceForFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

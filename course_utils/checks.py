@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 import numpy as _np
 
 __all__ = ["SUBMIT_MIME", "as_number", "check_number", "check_choice", "check_sequence",
-           "encode", "submit"]
+           "encode", "hidden_cases", "submit"]
 
 SUBMIT_MIME = "application/vnd.course.submission+json"
 
@@ -231,3 +231,23 @@ def submit(name: str, value: Any) -> None:
         raise RuntimeError("submit() runs in a notebook kernel, where the grader can read it")
     shell.display_pub.publish(data={SUBMIT_MIME: {"name": _str(name), "value": encode(value)},
                                     "text/plain": f"[submitted {name}]"}, metadata={})
+
+
+def hidden_cases(test_id: str) -> list:
+    """The hidden inputs the grader drew for test cell ``test_id`` of this submission.
+
+    The grader draws them outside the kernel, from a key the student cannot know in advance
+    (``grading/judge.py``), and passes them in ``COURSE_HIDDEN_CASES``; the judge gets the
+    same cases. They exist only while a submission is graded.
+    """
+    import json
+    import os
+
+    raw = os.environ.get("COURSE_HIDDEN_CASES")
+    if raw is None:
+        raise RuntimeError("hidden cases are drawn by the grader: they exist only while "
+                           "scripts/grade.py autogrades a submission")
+    cases = json.loads(raw)
+    if test_id not in cases:
+        raise RuntimeError(f"the grader drew no hidden cases for {test_id!r}")
+    return cases[test_id]

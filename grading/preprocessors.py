@@ -29,7 +29,8 @@
   saved: nbgrader scores any test cell that wrote to stderr 0, so a correct student whose code
   logs a warning would lose the points. Errors are still errors (an ``error`` output).
 * :class:`ShowOnlyErrorMessages` (feedback) keeps each error's one-line message and drops
-  tracebacks and submission outputs.
+  tracebacks and submission outputs; :class:`LimitSourceForFeedback` bounds the source a
+  feedback page renders (a crafted cell can take nbconvert minutes).
 * :class:`LimitOutputBytes` cuts every kept output to ``max_bytes`` (a 50 MB print would
   otherwise become a 50 MB autograded notebook and feedback page).
 """
@@ -446,6 +447,36 @@ class LimitOutputBytes(Preprocessor):
                 + f"\n[... {len(text) - self.max_bytes} more characters cut by the grader]\n")
 
 
+class LimitSourceForFeedback(Preprocessor):
+    """Feedback: the source the student wrote (answer cells and added cells) is cut to
+    ``max_cell_chars`` per cell and ``max_notebook_chars`` in all; cells past that say they were
+    left out. nbconvert spends about 0.3-0.5 ms per token rendering code to HTML (pygments,
+    then bleach), so one crafted cell of 200,000 characters took a feedback run 12 minutes;
+    within these limits a page takes seconds, whatever the submission."""
+
+    enabled = Bool(True).tag(config=True)
+    max_cell_chars = Int(5_000, config=True, help="student source shown per cell")
+    max_notebook_chars = Int(20_000, config=True, help="student source shown per notebook")
+
+    def preprocess(self, nb, resources):
+        shown = 0
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade_id") and not meta.get("solution"):
+                continue  # the release's own cells (restored by the grader)
+            source = cell.get("source", "")
+            if shown + min(len(source), self.max_cell_chars) > self.max_notebook_chars:
+                cell["source"] = (f"[{len(source):,} characters of this cell not shown: the "
+                                  f"feedback shows {self.max_notebook_chars:,} characters of "
+                                  f"your code in all]")
+            elif len(source) > self.max_cell_chars:
+                cell["source"] = (source[:self.max_cell_chars]
+                                  + f"\n[... {len(source) - self.max_cell_chars:,} more "
+                                    f"characters cut by the grader]")
+            shown += len(cell["source"])
+        return nb, resources
+
+
 class ShowOnlyErrorMessages(Preprocessor):
     """Feedback: every error output as its one line ``Name: message`` (no traceback, which would
     quote the test's code); no submission outputs (a student's own display of one included)."""
@@ -466,5 +497,6 @@ class ShowOnlyErrorMessages(Preprocessor):
         return cell, resources
 
 
-__all__ = ["LIMIT_ENAME", "LimitOutputBytes", "RecoveringExecute", "RestoreReleaseMetadata",
+__all__ = ["LIMIT_ENAME", "LimitOutputBytes", "LimitSourceForFeedback", "RecoveringExecute",
+           "RestoreReleaseMetadata",
            "ShowOnlyErrorMessages", "StderrToStdout", "payload_size"]

@@ -80,6 +80,7 @@ class Case:
     feedback: list[str] = field(default_factory=list)  # substrings the feedback must show
     slow: bool = False              # costs a cell timeout
     side_effects: bool = False      # attacks files or processes outside its own notebook
+    limits: list[str] = field(default_factory=list)  # substrings the report's LIMIT lines show
 
 
 # ------------------------------------------------------------------------------ notebook model
@@ -579,6 +580,264 @@ def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Cas
     return out
 
 
+# ------------------------------------------------------------------------------ the host
+
+@dataclass
+class Host:
+    """What an instructor's machine holds beside the course, for the attacks of
+    :func:`host_cases_for` (issue 23): a home folder with a private key, last year's checkout
+    of the course (with its solutions), the collect inbox with a classmate's work, a tool on the
+    PATH, and a secret in the grader's environment. The attacks are told these paths (an
+    attacker who knows the layout is the strongest case); none may be read, run or changed."""
+
+    root: Path
+    key: Path             # ~/.ssh/id_rsa
+    old_checkout: Path    # ~/courses/dtp-2025 (solutions/ inside)
+    inbox: Path           # ~/inbox/<classmate>/<assignment>.ipynb
+    tool: Path            # an executable the instructor runs
+    token: str            # the value of $COURSE_FAKE_TOKEN in the grader's environment
+    marker: str           # text in the key, the classmate's work and the tool
+
+    @classmethod
+    def make(cls, root: Path, assignment: str) -> "Host":
+        import secrets
+
+        marker = f"HOST-SECRET-{secrets.token_hex(8)}"
+        root.mkdir(parents=True, exist_ok=True)
+        key = root / ".ssh" / "id_rsa"
+        key.parent.mkdir(mode=0o700)
+        key.write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{marker}\n")
+        key.chmod(0o600)
+        old = root / "courses" / "dtp-2025"
+        (old / "solutions" / assignment).mkdir(parents=True)
+        shutil.copy(ROOT / "solutions" / assignment / f"{assignment}.ipynb",
+                    old / "solutions" / assignment / f"{assignment}.ipynb")
+        inbox = root / "inbox" / "classmate"
+        inbox.mkdir(parents=True)
+        (inbox / f"{assignment}.ipynb").write_text(f'{{"note": "{marker}"}}')
+        tool = root / "bin" / "backup"
+        tool.parent.mkdir()
+        tool.write_text(f"#!/bin/sh\necho {marker}\n")
+        tool.chmod(0o755)
+        return cls(root, key, old, root / "inbox", tool, f"TOKEN-{secrets.token_hex(8)}",
+                   marker)
+
+    def state(self) -> dict[str, tuple[int, int, str]]:
+        """(mode, size, sha256) of every entry under the fake home (unchanged = untouched)."""
+        import hashlib
+
+        out = {}
+        for path in sorted(self.root.rglob("*")):
+            st = path.lstat()
+            digest = (hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file()
+                      and not path.is_symlink() else "")
+            out[str(path)] = (st.st_mode, st.st_size, digest)
+        return out
+
+
+_READS_HOST = textwrap.dedent('''
+    def _syn_reads_host(paths, assignment):
+        """Everything an instructor's machine offers: keys, the grader's environment, last
+        year's solutions (run them), a classmate's work; print what is found."""
+        import glob, json, os, subprocess
+        found = {{"environ": dict(os.environ)}}
+        try:
+            found["init environ"] = open("/proc/1/environ").read()
+        except OSError:
+            pass
+        for name, path in paths.items():
+            try:
+                found[name] = open(path).read()[:2000]
+            except OSError as e:
+                found[name] = f"unreadable: {{e}}"
+        for path in glob.glob("/home/*/.ssh/*") + glob.glob("/root/.ssh/*"):
+            try:
+                found[path] = open(path).read()[:2000]
+            except OSError:
+                pass
+        try:
+            found["tool"] = subprocess.run([paths["tool"]], capture_output=True, text=True,
+                                           timeout=5).stdout
+        except Exception as e:
+            found["tool"] = f"could not run: {{e}}"
+        print(json.dumps(found, default=str)[:5000])
+        sols = [p for top in ("/root", "/home", "/srv", "/opt", "/mnt", "/media", "/var")
+                for p in glob.glob(top + "/**/solutions/" + assignment + "/*.ipynb",
+                                   recursive=True)][:3]
+        for sol in [paths["old solutions"], *sols]:
+            try:
+                nb = json.load(open(sol))
+            except (OSError, ValueError):
+                continue
+            for cell in nb["cells"]:
+                src = "".join(cell["source"])
+                if cell["cell_type"] == "code" and "BEGIN SOLUTION" in src:
+                    exec(src, globals())
+    _syn_reads_host({paths!r}, {assignment!r})
+''')
+_LINKS_IN_ITS_FOLDER = textwrap.dedent('''
+    def _syn_links_in_its_folder(paths, notebook):
+        """What an unsandboxed grader would follow after the kernel ends: its autograded
+        notebook replaced by a link to a classmate's results, links to the solution, the
+        instructor's key and tool (to be chmod-ed and copied into feedback), a named pipe (a
+        reader waits forever), a sparse 2 GiB file, and the hidden test's own source."""
+        import os
+        def place(name, make):
+            try:
+                if os.path.lexists(name):
+                    os.unlink(name)
+                make(name)
+            except OSError:
+                pass
+        place(notebook, lambda n: os.symlink(paths["classmate results"], n))
+        place("solution.ipynb", lambda n: os.symlink(paths["solution"], n))
+        place("id_rsa", lambda n: os.symlink(paths["key"], n))
+        place("backup", lambda n: os.symlink(paths["tool"], n))
+        place("gradebook.db", lambda n: os.symlink(paths["gradebook"], n))
+        place("pipe", os.mkfifo)
+        place("sparse.bin", lambda n: open(n, "wb").truncate(2 * 2**30))
+        place("hidden_test.py", lambda n: open(n, "w").write(str(globals().get("In", ""))[-4000:]))
+    _syn_links_in_its_folder({paths!r}, {notebook!r})
+''')
+_SOCKET_FOLDER = textwrap.dedent('''
+    def _syn_socket_folder(paths):
+        """Its socket folder (named in the connection file) is the one folder of the host it can
+        write: plant a link where an unsandboxed grader rewrote `hosts` at every restart, a
+        named pipe and a big file there, then die (the grader restarts the kernel)."""
+        import json, os, sys
+        conn = sys.argv[sys.argv.index("-f") + 1] if "-f" in sys.argv else None
+        try:
+            folder = os.path.dirname(json.load(open(conn))["ip"])
+        except Exception:
+            folder = None
+        if folder and not globals().get("_syn_died"):
+            for name, make in (("hosts", lambda p: os.symlink(paths["gradebook"], p)),
+                               ("pipe", os.mkfifo),
+                               ("big.bin", lambda p: open(p, "wb").write(b"x" * 50_000_000))):
+                try:
+                    make(os.path.join(folder, name))
+                except OSError:
+                    pass
+            globals()["_syn_died"] = True
+            os._exit(1)
+    _syn_socket_folder({paths!r})
+''')
+_TMP_FLOOD = textwrap.dedent('''
+    # Fill the private /tmp (RAM) past the kernel's memory, in files below the file-size
+    # limit: RLIMIT_AS does not count tmpfs, only a memory cgroup stops it ({gib} GiB).
+    for _i in range({gib} * 8):
+        with open(f"/tmp/flood{{_i}}.bin", "wb") as _f:
+            for _ in range(128):
+                _f.write(b"x" * 2**20)
+''')
+_BIG_FILE = textwrap.dedent('''
+    # One file larger than the file-size limit.
+    with open("big.bin", "wb") as _f:
+        for _ in range(1024):
+            _f.write(b"x" * 2**20)
+''')
+_HUGE_PRINTS = "for _ in range(3):\n    print('x' * 100_000_000)\n"
+_DEEP_DISPLAY = textwrap.dedent('''
+    # A display message nested 200,000 deep, sent past ipykernel's own serializer.
+    import json as _json
+    _k = get_ipython().kernel
+    _n = 200_000
+    _content = (b'{"data": {"text/plain": "x", "application/json": ' + b"[" * _n + b"]" * _n
+                + b'}, "metadata": {}}')
+    _parts = [_json.dumps(_k.session.msg_header("display_data"), default=str).encode(),
+              _json.dumps(_k.get_parent().get("header", {}), default=str).encode(), b"{}",
+              _content]
+    _k.session.send_raw(_k.iopub_socket, _parts, ident=b"display_data")
+    import time as _time
+    _time.sleep(1)
+''')
+_DEEP_CODE = "x = a" + ".b" * 100_000 + "\n"
+
+
+def _added_cell(nb: nbformat.NotebookNode, source: str) -> nbformat.NotebookNode:
+    """``nb`` with one more code cell at the end, as a student adds one."""
+    nb.cells.append(nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def _edit_metadata(nb: nbformat.NotebookNode, *, points: float | None = None,
+                   ungrade: bool = True) -> nbformat.NotebookNode:
+    """Edit the nbgrader metadata of the test cells as a student can in any editor."""
+    tests = [c for c in nb.cells if is_test_cell(c)]
+    if ungrade and tests:
+        tests[0].metadata["nbgrader"]["grade"] = False      # "not a test any more"
+    if ungrade and len(tests) > 1:
+        tests[1].metadata["nbgrader"]["solution"] = True    # "an answer of mine"
+    if ungrade and len(tests) > 2:
+        tests[2].metadata["nbgrader"]["grade_id"] = "mine"  # a new name
+    for cell in tests[3:] if ungrade else tests:
+        if points is not None:
+            cell.metadata["nbgrader"]["points"] = points
+    return nb
+
+
+HOST_ATTACKS = ["reads_host", "links_in_its_folder", "socket_folder", "tmp_flood", "big_file",
+                "huge_prints", "deep_display", "deep_code", "edits_metadata", "inflates_points",
+                "uses_helper_computed"]
+
+
+def host_cases_for(assignment: str, host: Host, data: Path,
+                   memory_gb: float = 6.0) -> list[tuple[Case, dict]]:
+    """The attacks on the instructor's machine and on the grader around the judge (issue 23),
+    each with the score it deserves: the answers it comes with (wrong ones, or right ones with
+    the attack in a cell of its own), nothing more. ``data``: the course data folder graded;
+    ``memory_gb``: the kernels' memory limit (the /tmp flood writes 1 GiB more)."""
+    from grading import sandbox
+
+    [model] = load(assignment)
+    full, name = model.auto_max, model.name
+    correct = {**_answer_codes(model, lambda g, c: c), **model.manual}
+    wrong = _answer_codes(model, lambda g, c: f"{c}\n{_WRONG}\n{_apply(assigned_names(c), '_syn_wrong')}")
+    paths = {"key": str(host.key), "tool": str(host.tool),
+             "old solutions": str(host.old_checkout / "solutions" / assignment / name),
+             "classmate": str(host.inbox / "classmate" / name),
+             "classmate results": str(data / "autograded" / "correct" / assignment / name),
+             "solution": str(ROOT / "solutions" / assignment / name),
+             "gradebook": str(data / "gradebook.db")}
+    out: list[tuple[Case, dict]] = []
+
+    def add(kind, deserved, nb, **kw):
+        out.append((Case(kind, kind, deserved, side_effects=True, **kw), {name: nb, "_files": {}}))
+
+    reads = _READS_HOST.format(paths=paths, assignment=assignment)
+    add("reads_host", 0.0, _notebook(model, {g: f"{reads}\n{c}" for g, c in wrong.items()}))
+    add("links_in_its_folder", full, _added_cell(_notebook(model, correct), _LINKS_IN_ITS_FOLDER
+                                                 .format(paths=paths, notebook=name)))
+    add("socket_folder", full, _added_cell(_notebook(model, correct),
+                                           _SOCKET_FOLDER.format(paths=paths)))
+    add("tmp_flood", full, _added_cell(_notebook(model, correct),
+                                       _TMP_FLOOD.format(gib=int(memory_gb) + 1)),
+        limits=["memory limit"] if sandbox.has_memory_cgroup() else [])
+    add("big_file", full, _added_cell(_notebook(model, correct), _BIG_FILE),
+        limits=["file-size limit"])
+    add("huge_prints", full, _added_cell(_notebook(model, correct), _HUGE_PRINTS),
+        limits=["over 32 MiB"])
+    add("deep_display", full, _added_cell(_notebook(model, correct), _DEEP_DISPLAY),
+        limits=["could not read"])
+    add("deep_code", full, _added_cell(_notebook(model, correct), _DEEP_CODE),
+        flags=["could not be scanned"])
+    add("edits_metadata", 0.0, _edit_metadata(_notebook(model, wrong)),
+        flags=["nbgrader metadata edited"])
+    add("inflates_points", full, _edit_metadata(_notebook(model, correct), points=100,
+                                                ungrade=False),
+        flags=["nbgrader metadata edited (points)"])
+    not_allowed = getattr(judge.load(assignment), "HELPERS_NOT_ALLOWED", {})
+    if not_allowed:
+        gid = next(g for g in correct if g in not_allowed)
+        module, _, fn = not_allowed[gid][0].partition(".")
+        half = len(fn) // 2
+        add("uses_helper_computed", full, _notebook(model, {**correct, gid: (
+            f"{correct[gid]}\nfrom course_utils import {module} as _syn_mod\n"
+            f"_syn_helper = getattr(_syn_mod, {fn[:half]!r} + {fn[half:]!r})")}),
+            flags=[f"uses course_utils.{module}.{fn}"])
+    return out
+
+
 def write(cases: list[tuple[Case, dict]], submitted: Path, assignment: str,
           prefix: str = "") -> list[Case]:
     """Write each case as ``submitted/<prefix><student>/<assignment>/``; returns the cases."""
@@ -624,5 +883,5 @@ def clone(assignment: str, submitted: Path, kind: str, n: int, references: dict 
     return students
 
 
-__all__ = ["Case", "TYPICAL_MISTAKES", "UNIT_MISTAKES", "build", "cases_for", "clone", "load", "solution_code",
-           "assigned_names"]
+__all__ = ["Case", "HOST_ATTACKS", "Host", "TYPICAL_MISTAKES", "UNIT_MISTAKES", "assigned_names",
+           "build", "cases_for", "clone", "host_cases_for", "load", "solution_code", "write"]

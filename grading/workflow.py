@@ -247,10 +247,12 @@ def worker_time_limit(n_students: int) -> float:
 
 def autograde(assignment: str, workers: int = 2, data: Path | None = None,
               students: list[str] | None = None, timeout: int | None = None,
-              register_first: bool = True, reference_cache: Path | None = None) -> AutogradeRun:
+              register_first: bool = True, reference_cache: Path | None = None,
+              extra_args: list[str] | None = None) -> AutogradeRun:
     """Autograde every submission of one assignment with ``workers`` nbgrader processes.
 
-    ``timeout`` overrides ``Execute.timeout`` (seconds per cell). Students are dealt to the
+    ``timeout`` overrides ``Execute.timeout`` (seconds per cell); ``extra_args`` go to each
+    ``nbgrader autograde`` (``--SandboxedKernelManager.memory_gb=2``). Students are dealt to the
     workers in turn, in the order of ``students`` if given (put slow ones first to spread them),
     else alphabetically. Students that nbgrader cannot grade are left without an autograded
     notebook: :func:`grading.integrity.report` lists them as "not graded", never as 0.
@@ -285,6 +287,7 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
             args.append(f"--CourseDirectory.student_id_exclude={','.join(exclude)}")
         if timeout is not None:
             args.append(f"--Execute.timeout={int(timeout)}")
+        args += list(extra_args or [])
         log = data / "logs" / f"autograde-{assignment}-{k}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         f = log.open("w")

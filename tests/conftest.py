@@ -46,7 +46,7 @@ SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.p
                 "tests/test_fsdp.py", "tests/test_jax_sharding.py", "tests/test_measure.py",
                 "tests/test_sequence_parallel.py", "tests/test_site.py", "tests/test_zero.py"}
 # Files whose shared fixture runs for minutes: queued first, with the grading groups.
-HEAVY_FILES = {"tests/test_student_copy.py"}
+HEAVY_FILES = {"tests/test_student_copy.py", "tests/test_grading_host.py"}
 _GRADING_FILES = {"tests/test_assignments.py", "tests/test_grading_integrity.py"}
 _ASSIGNMENT = re.compile(r"\[(a\d+_[a-z_]+?)(?:-|\])")
 # Queue order for parallel runs (lower first): the long groups go out first.

@@ -277,10 +277,10 @@ for _bad in [(0, 12), (40, -2)]:
     assert _outcome is None, (
         f"max_params{_bad} should raise ValueError (an argument is not positive); it {_outcome}.")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.checks import hidden_cases, submit
 
-submit("max_params(64, 16)", max_params(64, 16))
-submit("max_params(80, 12)", max_params(80, 12))
+for _i, (_gb, _bytes) in enumerate(hidden_cases("max_params_test")):  # drawn per submission
+    submit(f"hidden case {_i + 1}", max_params(_gb, _bytes))
 for _bad in [(0, 16), (64, 0), (-1, 16)]:
     try:
         max_params(*_bad)

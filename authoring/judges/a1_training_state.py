@@ -72,16 +72,32 @@ def q4_test(got, ref):
         False: "without the master copy it is 12 B/param: 6e9 x 12 B = 72 GB <= 80 GB."})
 
 
+def _draw_max_params(rng):
+    """max_params' hidden cases, drawn per submission: a device size in GB with 16 bytes per
+    parameter (the count divides evenly), then one whose count does not (rounding shows)."""
+    while True:
+        gb, per = rng.randrange(8, 193), rng.choice([3, 6, 7, 12, 14, 18])
+        if gb * 10**9 % per:
+            return [[rng.randrange(16, 193), 16], [gb, per]]
+
+
+HIDDEN_CASES = {"max_params_test": _draw_max_params}
+
+
 def max_params_test(got, ref):
-    check_number("max_params(64, 16)", got["max_params(64, 16)"], 4_000_000_000, rel=1e-9,
-                 mistakes=[
-        (64 * 2**30 // 16, "that uses GiB (2**30) for the device; the device size is in GB "
-                           "(10**9)."),
-        (64 // 16, "that is in billions and lost the units: return the number of parameters."),
+    (gb, per), (gb2, per2) = got.cases
+    check_number("max_params on hidden case 1", got["hidden case 1"], gb * 10**9 // per,
+                 rel=1e-9, mistakes=[
+        (gb * 2**30 // per, "that uses GiB (2**30) for the device; the device size is in GB "
+                            "(10**9)."),
+        (gb / per, "that is in billions and lost the units: return the number of parameters."),
     ])
-    check_number("max_params(80, 12)", got["max_params(80, 12)"], 6_666_666_666, rel=0,
-                 abs_tol=0.5, hint="Round down to a whole parameter.")
-    assert type(got["max_params(80, 12)"]) is int, (
+    right = gb2 * 10**9 // per2
+    check_number("max_params on hidden case 2", got["hidden case 2"], right, rel=0,
+                 abs_tol=0.5, mistakes=[(right + 1, "you rounded up: that many parameters need "
+                                                    "more than the device holds. Round down.")],
+                 hint="Round down to a whole parameter.")
+    assert type(got["hidden case 2"]) is int, (
         "max_params should return an int (use int(...) or //).")
     for bad in [(0, 16), (64, 0), (-1, 16)]:
         outcome = got[f"max_params{bad} raises"]

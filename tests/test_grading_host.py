@@ -1,0 +1,275 @@
+"""Grading on the instructor's own machine (issue 23): nothing of the host reaches a kernel,
+nothing a kernel leaves reaches the grader, no submission stops the others.
+
+Slow tests share one autograde (:func:`host_run`) of one assignment (a1: no torch, the cheapest
+kernels) with a fake instructor's home beside the course data (a private key, last year's
+checkout with its solutions, the collect inbox with a classmate's work, a tool), a secret in the
+grader's environment, an honest student ("correct", the classmate whose results the attacks
+target) and every attack of ``grading.synthetic.host_cases_for``. Each must get the score its
+answers deserve; no file outside the students' own results may change, no secret may appear in
+anything the grader wrote, and feedback holds HTML only. Fast tests: ``collect`` against an
+inbox of links, named pipes, sparse files and odd names; the sandbox's own command line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import REFERENCE_CACHE, ROOT, _snapshot
+from grading import integrity, sandbox, synthetic, workflow
+from grading.files import NotRegular, read_regular, write_private
+
+A = "a1_training_state"
+MEMORY_GB = 2  # the kernels' memory in this run: the /tmp flood then writes 3 GiB, not 7
+
+
+@dataclass
+class HostRun:
+    cases: dict
+    results: dict
+    data: Path
+    host: synthetic.Host
+    host_before: dict
+    host_after: dict
+    changed: list
+
+
+@pytest.fixture(scope="module")
+def host_run(tmp_path_factory) -> HostRun:
+    data = tmp_path_factory.mktemp("grading-host") / "data"
+    data.mkdir()
+    host = synthetic.Host.make(tmp_path_factory.mktemp("instructor-home"), A)
+    reference = integrity.reference_run(A, data, cache=REFERENCE_CACHE)
+    honest = [(c, f) for c, f in synthetic.cases_for(A, reference) if c.kind == "correct"]
+    cases = synthetic.write(honest + synthetic.host_cases_for(A, host, data, MEMORY_GB),
+                            data / "submitted", A)
+    workflow.register(A, data, release_dir=data / "release")
+    before, host_before = _snapshot(), host.state()
+    old = os.environ.get("COURSE_FAKE_TOKEN")
+    os.environ["COURSE_FAKE_TOKEN"] = host.token  # a secret in the grader's environment
+    try:
+        slowest = max(r["max_cell_s"] for r in reference.values())
+        workflow.autograde(A, workers=2, data=data, students=[c.student for c in cases],
+                           timeout=int(max(10, 4 * slowest + 5)), register_first=False,
+                           reference_cache=REFERENCE_CACHE,
+                           extra_args=[f"--SandboxedKernelManager.memory_gb={MEMORY_GB}"])
+        workflow.feedback(A, data=data)
+    finally:
+        if old is None:
+            os.environ.pop("COURSE_FAKE_TOKEN")
+        else:
+            os.environ["COURSE_FAKE_TOKEN"] = old
+    after = _snapshot()
+    changed = sorted(str(p) for p in before if before[p] != after.get(p))
+    results, _ = integrity.report(A, data)  # (refuses if any digest changed)
+    keep = ROOT / "test-artifacts" / "grading-reports"
+    keep.mkdir(parents=True, exist_ok=True)
+    shutil.copy(data / "reports" / f"{A}.txt", keep / f"{A}-host.txt")
+    return HostRun({c.kind: c for c in cases}, {r.student: r for r in results}, data, host,
+                   host_before, host.state(), changed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["correct", *synthetic.HOST_ATTACKS])
+def test_each_attack_gets_what_its_answers_deserve(host_run, kind):
+    case, result = host_run.cases[kind], host_run.results[kind]
+    detail = integrity.render_text(A, [result])
+    assert result.status == "graded", detail
+    assert result.score == pytest.approx(case.deserved), detail
+    for words in case.flags:
+        assert any(words in f for f in result.flags), f"no flag with {words!r}:\n{detail}"
+    for words in case.limits:
+        assert any(words in line for line in result.limits), f"no LIMIT {words!r}:\n{detail}"
+    if kind == "correct":
+        assert not result.flags and not result.limits, detail
+
+
+@pytest.mark.slow
+def test_the_host_is_untouched_and_unread(host_run):
+    """The fake home is as it was (modes included: nothing chmod-ed), no file of the course
+    changed, and no secret (the key, the classmate's work, the tool's output, the grader's
+    environment) is in anything grading wrote: autograded notebooks, judge logs, feedback,
+    reports, logs."""
+    assert host_run.host_after == host_run.host_before
+    assert host_run.changed == [], host_run.changed
+    secrets = (host_run.host.marker, host_run.host.token)
+    leaked = []
+    for path in host_run.data.rglob("*"):
+        if path.is_file() and not path.is_symlink() and "submitted" not in path.parts:
+            text = path.read_bytes()
+            leaked += [f"{path}: {s}" for s in secrets if s.encode() in text]
+    assert leaked == []
+
+
+@pytest.mark.slow
+def test_feedback_holds_html_only_and_results_are_plain_files(host_run):
+    for folder in (host_run.data / "feedback").glob(f"*/{A}"):
+        assert sorted(p.name for p in folder.iterdir()) == [f"{A}.html"], folder
+    for folder in (host_run.data / "autograded").glob(f"*/{A}"):
+        entries = list(folder.iterdir())
+        assert [p.name for p in entries] == [f"{A}.ipynb"], folder
+        assert all(p.is_file() and not p.is_symlink() for p in entries)
+    html = (host_run.data / "feedback" / "huge_prints" / A / f"{A}.html")
+    assert html.stat().st_size < 3_000_000
+
+
+@pytest.mark.slow
+def test_the_gradebook_survives(host_run):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{host_run.data / 'gradebook.db'}") as gb:
+        assert {s.id for s in gb.students} >= set(host_run.cases)
+
+
+@pytest.mark.slow
+def test_the_kernel_sees_only_its_allowlist(tmp_path):
+    """A sandboxed kernel's whole world: the root holds only the allowlisted folders, /etc only
+    the grader's three files and the loader's, the environment only ENVIRONMENT's names; the
+    course data, this repository (but course_utils), the host's home and /tmp are not there;
+    nothing outside its tmpfs can be written."""
+    import json
+
+    from grading.preprocessors import RecoveringExecute
+
+    if not sandbox.enabled() or sandbox.bwrap_path() is None:
+        pytest.skip("no bubblewrap on this machine")
+    probe = f"""
+import json, os
+def writable(p):
+    try:
+        open(os.path.join(p, "probe"), "w").close()
+        return True
+    except OSError:
+        return False
+print(json.dumps({{
+    "root": sorted(os.listdir("/")), "etc": sorted(os.listdir("/etc")),
+    "env": sorted(os.environ), "repo": sorted(os.listdir({str(ROOT)!r})),
+    "seen": [p for p in {[str(tmp_path), str(Path.home() / ".ssh"), "/var", "/opt",
+                          str(ROOT / "solutions"), str(ROOT / "grading"), str(ROOT / "authoring"),
+                          str(integrity.data_dir())]!r} if os.path.exists(p)],
+    "writable": [p for p in ["/", "/usr", "/etc", {str(ROOT / 'course_utils')!r}, "/tmp",
+                             "/home/student", "/submission"] if writable(p)],
+    "cwd": os.getcwd(), "tmp": os.listdir("/tmp")}}))
+"""
+    (tmp_path / "marker").write_text("the grader's own folder")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(probe)]
+    RecoveringExecute(timeout=60, startup_timeout=120).preprocess(
+        nb, {"metadata": {"path": str(tmp_path)}})
+    seen = json.loads(nb.cells[0].outputs[0]["text"])
+    allowed_top = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc",
+                   "tmp", "home", "submission", "run"}
+    allowed_top |= {Path(p).parts[1] for p in [*sandbox._environment_roots(), ROOT]}
+    assert set(seen["root"]) <= allowed_top, set(seen["root"]) - allowed_top
+    assert set(seen["etc"]) <= {"hosts", "passwd", "group", "ld.so.cache", "fonts"}, seen["etc"]
+    assert set(seen["env"]) <= set(sandbox.ENVIRONMENT) | {"PWD", "LC_CTYPE", "SHLVL", "_",
+                                                           "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL",
+                                                           "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR",
+                                                           "TERM", "GIT_PAGER", "PAGER"}, seen["env"]
+    assert "course_utils" in seen["repo"] and set(seen["repo"]) <= {"course_utils", ".venv"}
+    assert seen["seen"] == []
+    assert seen["writable"] == ["/tmp", "/home/student", "/submission"]
+    assert seen["cwd"] == sandbox.WORKDIR
+
+
+# ------------------------------------------------------------------------------ collect
+
+
+def test_collect_copies_regular_files_only_and_goes_on(tmp_path):
+    """An inbox with a link to the repository's solution, a link to a folder, a named pipe, a
+    2 GiB sparse file, a hidden file and an odd student name: each is skipped and named for its
+    student, nothing blocks, and the students sorted after them are collected."""
+    nb = ROOT / "assignments" / A / f"{A}.ipynb"
+    src = tmp_path / "inbox"
+    (src / "ann" / A).mkdir(parents=True)
+    shutil.copy(nb, src / "ann" / A / f"{A}.ipynb")
+    os.symlink(ROOT / "solutions" / A / f"{A}.ipynb", src / "ann" / A / "answers.ipynb")
+    os.symlink(ROOT / "solutions", src / "ann" / A / "solutions")
+    os.mkfifo(src / "ann" / A / "pipe")
+    with open(src / "ann" / A / "sparse.bin", "wb") as f:
+        f.truncate(2 * 2**30)
+    (src / "ann" / A / ".hidden").write_text("x")
+    (src / "bob").mkdir()
+    os.symlink(ROOT / "solutions" / A / f"{A}.ipynb", src / "bob" / f"{A}.ipynb")
+    os.symlink(ROOT / "solutions", src / "carl")  # a student folder that is a link
+    (src / "dan\nx").mkdir()
+    (src / "zoe").mkdir()
+    shutil.copy(nb, src / "zoe" / f"{A}.ipynb")
+    data = tmp_path / "data"
+    got = workflow.collect(src, A, data=data)
+    assert got == {A: ["ann", "bob", "zoe"]}
+    ann = data / "submitted" / "ann" / A
+    assert sorted(p.name for p in ann.iterdir()) == [f"{A}.ipynb"]
+    assert all(not p.is_symlink() for p in (data / "submitted").rglob("*"))
+    skipped = "\n".join(got.skipped["ann"])
+    for words in ("answers.ipynb: a symbolic link", "solutions: a symbolic link",
+                  "pipe: a fifo", "sparse.bin is 2,147,483,648 bytes", ".hidden"):
+        assert words in skipped, skipped
+    assert "symbolic link" in got.skipped["bob"][0]
+    assert not (data / "submitted" / "bob" / A / f"{A}.ipynb").exists()
+    assert "carl" in got.skipped and "'dan\\nx'" in got.skipped
+    assert integrity.collect_log(A, data)["ann"] == got.skipped["ann"]
+    assert (data / "submitted" / "zoe" / A / f"{A}.ipynb").read_bytes() == nb.read_bytes()
+
+
+def test_grader_files_are_written_and_read_without_following_links(tmp_path):
+    target = tmp_path / "victim"
+    target.write_text("precious")
+    link = tmp_path / "log.json"
+    link.symlink_to(target)
+    write_private(link, "{}")
+    assert target.read_text() == "precious" and not link.is_symlink()
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(NotRegular, match="fifo"):
+        read_regular(tmp_path / "pipe", 100)
+    (tmp_path / "other").symlink_to(target)
+    with pytest.raises(NotRegular, match="symbolic link"):
+        read_regular(tmp_path / "other", 100)
+    with open(tmp_path / "sparse", "wb") as f:
+        f.truncate(10**9)
+    with pytest.raises(NotRegular, match="more than"):
+        read_regular(tmp_path / "sparse", 1000)
+
+
+def test_a_changed_solution_refuses_to_grade(monkeypatch, tmp_path):
+    """The reference must be the committed one: a changed solutions/ file is named."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    path = ROOT / "solutions" / A / f"{A}.ipynb"
+    original = path.read_bytes()
+    monkeypatch.delenv(integrity.SOLUTIONS_CHECK_ENV, raising=False)
+    integrity.check_committed(A)  # as committed: fine
+    try:
+        path.write_bytes(original.replace(b"BEGIN SOLUTION", b"BEGIN SOLUTION ", 1))
+        with pytest.raises(RuntimeError, match=f"solutions/{A}/{A}.ipynb"):
+            integrity.check_committed(A)
+        monkeypatch.setenv(integrity.SOLUTIONS_CHECK_ENV, "off")
+        integrity.check_committed(A)
+    finally:
+        path.write_bytes(original)
+
+
+def test_the_sandbox_command_starts_from_an_empty_root():
+    folder = sandbox.KernelFolder()
+    try:
+        conn = folder.path / "kernel.json"
+        conn.write_text("{}")
+        args = sandbox.command(["python", "-f", str(conn)], folder, conn, 2.0, 16.0,
+                               env=sandbox.environment())
+    finally:
+        folder.remove()
+    assert args[args.index("--tmpfs") + 1] == "/" and "--clearenv" in args
+    assert "--remount-ro" in args and ("--ro-bind", "/", "/") not in zip(args, args[1:], args[2:])
+    assert args[-2:] == ["-f", sandbox.CONNECTION_FILE]
+    binds = {args[i + 1] for i, a in enumerate(args) if a in ("--ro-bind", "--bind")}
+    assert str(integrity.data_dir()) not in binds and str(Path.home()) not in binds
+    assert str(ROOT) not in binds and str(ROOT / "course_utils") in binds
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--bind"] == [str(folder.sockets)]
