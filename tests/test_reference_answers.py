@@ -68,22 +68,27 @@ def _namespace() -> dict:
     return {"__name__": "__main__", "torch": torch, "dist": dist, "checks": checks, "zero": zero}
 
 
-def _run_test_cell(grade_id: str, ns: dict) -> None:
+def _run_test_cell(grade_id: str, ns: dict, key: str = "student-1") -> None:
     """Run a3's test cell ``grade_id`` in ``ns`` as grading does: the cell's code runs (the
-    visible checks may fail there), its submissions cross as JSON, and the judge of
-    ``authoring/judges/a3_zero.py`` decides; its message is raised as AssertionError. (The a3
-    judge takes no expected value from the reference run, so the cell's own submissions stand
-    in for the reference's names.)"""
+    visible checks may fail there) on the hidden cases drawn for ``key``, its submissions cross
+    as JSON, and the judge of ``authoring/judges/a3_zero.py`` decides; its message is raised
+    as AssertionError. (The a3 judge takes no expected value from the reference run, so the
+    cell's own submissions stand in for the reference's names.)"""
     import json
+    import os
     from unittest import mock
 
     from grading import judge
 
+    rules = judge.load("a3_zero")
+    cases = judge.hidden_cases(rules, key)
     got = []
     sent = lambda name, value: got.append((name, json.loads(json.dumps(checks.encode(value)))))
-    with mock.patch.object(checks, "submit", sent):
+    with mock.patch.object(checks, "submit", sent), \
+            mock.patch.dict(os.environ, {"COURSE_HIDDEN_CASES": json.dumps(cases)}):
         exec(_cell(grade_id), ns)
-    verdict = judge.judge_cell(judge.load("a3_zero"), grade_id, got, got)
+    verdict = judge.judge_cell(rules, grade_id, got, got, None, cases.get(grade_id),
+                               cases.get(grade_id))
     if not verdict.passed:
         raise AssertionError(verdict.message)
 
@@ -99,11 +104,13 @@ def test_q1_feedback_names_the_mistake(answer, words):
         _run_test_cell("q1_test", ns)
 
 
-def test_q1_to_q3_solution_passes():
+@pytest.mark.parametrize("key", ["student-1", "student-2", "reference"])
+def test_q1_to_q3_solution_passes(key):
+    """On the hidden cases drawn for several submissions."""
     ns = _namespace()
     for cell in ("q1", "q2", "q3"):
         exec(_cell(cell), ns)
-        _run_test_cell(f"{cell}_test", ns)
+        _run_test_cell(f"{cell}_test", ns, key)
     assert ns["zero2_gb"] == pytest.approx(17.25) and ns["smallest_stage"] == 3
 
 

@@ -125,11 +125,11 @@ for (_n, _dp), _per_stage in _visible.items():
         assert abs(checks.as_number(_name, _got) - _want) <= 1e-6 * _want, (
             f"{_name} = {_got:g} GB is not right; for this visible case it should be {_want:g} GB")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.checks import hidden_cases, submit
 
-for (_n, _dp) in [(13e9, 16), (7e9, 8), (70e9, 64), (1.5e9, 3)]:
+for _case, (_n, _dp) in enumerate(hidden_cases("q2_test"), 1):  # drawn per submission
     for _stage in range(4):
-        submit(f"zero_gb({_n:g}, {_dp}, {_stage})", zero_gb(_n, _dp, _stage))
+        submit(f"zero_gb on hidden case {_case}, stage {_stage}", zero_gb(_n, _dp, _stage))
 ### END HIDDEN TESTS
 None
 
@@ -286,19 +286,21 @@ for _rank, _r in enumerate(_results):
     torch.testing.assert_close(_out, _want[_mine].to(torch.bfloat16), rtol=1e-5, atol=1e-6,
                                msg=lambda m: f"rank {_rank}: return the new master slice in bf16. {m}")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.checks import hidden_cases, submit
 
-def _submit_shard_step(seed, dp, s, n_steps, lr, betas, eps):
+def _submit_shard_step(number, seed, dp, s, n_steps, lr, betas, eps):
     """Run the answer on real ranks with seeded inputs; hand every rank's state to the grader."""
     gen = torch.Generator().manual_seed(seed)
     full = torch.randn(dp * s, generator=gen)                      # (P,)
     grads = torch.randn(n_steps, dp, dp * s, generator=gen)        # (steps, D, P)
     try:
-        results = zero.run_shard_step(sharded_adam_step, full, grads, lr, betas, eps, timeout_s=50)
+        results = zero.run_shard_step(sharded_adam_step, full, grads, lr, tuple(betas), eps,
+                                      timeout_s=50)
     except Exception as e:  # noqa: BLE001 - report the rank's error as feedback
         last = str(e).strip().splitlines()[0]
-        raise AssertionError(f"your function failed on real ranks (D = {dp}): {last}") from None
-    case = f"seed {seed}, D = {dp}"
+        raise AssertionError(f"your function failed on real ranks (hidden case {number}, "
+                             f"D = {dp}): {last}") from None
+    case = f"hidden case {number}"
     submit(f"{case}: collectives called", sorted({c for r in results for c in r["calls"]}))
     for rank, r in enumerate(results):
         submit(f"{case}, rank {rank}: master", r["master"])
@@ -306,10 +308,8 @@ def _submit_shard_step(seed, dp, s, n_steps, lr, betas, eps):
         submit(f"{case}, rank {rank}: returned", r["returned"][-1])
 
 
-# eps = 0.1 makes Adam sensitive to the gradient's scale, so a missing 1/D shows.
-_submit_shard_step(1, 2, 5, 3, 1e-2, (0.9, 0.999), 0.1)
-_submit_shard_step(2, 2, 4, 2, 1e-3, (0.9, 0.999), 1e-8)
-_submit_shard_step(3, 3, 3, 3, 1e-2, (0.8, 0.99), 0.1)
+for _number, _case in enumerate(hidden_cases("q4_test"), 1):  # drawn per submission
+    _submit_shard_step(_number, *_case)
 ### END HIDDEN TESTS
 None
 

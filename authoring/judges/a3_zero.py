@@ -36,8 +36,8 @@ def q1_test(got, ref):
     ])
 
 
-def _check_zero_gb(got, n, dp, stage, expected):
-    name = f"zero_gb({n:g}, {dp}, {stage})"
+def _check_zero_gb(got, case, n, dp, stage, expected):
+    name = f"zero_gb on hidden case {case}, stage {stage}"
     wrong_stages = {
         0: 16 * n / 1e9, 1: (4 + 12 / dp) * n / 1e9, 2: (2 + 14 / dp) * n / 1e9,
         3: 16 * n / dp / 1e9}
@@ -55,10 +55,30 @@ def _check_zero_gb(got, n, dp, stage, expected):
     check_number(name, got[name], expected, unit="GB", mistakes=mistakes)
 
 
+def _draw_zero_gb(rng):
+    """zero_gb's hidden cases, drawn per submission: four (parameters, D), D >= 2 so that the
+    four stages' figures differ."""
+    sizes = [1.3e9, 1.5e9, 2.7e9, 3e9, 6.7e9, 7e9, 8e9, 13e9, 30e9, 34e9, 65e9, 70e9, 175e9]
+    return [[rng.choice(sizes), rng.choice([2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128])]
+            for _ in range(4)]
+
+
+def _draw_shard_step(rng):
+    """sharded_adam_step's hidden runs, drawn per submission: (seed, D, S, steps, lr, betas,
+    eps). eps = 0.1 makes Adam sensitive to the gradient's scale, so a missing 1/D shows."""
+    seeds = rng.sample(range(1, 10_000), 3)
+    return [[seeds[0], 2, rng.randint(3, 6), 3, 1e-2, [0.9, 0.999], 0.1],
+            [seeds[1], 2, rng.randint(3, 6), 2, 1e-3, [0.9, 0.999], 1e-8],
+            [seeds[2], 3, rng.randint(2, 4), 3, 1e-2, [0.8, 0.99], 0.1]]
+
+
+HIDDEN_CASES = {"q2_test": _draw_zero_gb, "q4_test": _draw_shard_step}
+
+
 def q2_test(got, ref):
-    for (n, dp) in [(13e9, 16), (7e9, 8), (70e9, 64), (1.5e9, 3)]:
+    for case, (n, dp) in enumerate(got.cases, 1):
         for stage, want in enumerate([16 * n, (4 + 12 / dp) * n, (2 + 14 / dp) * n, 16 * n / dp]):
-            _check_zero_gb(got, n, dp, stage, want / 1e9)
+            _check_zero_gb(got, case, n, dp, stage, want / 1e9)
 
 
 def q3_test(got, ref):
@@ -94,13 +114,14 @@ def _check_tensor(got, name, want, message, dtype=torch.float32):
                                msg=lambda m: f"{message} {m}")
 
 
-def _check_shard_step(got, seed, dp, s, n_steps, lr, betas, eps):
+def _check_shard_step(got, number, seed, dp, s, n_steps, lr, betas, eps):
     """The inputs the hidden test used (same seeds), torch.optim.Adam on one process, and the
     known mistakes, against what every rank submitted."""
+    betas = tuple(betas)
     gen = torch.Generator().manual_seed(seed)
     full = torch.randn(dp * s, generator=gen)                      # (P,)
     grads = torch.randn(n_steps, dp, dp * s, generator=gen)        # (steps, D, P)
-    case = f"seed {seed}, D = {dp}"
+    case = f"hidden case {number}"
     if not got[f"{case}: collectives called"]:
         raise AssertionError("no collective was called: each rank's local_grad comes from its own "
                              "micro-batch; the ranks' gradients must be combined (reduce-scatter)")
@@ -134,7 +155,7 @@ def _check_shard_step(got, seed, dp, s, n_steps, lr, betas, eps):
                                      "(use master.sub_/addcdiv_ or master[:] = ...)")
             torch.testing.assert_close(master, expected[mine], rtol=1e-5, atol=1e-6,
                                        msg=lambda m: (
-                f"rank {rank} (D = {dp}, seed {seed}): the master slice differs from "
+                f"rank {rank} (hidden case {number}, D = {dp}): the master slice differs from "
                 f"torch.optim.Adam on the whole buffer. {m}"))
         _check_tensor(got, f"{case}, rank {rank}: exp_avg",
                       opt.state[torch_adam]["exp_avg"][mine],
@@ -146,10 +167,8 @@ def _check_shard_step(got, seed, dp, s, n_steps, lr, betas, eps):
 
 
 def q4_test(got, ref):
-    # eps = 0.1 makes Adam sensitive to the gradient's scale, so a missing 1/D shows.
-    _check_shard_step(got, 1, 2, 5, 3, 1e-2, (0.9, 0.999), 0.1)
-    _check_shard_step(got, 2, 2, 4, 2, 1e-3, (0.9, 0.999), 1e-8)
-    _check_shard_step(got, 3, 3, 3, 3, 1e-2, (0.8, 0.99), 0.1)
+    for number, case in enumerate(got.cases, 1):
+        _check_shard_step(got, number, *case)
 
 
 def q5_test(got, ref):
