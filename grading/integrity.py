@@ -232,29 +232,34 @@ def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
     return out
 
 
-def _run_reference(assignment: str, name: str, timeout: int) -> dict:
-    """Execute one solution notebook in the sandbox and judge it (see :func:`reference_run`)."""
+def sandboxed_client(nb, hidden_cases: dict | None = None, **kw):
+    """An nbclient ``NotebookClient`` for ``nb`` whose kernel runs in the grading sandbox with
+    ``hidden_cases`` (``{grade_id: cases}``) as the submission's hidden inputs."""
     from nbclient import NotebookClient
 
     from grading import sandbox
 
     sandbox.require()
-    rules = judge.load(assignment)
-    cases = judge.hidden_cases(rules, judge.REFERENCE_KEY)
 
-    class ReferenceClient(NotebookClient):
+    class SandboxedClient(NotebookClient):
         def create_kernel_manager(self):
             km = super().create_kernel_manager()
-            km.hidden_cases = json.dumps(cases)
+            km.hidden_cases = json.dumps(hidden_cases or {})
             return km
 
+    return SandboxedClient(nb, kernel_manager_class=sandbox.SandboxedKernelManager, **kw)
+
+
+def _run_reference(assignment: str, name: str, timeout: int) -> dict:
+    """Execute one solution notebook in the sandbox and judge it (see :func:`reference_run`)."""
+    rules = judge.load(assignment)
+    cases = judge.hidden_cases(rules, judge.REFERENCE_KEY)
     nb = nbformat.read(ROOT / "solutions" / assignment / name, as_version=4)
     # the kernel's environment as nbgrader_config.py gives it
     with _environ({"COURSE_LAUNCH_PRELOAD": "light"}):
         with tempfile.TemporaryDirectory() as tmp:
-            ReferenceClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            kernel_manager_class=sandbox.SandboxedKernelManager,
-                            resources={"metadata": {"path": tmp}}).execute()
+            sandboxed_client(nb, cases, timeout=timeout, kernel_name="python3",
+                             allow_errors=True, resources={"metadata": {"path": tmp}}).execute()
     subs = submissions_by_cell(nb)
     failed = []
     for cell in nb.cells:

@@ -604,3 +604,50 @@ def test_a_sandboxed_kernel_is_interrupted_not_restarted(tmp_path):
         nb, {"metadata": {"path": str(tmp_path)}})
     assert nb.cells[1].outputs[0]["ename"] == "KeyboardInterrupt"
     assert nb.cells[2].outputs[0]["text"] == "42\n"
+
+
+_DRAWN = [a for a in ASSIGNMENTS if getattr(judge.load(a), "HIDDEN_CASES", None)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _DRAWN)
+def test_the_reference_passes_its_judge_on_every_draw(name):
+    """Hidden inputs drawn per submission (``HIDDEN_CASES``): the reference solution, run once
+    in the sandbox, then its test cells again on the cases of three more keys (as three other
+    students would get them), passes its judge on every draw; the cases differ between keys
+    and no judge message names them."""
+    import json
+
+    import nbformat
+
+    rules = judge.load(name)
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    keys = ["student-a", "student-b", "student-c"]
+    draws = [judge.hidden_cases(rules, k) for k in keys]
+    for gid in rules.HIDDEN_CASES:
+        assert len({json.dumps(d[gid]) for d in draws}) == len(keys), f"{gid}: the same cases"
+    client = integrity.sandboxed_client(nb, draws[0], timeout=300, kernel_name="python3",
+                                        allow_errors=True,
+                                        resources={"metadata": {"path": str(ROOT)}})
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                client.execute_cell(cell, index)
+        tests = {integrity._meta(c)["grade_id"]: (i, c) for i, c in enumerate(nb.cells)
+                 if integrity.is_test_cell(c)}
+        for key, cases in zip(keys, draws):
+            if key != keys[0]:
+                set_env = nbformat.v4.new_code_cell(
+                    f"import os as _os\n_os.environ['COURSE_HIDDEN_CASES'] = "
+                    f"{json.dumps(json.dumps(cases))}")
+                client.execute_cell(set_env, 0)
+            for gid in rules.HIDDEN_CASES:
+                index, cell = tests[gid]
+                again = nbformat.from_dict(cell)
+                client.execute_cell(again, index)
+                subs = judge.submissions(again)
+                verdict = judge.judge_cell(rules, gid, subs, subs, judge.kernel_error(again),
+                                           cases[gid], cases[gid])
+                assert verdict.passed, f"{name} {gid} on the cases of {key}: {verdict.message}"
+                for n, _ in subs:  # names carry no inputs
+                    assert not any(json.dumps(x) in n for x in cases[gid] if x not in (0, 1)), n

@@ -506,7 +506,7 @@ _visible_case("two tp groups of 2", 2, [torch.randn(1, 4, 6, generator=gen),
                                         torch.randn(1, 4, 6, generator=gen)],
               torch.randn(6, 3, generator=gen), torch.randn(3, generator=gen))
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.checks import hidden_cases, submit
 
 
 def _submit_runs(label, tp_size, xs, w, bias):
@@ -516,19 +516,12 @@ def _submit_runs(label, tp_size, xs, w, bias):
     submit(f"{label}: y per rank", [run["y"] for run in runs])
 
 
-for seed in (0, 1):  # one TP group of 2 ranks
-    gen = torch.Generator().manual_seed(100 + seed)
-    xs = [torch.randn(2, 5, 12, generator=gen)]
-    w, bias = torch.randn(12, 6, generator=gen), torch.randn(6, generator=gen)
-    _submit_runs(f"one tp group of 2, seed {100 + seed}", 2, xs, w, bias)
-gen = torch.Generator().manual_seed(7)  # one TP group of 4 ranks
-xs = [torch.randn(3, 2, 16, generator=gen)]
-w, bias = torch.randn(16, 5, generator=gen), torch.randn(5, generator=gen)
-_submit_runs("one tp group of 4, seed 7", 4, xs, w, bias)
-gen = torch.Generator().manual_seed(8)  # two TP groups of 2 ({0,1}, {2,3}), different inputs
-xs = [torch.randn(2, 3, 8, generator=gen), torch.randn(2, 3, 8, generator=gen)]
-w, bias = torch.randn(8, 4, generator=gen), torch.randn(4, generator=gen)
-_submit_runs("two tp groups of 2, seed 8", 2, xs, w, bias)
+for _number, (_tp, _groups, _seed, _b, _s, _h_in, _h_out) in enumerate(
+        hidden_cases("q4_test"), 1):  # drawn per submission: one X per TP group, then W, bias
+    gen = torch.Generator().manual_seed(_seed)
+    xs = [torch.randn(_b, _s, _h_in, generator=gen) for _ in range(_groups)]
+    w, bias = torch.randn(_h_in, _h_out, generator=gen), torch.randn(_h_out, generator=gen)
+    _submit_runs(f"hidden case {_number}", _tp, xs, w, bias)
 ### END HIDDEN TESTS
 None
 

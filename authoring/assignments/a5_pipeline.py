@@ -539,23 +539,21 @@ def _q5_practice(pp_size, seed, sizes):
 _q5_practice(2, 3, [3, 1])     # two ranks, unequal microbatches
 _q5_practice(3, 4, [2, 4, 1])  # a middle rank receives and sends
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.checks import hidden_cases, submit
 
 
-def _q5_run(pp_size, seed, sizes):
+def _q5_run(number, pp_size, seed, sizes):
     """Run the student's step on real ranks; hand each rank's loss and grads to the grader."""
     with contextlib.redirect_stderr(io.StringIO()) as _hidden_sink:
         runs = pp_harness.run_student_pipeline(pipeline_step, pp_size, seed, sizes,
                                                width=8, depth=6)
-    case = f"pipeline_step(pp_size={pp_size}, seed={seed}, sizes={sizes})"
+    case = f"pipeline_step on hidden case {number}"
     submit(f"{case} losses", [run["loss"] for run in runs])
     submit(f"{case} grads", [run["grads"] for run in runs])
 
 
-_q5_run(3, 2, [3, 3, 3, 3])  # equal sizes first: a missing 1/m shows up here
-for seed in (0, 1):
-    _q5_run(2, seed, [4, 3, 2, 1])
-    _q5_run(3, seed, [1, 5, 2])
+for _number, _case in enumerate(hidden_cases("q5_test"), 1):  # drawn per submission
+    _q5_run(_number, *_case)
 ### END HIDDEN TESTS
 None
 

@@ -240,21 +240,21 @@ _expect("group_of(10, (2, 3, 2), 1)", group_of(10, (2, 3, 2), 1), [6, 8, 10], [
 _expect("group_of(10, (2, 3, 2), 0)", group_of(10, (2, 3, 2), 0), [4, 10], [
     ([10, 11], "that is the group along the last axis; axis 0 is the outermost (stride 3 x 2)")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.checks import hidden_cases, submit
 
 import contextlib
 import io
 
 from course_utils.mesh import torch_mesh_groups
 
-for _sizes in [(4, 2, 4), (3, 5), (2, 3, 1, 2), (7,)]:
-    _n = 1
+for _k, _sizes in enumerate(hidden_cases("q2_test"), 1):  # drawn per submission
+    _sizes, _n = tuple(_sizes), 1
     for _s in _sizes:
         _n *= _s
-    submit(f"coords_of for every rank of {_sizes}",
+    submit(f"coords_of for every rank of hidden mesh {_k}",
            [tuple(coords_of(_r, _sizes)) for _r in range(_n)])
     for _axis in range(len(_sizes)):
-        submit(f"group_of for every rank of {_sizes}, axis {_axis}",
+        submit(f"group_of for every rank of hidden mesh {_k}, axis {_axis}",
                [sorted(group_of(_r, _sizes, _axis)) for _r in range(_n)])
 
 for _sizes, _world in [((2, 2), 4), ((2, 1, 2), 4), ((1, 4), 4), ((2, 2, 2), 8)]:
@@ -340,16 +340,19 @@ assert _same_sums(_sums, [11.0, 11.0, 1100.0, 1100.0]), (
     f"launch.run(axis_sum, 4, (2, 2), 1) = {_sums} is not right; it is "
     "[11.0, 11.0, 1100.0, 1100.0] (groups [0, 1] and [2, 3])")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.checks import hidden_cases, submit
 
 import contextlib
 import io
 
-for _sizes, _world in [((2, 3), 6), ((1, 3, 2), 6), ((4,), 4)]:
+for _k, _sizes in enumerate(hidden_cases("q3_test"), 1):  # drawn per submission
+    _sizes, _world = tuple(_sizes), 1
+    for _s in _sizes:
+        _world *= _s
     for _axis in range(len(_sizes)):
         with contextlib.redirect_stderr(io.StringIO()):
             _got = launch.run(axis_sum, _world, _sizes, _axis, timeout_s=120, show_output=False)
-        submit(f"axis_sum on every rank (sizes {_sizes}, axis {_axis})", _got)
+        submit(f"axis_sum on every rank (hidden mesh {_k}, axis {_axis})", _got)
 ### END HIDDEN TESTS
 None
 

@@ -519,22 +519,21 @@ def _q7_visible(world_size, late_rank, delay_s):
 _q7_visible(2, 1, 0.3)
 _q7_visible(3, -1, 0.0)
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.checks import hidden_cases, submit
 
 
-def _q7_submit(world_size, late_rank, delay_s):
+def _q7_submit(number, world_size, late_rank, delay_s):
     """Run the student's function on real ranks; submit each rank's tensor, seconds and type."""
     runs = launch.run(_q7_worker, world_size, late_rank, delay_s, show_output=False, timeout_s=50)
-    call = f"_q7_worker(world_size={world_size}, late_rank={late_rank}, delay_s={delay_s:g})"
+    call = f"_q7_worker on hidden case {number}"
     for rank, out in enumerate(runs):
         submit(f"{call} rank {rank}: tensor", torch.tensor(out["x"]))
         submit(f"{call} rank {rank}: seconds", out["waited"])
         submit(f"{call} rank {rank}: type", out["type"])
 
 
-_q7_submit(2, -1, 0.0)
-_q7_submit(3, 1, 0.4)
-_q7_submit(2, 0, 0.4)
+for _number, _case in enumerate(hidden_cases("q7_test"), 1):  # drawn per submission
+    _q7_submit(_number, *_case)
 ### END HIDDEN TESTS
 None
 

@@ -81,9 +81,22 @@ def q4_test(got, ref):
     ])
 
 
-# The hidden test's runs: (world size, [(seed, examples per rank), ...]), in the order it ran them.
-_Q5_RUNS = [(2, [(0, (1, 3)), (1, (5, 2)), (2, (4, 4))]),
-            (3, [(3, (2, 1, 5)), (4, (1, 1, 1))])]
+def _draw_q5(rng):
+    """weighted_average_grad's hidden runs, drawn per submission: (world size, [(seed,
+    examples per rank), ...]). Each run has unequal counts (means of means show) and equal ones
+    (every weighting agrees there: a rank that returns its own mean still shows)."""
+    def unequal(d):
+        while True:
+            counts = [rng.randint(1, 6) for _ in range(d)]
+            if len(set(counts)) > 1:
+                return counts
+
+    seeds = rng.sample(range(10_000), 5)
+    return [[2, [[seeds[0], unequal(2)], [seeds[1], unequal(2)], [seeds[2], [4, 4]]]],
+            [3, [[seeds[3], unequal(3)], [seeds[4], [rng.randint(1, 3)] * 3]]]]
+
+
+HIDDEN_CASES = {"q5_test": _draw_q5}
 
 
 def _q5_cases(seed, counts, p=4):
@@ -99,8 +112,10 @@ def _shape(shape):
 
 
 def q5_test(got, ref):
-    for world_size, specs in _Q5_RUNS:
+    number = 0
+    for world_size, specs in got.cases:
         for seed, counts in specs:
+            number += 1
             means, counts, expected = _q5_cases(seed, counts)
             d, n_total = len(counts), sum(counts)
             wrong = [
@@ -115,8 +130,8 @@ def q5_test(got, ref):
                  "weighted nor divided"),
             ]
             for rank in range(world_size):
-                r = got[f"weighted_average_grad(seed {seed}, counts {counts}), rank {rank}"]
-                where = f"rank {rank}, counts {counts}"
+                r = got[f"weighted_average_grad on hidden case {number}, rank {rank}"]
+                where = f"hidden case {number}, rank {rank}"
                 keys = {"type", "shape", "values", "input_kept"}
                 assert isinstance(r, dict) and keys <= set(r), (
                     f"{where}: the ranks' results did not come back")

@@ -131,23 +131,27 @@ def q3_test(got, ref):
         (0.25, "upside down: the all-gather result (b, s, 4h) is the larger one")])
 
 
-def _q4_inputs():
-    """(label, tp_size, xs, w, bias) of each hidden run, from the hidden test's seeds."""
-    out = []
-    for seed in (0, 1):  # one TP group of 2 ranks
-        gen = torch.Generator().manual_seed(100 + seed)
-        xs = [torch.randn(2, 5, 12, generator=gen)]
-        w, bias = torch.randn(12, 6, generator=gen), torch.randn(6, generator=gen)
-        out.append((f"one tp group of 2, seed {100 + seed}", 2, xs, w, bias))
-    gen = torch.Generator().manual_seed(7)  # one TP group of 4 ranks
-    xs = [torch.randn(3, 2, 16, generator=gen)]
-    w, bias = torch.randn(16, 5, generator=gen), torch.randn(5, generator=gen)
-    out.append(("one tp group of 4, seed 7", 4, xs, w, bias))
-    gen = torch.Generator().manual_seed(8)  # two TP groups of 2 ({0,1}, {2,3})
-    xs = [torch.randn(2, 3, 8, generator=gen), torch.randn(2, 3, 8, generator=gen)]
-    w, bias = torch.randn(8, 4, generator=gen), torch.randn(4, generator=gen)
-    out.append(("two tp groups of 2, seed 8", 2, xs, w, bias))
-    return out
+def _draw_q4(rng):
+    """row_parallel_linear's hidden runs, drawn per submission: (tp_size, TP groups, seed, b, s,
+    h_in, h_out): two runs on one group of 2, one on a group of 4, one on two groups of 2 (each
+    group its own input: a collective over the wrong group shows)."""
+    seeds = rng.sample(range(10_000), 4)
+    shape = lambda tp: [rng.randint(1, 3), rng.randint(2, 5), tp * rng.randint(2, 6),
+                        rng.randint(3, 7)]
+    return [[2, 1, seeds[0], *shape(2)], [2, 1, seeds[1], *shape(2)],
+            [4, 1, seeds[2], *shape(4)], [2, 2, seeds[3], *shape(2)]]
+
+
+HIDDEN_CASES = {"q4_test": _draw_q4}
+
+
+def q4_inputs(tp_size, groups, seed, b, s, h_in, h_out):
+    """The inputs of one hidden run (the hidden test builds them the same way): one X per TP
+    group, then W and the bias."""
+    gen = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(b, s, h_in, generator=gen) for _ in range(groups)]
+    w, bias = torch.randn(h_in, h_out, generator=gen), torch.randn(h_out, generator=gen)
+    return xs, w, bias
 
 
 def _feedback(calls_per_rank, ys, xs, w, bias, tp_size):
@@ -182,9 +186,14 @@ def _feedback(calls_per_rank, ys, xs, w, bias, tp_size):
 
 
 def q4_test(got, ref):
-    for label, tp_size, xs, w, bias in _q4_inputs():
-        _feedback(got[f"{label}: calls per rank"], got[f"{label}: y per rank"], xs, w, bias,
-                  tp_size)
+    for number, case in enumerate(got.cases, 1):
+        xs, w, bias = q4_inputs(*case)
+        label = f"hidden case {number}"
+        try:
+            _feedback(got[f"{label}: calls per rank"], got[f"{label}: y per rank"], xs, w, bias,
+                      case[0])
+        except AssertionError as err:
+            raise AssertionError(f"{label}: {err}") from None
 
 
 def q5_test(got, ref):

@@ -32,9 +32,19 @@ HELPERS_NOT_ALLOWED = {
 
 SCHEDULES = ["gpipe", "1f1b", "interleaved"]
 
-# (pp_size, seed, sizes) of the hidden runs of Q5, in the order the test cell submits them
-Q5_CASES = [(3, 2, [3, 3, 3, 3])] + [case for seed in (0, 1)
-                                     for case in ((2, seed, [4, 3, 2, 1]), (3, seed, [1, 5, 2]))]
+def _draw_q5(rng):
+    """pipeline_step's hidden runs, drawn per submission: (pp_size, seed, microbatch sizes).
+    Equal sizes first (a missing 1/m shows up there), then unequal ones on 2 and 3 stages for
+    two seeds (weighting each microbatch equally shows up there)."""
+    seeds = rng.sample(range(10_000), 3)
+    cases = [[3, seeds[0], [rng.randint(2, 4)] * 4]]
+    for seed in seeds[1:]:
+        cases.append([2, seed, rng.sample(range(1, 7), 4)])
+        cases.append([3, seed, rng.sample(range(1, 7), 3)])
+    return cases
+
+
+HIDDEN_CASES = {"q5_test": _draw_q5}
 
 
 def q1_test(got, ref):
@@ -119,8 +129,8 @@ def q4_test(got, ref):
         3: "rank r holds P - r microbatches at its peak: the first stage holds the most"})
 
 
-def _q5_case(pp_size, seed, sizes):
-    return f"pipeline_step(pp_size={pp_size}, seed={seed}, sizes={sizes})"
+def _q5_case(number):
+    return f"pipeline_step on hidden case {number}"
 
 
 def _close(a, b):
@@ -129,9 +139,9 @@ def _close(a, b):
             and torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4))
 
 
-def _q5_feedback(got, pp_size, seed, sizes):
+def _q5_feedback(got, number, pp_size, seed, sizes):
     """Compare one run on real ranks with one process; name the mistake."""
-    case = _q5_case(pp_size, seed, sizes)
+    case = _q5_case(number)
     losses, all_grads = got[f"{case} losses"], got[f"{case} grads"]
     assert isinstance(losses, list) and len(losses) == pp_size, (
         f"{case}: expected one result per rank ({pp_size}), got {losses!r}")
@@ -161,7 +171,7 @@ def _q5_feedback(got, pp_size, seed, sizes):
             torch.testing.assert_close(torch.as_tensor(g), torch.as_tensor(w), atol=1e-5,
                                        rtol=1e-4, msg=lambda m, rank=rank: (
                                            f"rank {rank}: gradients differ from one process "
-                                           f"(pp_size={pp_size}, sizes={sizes}). {m}"))
+                                           f"(hidden case {number}). {m}"))
     checks.check_number("loss on the last rank", got_loss, loss, rel=1e-4, mistakes=[
         (eq_loss, "your loss weights every microbatch equally; weight by n_i / N"),
         (loss * len(sizes), "that is the sum of the microbatch losses; the mean over all "
@@ -169,5 +179,5 @@ def _q5_feedback(got, pp_size, seed, sizes):
 
 
 def q5_test(got, ref):
-    for pp_size, seed, sizes in Q5_CASES:  # equal sizes first: a missing 1/m shows up there
-        _q5_feedback(got, pp_size, seed, sizes)
+    for number, (pp_size, seed, sizes) in enumerate(got.cases, 1):
+        _q5_feedback(got, number, pp_size, seed, sizes)

@@ -96,26 +96,48 @@ def q1_test(got, ref):
         (2, "there are DP x PP = 4 TP groups, and every one spans two nodes")])
 
 
+def _draw_q2(rng):
+    """coords_of / group_of's hidden meshes, drawn per submission: a 3-D one, a 2-D one with
+    unequal sides, a 4-D one with a size-1 axis (in a random place) and a 1-D one."""
+    a, b = rng.sample([2, 3, 4, 5], 2)
+    four = [rng.randint(2, 3), rng.randint(2, 3), rng.randint(2, 3)]
+    four.insert(rng.randrange(4), 1)
+    return [[rng.randint(2, 4), rng.randint(2, 3), rng.randint(2, 4)], [a, b], four,
+            [rng.randint(3, 9)]]
+
+
+def _draw_q3(rng):
+    """axis_sum's hidden meshes, drawn per submission: three of at most 6 ranks, one of them
+    with a size-1 axis."""
+    plain = [[2, 3], [3, 2], [2, 2], [4], [6], [1, 4]]
+    with_one = [[1, 3, 2], [2, 1, 3], [3, 2, 1], [2, 1, 2]]
+    first, second = rng.sample(plain, 2)
+    return [first, rng.choice(with_one), second]
+
+
+HIDDEN_CASES = {"q2_test": _draw_q2, "q3_test": _draw_q3}
+
+
 def q2_test(got, ref):
-    for sizes in [(4, 2, 4), (3, 5), (2, 3, 1, 2), (7,)]:
+    for k, sizes in enumerate(got.cases, 1):
+        sizes, where = tuple(sizes), f"hidden mesh {k}"
         n = _prod(sizes)
-        name = f"coords_of for every rank of {sizes}"
+        name = f"coords_of for every rank of {where}"
         mine = _per_rank(name, got[name], n)
         want = [list(_ref_coords(r, sizes)) for r in range(n)]
         first_fastest = [list(reversed(_ref_coords(r, tuple(reversed(sizes))))) for r in range(n)]
         if mine != want and mine == first_fastest:
-            raise AssertionError(f"coords_of(rank, {sizes}): the first axis varies fastest in "
+            raise AssertionError(f"coords_of on {where}: the first axis varies fastest in "
                                  "your layout; in row-major order the last axis varies fastest")
         for r in range(n):
-            assert mine[r] == want[r], f"coords_of({r}, {sizes}) = {_shown(mine[r])} is not right"
+            assert mine[r] == want[r], f"coords_of on {where}, rank {r}: not right"
         checks.check_sequence(name, _flat(mine), _flat(want))
         for axis in range(len(sizes)):
-            name = f"group_of for every rank of {sizes}, axis {axis}"
+            name = f"group_of for every rank of {where}, axis {axis}"
             mine = _per_rank(name, got[name], n)
             want = [_ref_group(r, sizes, axis) for r in range(n)]
             for r in range(n):
-                assert mine[r] == want[r], (
-                    f"group_of({r}, {sizes}, {axis}) = {mine[r]} is not right")
+                assert mine[r] == want[r], f"group_of on {where}, rank {r}, axis {axis}: not right"
             checks.check_sequence(name, _flat(mine), _flat(want))
 
     for sizes, world in [((2, 2), 4), ((2, 1, 2), 4), ((1, 4), 4), ((2, 2, 2), 8)]:
@@ -141,13 +163,14 @@ def q2_test(got, ref):
 
 
 def q3_test(got, ref):
-    for sizes, world in [((2, 3), 6), ((1, 3, 2), 6), ((4,), 4)]:
+    for k, sizes in enumerate(got.cases, 1):
+        sizes, world = tuple(sizes), _prod(sizes)
         for axis in range(len(sizes)):
-            name = f"axis_sum on every rank (sizes {sizes}, axis {axis})"
+            name = f"axis_sum on every rank (hidden mesh {k}, axis {axis})"
             values = _per_rank(name, got[name], world)
             for rank, value in enumerate(values):
                 want = sum(10.0 ** r for r in _ref_group(rank, sizes, axis))  # one process
-                checks.check_number(f"axis_sum on rank {rank} (sizes {sizes}, axis {axis})",
+                checks.check_number(f"axis_sum on rank {rank} (hidden mesh {k}, axis {axis})",
                                     value, want, rel=1e-9, mistakes=[
                     (10.0 ** rank, "that is only this rank's own value: all-reduce over the "
                                    "group"),
