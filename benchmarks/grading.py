@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/grading.py                      # every assignment, 50 each
     .venv/bin/python benchmarks/grading.py --n 10 a1_training_state --workers 1 2 4
+    .venv/bin/python benchmarks/grading.py --memory              # the grader's memory
 
 For each assignment: a fresh temporary $COURSE_DATA, the reference run (cached, timed apart),
 N submissions cycling through correct / wrong / unanswered answers, one parallel autograde per
@@ -76,13 +77,70 @@ def bench(assignment: str, n: int, workers_list: list[int]) -> dict:
         shutil.rmtree(data, ignore_errors=True)
 
 
+def grader_memory(prints: int = 6, mb: int = 400) -> dict:
+    """The grader's own peak memory while one submission prints ``prints`` x ``mb`` MB: the
+    resident set of the nbgrader process (its kernels are other processes), sampled every
+    20 ms. Before outputs were capped as they arrive it held every byte until the notebook
+    ended (3.1 GiB for 6 x 400 MB)."""
+    import threading
+
+    import nbformat
+    import psutil
+
+    a = "a1_training_state"
+    data = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    try:
+        refs = integrity.reference_run(a, data)
+        [(case, files)] = [(c, f) for c, f in synthetic.cases_for(a, refs) if c.kind == "correct"]
+        nb = files[f"{a}.ipynb"]
+        nb.cells.append(nbformat.v4.new_code_cell(
+            f"for _ in range({prints}):\n    print('x' * {mb} * 10**6)"))
+        synthetic.write([(case, files)], data / "submitted", a)
+        workflow.register(a, data)
+        peak, stop = [0], threading.Event()
+
+        def sample():  # this process's own nbgrader worker, not its kernels
+            me = psutil.Process()
+            while not stop.is_set():
+                for p in me.children():
+                    try:
+                        if "autograde" in p.cmdline():
+                            peak[0] = max(peak[0], p.memory_info().rss)
+                    except psutil.Error:
+                        pass
+                stop.wait(0.02)
+
+        watcher = threading.Thread(target=sample, daemon=True)
+        watcher.start()
+        run = workflow.autograde(a, workers=1, data=data, register_first=False)
+        stop.set()
+        watcher.join()
+        [result], _ = integrity.report(a, data)
+        out = {"prints": prints, "mb_each": mb, "grader_peak_rss_mb": round(peak[0] / 1e6),
+               "seconds": round(run.seconds, 1), "score": result.score,
+               "limits": result.limits}
+        print(f"one submission printing {prints} x {mb} MB: the nbgrader process peaked at "
+              f"{peak[0] / 1e6:.0f} MB resident; graded {result.score:g}/{result.max_score:g} "
+              f"in {run.seconds:.1f} s; limits: {result.limits}")
+        return out
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("assignments", nargs="*", help="default: all")
     parser.add_argument("--n", type=int, default=50, help="submissions per assignment")
     parser.add_argument("--workers", type=int, nargs="+", default=[2])
+    parser.add_argument("--memory", action="store_true",
+                        help="only the grader's peak memory for a submission printing 6 x 400 MB")
     args = parser.parse_args()
+    if args.memory:
+        out = ROOT / "benchmarks" / "results"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "grading_memory.json").write_text(json.dumps(grader_memory(), indent=1))
+        return
     names = args.assignments or workflow.all_assignments()
     print(f"grading benchmark: {args.n} submissions per assignment, workers {args.workers}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)

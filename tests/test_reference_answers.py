@@ -191,9 +191,13 @@ def test_a9_reference_measurement_equals_the_library():
     from course_utils import activations, tiny_lm
 
     count = _answer("a9_activations", "q3", "saved_activation_bytes")
-    for _, module, inputs in _a9_judge()._q3_hidden_cases():
-        want, _ = activations.saved_bytes(lambda: module(*inputs), exclude=module.parameters())
-        assert count(module, inputs) == want
+    rules = _a9_judge()
+    for key in ("student-1", "student-2", "reference"):
+        for case in judge_cases(rules, key):
+            module, inputs = rules.q3_case(*case)
+            want, _ = activations.saved_bytes(lambda: module(*inputs),
+                                              exclude=module.parameters())
+            assert count(module, inputs) == want
     cfg = tiny_lm.TinyLMConfig()
     block = tiny_lm.build(cfg, 0).blocks[0]
     for batch, seq in [(1, 8), (3, 32)]:
@@ -202,13 +206,27 @@ def test_a9_reference_measurement_equals_the_library():
                                                                       attention="fused")
 
 
-def _a9_q3_submissions(count):
-    """What the hidden test submits for a saved_activation_bytes built on ``count``."""
-    rules, out = _a9_judge(), {}
-    for name, module, inputs in rules._q3_hidden_cases():
+def judge_cases(rules, key: str) -> list:
+    """The cases a9 Q3's hidden test gets for the submission key ``key``."""
+    from grading import judge
+
+    return judge.hidden_cases(rules, key)["q3_test"]
+
+
+def _a9_q3_submissions(count, key: str = "student-1"):
+    """What the hidden test submits for a saved_activation_bytes built on ``count``, as judge
+    values carrying their cases."""
+    from grading import judge
+
+    rules = _a9_judge()
+    pairs = []
+    for number, case in enumerate(judge_cases(rules, key), 1):
+        module, inputs = rules.q3_case(*case)
         got = count(module, inputs)
-        out[f"saved_activation_bytes({name})"] = got
-        out[f"saved_activation_bytes({name}): type"] = type(got).__name__
+        pairs += [(f"saved_activation_bytes on hidden case {number}", got),
+                  (f"saved_activation_bytes on hidden case {number}: type", type(got).__name__)]
+    out = judge.Values(pairs)
+    out.cases = judge_cases(rules, key)
     return out
 
 

@@ -247,27 +247,27 @@ def _q3_visible():
 _q3_visible()
 ### BEGIN HIDDEN TESTS
 from course_utils import tiny_lm
-from course_utils.checks import submit
+from course_utils.checks import hidden_cases, submit
 
 
-def _q3_hidden_cases():
-    """(name, module, inputs) of the hidden cases; the judge rebuilds the same ones."""
-    torch.manual_seed(1)
-    block = tiny_lm.build(tiny_lm.TinyLMConfig(), 0).blocks[0]
-    return [
-        ("TinyLM block on (2, 16, 64)", block, (torch.randn(2, 16, 64, requires_grad=True),)),
-        ("LayerNorm-Linear-Tanh on (3, 7, 16)",
-         nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 48), nn.Tanh()),
-         (torch.randn(3, 7, 16, requires_grad=True),)),
-        ("_ExpSquare on (6, 10) float64", _ExpSquare(),
-         (torch.randn(6, 10, dtype=torch.float64, requires_grad=True),)),
-    ]
+def _q3_hidden_case(kind, seed, shape):
+    """(module, inputs) of one hidden case (drawn per submission); the judge builds the same."""
+    torch.manual_seed(seed)
+    if kind == "block":
+        return (tiny_lm.build(tiny_lm.TinyLMConfig(), 0).blocks[0],
+                (torch.randn(*shape, requires_grad=True),))
+    if kind == "ln-linear-tanh":
+        d = shape[-1]
+        return (nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Tanh()),
+                (torch.randn(*shape, requires_grad=True),))
+    return _ExpSquare(), (torch.randn(*shape, dtype=torch.float64, requires_grad=True),)
 
 
-for _name, _module, _inputs in _q3_hidden_cases():
+for _number, _case in enumerate(hidden_cases("q3_test"), 1):
+    _module, _inputs = _q3_hidden_case(*_case)
     _got = saved_activation_bytes(_module, _inputs)
-    submit(f"saved_activation_bytes({_name})", _got)
-    submit(f"saved_activation_bytes({_name}): type", type(_got).__name__)
+    submit(f"saved_activation_bytes on hidden case {_number}", _got)
+    submit(f"saved_activation_bytes on hidden case {_number}: type", type(_got).__name__)
 ### END HIDDEN TESTS
 None
 

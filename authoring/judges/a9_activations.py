@@ -4,9 +4,10 @@ Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and
 solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
 with the message that names the mistake. See ``grading/judge.py``.
 
-Q3's bytes are compared with the reference solution's measurement of the same modules; the
-known wrong counts (every saved tensor counted, parameters included, elements instead of
-bytes) are measured here on the same modules, rebuilt from the same seeds.
+Q3's modules and inputs are drawn per submission (``HIDDEN_CASES``): the bytes are compared with
+``course_utils.activations.saved_bytes`` on the same modules, rebuilt here from the same case;
+the known wrong counts (every saved tensor counted, parameters included, elements instead of
+bytes) are measured on them too.
 
 Q5's step times are the student's own measurement on real ranks: the table must follow from
 the submitted runs (checked to be ``overlap.timing_worker``'s), and the pick is judged against
@@ -16,7 +17,7 @@ that table, never against the reference's timings.
 import torch
 from torch import nn
 
-from course_utils import overlap, tiny_lm
+from course_utils import activations, overlap, tiny_lm
 from course_utils.checks import as_number, check_choice, check_number
 
 # Answers the student measures on their own ranks (Q5): judged against the student's own
@@ -99,18 +100,30 @@ class _ExpSquare(nn.Module):
         return y * y
 
 
-def _q3_hidden_cases():
-    """The hidden test's cases, rebuilt from the same seeds (sizes are all that matter)."""
-    torch.manual_seed(1)
-    block = tiny_lm.build(tiny_lm.TinyLMConfig(), 0).blocks[0]
-    return [
-        ("TinyLM block on (2, 16, 64)", block, (torch.randn(2, 16, 64, requires_grad=True),)),
-        ("LayerNorm-Linear-Tanh on (3, 7, 16)",
-         nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 48), nn.Tanh()),
-         (torch.randn(3, 7, 16, requires_grad=True),)),
-        ("_ExpSquare on (6, 10) float64", _ExpSquare(),
-         (torch.randn(6, 10, dtype=torch.float64, requires_grad=True),)),
-    ]
+def _draw_q3(rng):
+    """saved_activation_bytes' hidden cases, drawn per submission: (kind, seed, input shape)
+    for a TinyLM block, a LayerNorm-Linear-Tanh stack and exp(x)^2 in float64."""
+    seeds = rng.sample(range(10_000), 3)
+    return [["block", seeds[0], [rng.randint(1, 3), rng.choice([8, 16, 24, 32]), 64]],
+            ["ln-linear-tanh", seeds[1], [rng.randint(2, 4), rng.randint(3, 9),
+                                          rng.choice([8, 16, 24])]],
+            ["exp-square", seeds[2], [rng.randint(3, 8), rng.randint(5, 12)]]]
+
+
+HIDDEN_CASES = {"q3_test": _draw_q3}
+
+
+def q3_case(kind, seed, shape):
+    """(module, inputs) of one hidden case, built as the hidden test builds it."""
+    torch.manual_seed(seed)
+    if kind == "block":
+        return (tiny_lm.build(tiny_lm.TinyLMConfig(), 0).blocks[0],
+                (torch.randn(*shape, requires_grad=True),))
+    if kind == "ln-linear-tanh":
+        d = shape[-1]
+        return (nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Tanh()),
+                (torch.randn(*shape, requires_grad=True),))
+    return _ExpSquare(), (torch.randn(*shape, dtype=torch.float64, requires_grad=True),)
 
 
 def _variants(module, inputs):
@@ -132,13 +145,15 @@ def _variants(module, inputs):
 
 
 def q3_test(got, ref):
-    for name, module, inputs in _q3_hidden_cases():
-        key = f"saved_activation_bytes({name})"
+    for number, case in enumerate(got.cases, 1):
+        module, inputs = q3_case(*case)
+        key = f"saved_activation_bytes on hidden case {number}"
         kind = got[f"{key}: type"]
         if kind != "int":
             raise AssertionError(f"{key}: return a plain int (got {kind}).")
         per_tensor, with_params, elements = _variants(module, inputs)
-        expected = ref[key]
+        expected, _ = activations.saved_bytes(lambda: module(*inputs),
+                                              exclude=module.parameters())
         mistakes = [(v, m) for v, m in [
             (per_tensor, "each saved tensor was counted, so a storage saved several times (or "
                          "through several views) was counted several times: count each "
