@@ -12,10 +12,11 @@ setup:
 	@scripts/setup.sh
 
 # The student's own copies of lectures and assignments live in workspace/ (ignored by git, never
-# overwritten); JupyterLab opens there without nbgrader's instructor menus (jupyter/student/).
+# overwritten); JupyterLab opens there without nbgrader's instructor menus (jupyter/student/) and
+# prints one line with the URL to open (scripts/lab.py; its log: workspace/.jupyter-lab.log).
 lab: setup
-	$(PY) scripts/workspace.py
-	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter/student $(PY) -m jupyter lab $(ROOT_FLAG) workspace/
+	@$(PY) scripts/workspace.py
+	@$(PY) scripts/lab.py
 
 # Tests run on TEST_WORKERS processes (pytest-xdist); tests that share a kernel, an autograde
 # run or a browser stay on one worker (tests/conftest.py). The run ends with the 25 slowest tests.
@@ -48,7 +49,13 @@ clean:
 SUBMISSIONS ?= submissions
 DEST ?= dist/student-course
 WORKERS ?= 2
-.PHONY: release collect autograde feedback report export formgrader bench-grading student-copy
+.PHONY: release collect autograde feedback report export formgrader bench-grading student-copy check
+
+# Self-study (the full repository): grade your own copy of one assignment, make check A=a3_zero
+A ?=
+check: setup  ## grade workspace/assignments/$(A)/$(A).ipynb as the course's grading does
+	@test -n "$(A)" || { echo "usage: make check A=<assignment>, e.g. make check A=a3_zero"; exit 2; }
+	$(PY) scripts/grade.py check $(A)
 
 student-copy: setup  ## the folder to publish to students: no answers (dist/student-course)
 	$(PY) scripts/student_copy.py $(DEST)

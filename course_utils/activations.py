@@ -282,19 +282,26 @@ def korthikanti_bytes(s: int, b: int, h: int, a: int, layers: int = 1, recompute
 
 def step_time(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int, recompute: str = "none",
               attention: str = "math", repeats: int = 5) -> float:
-    """Median seconds of one forward + backward (the first, warm-up run left out)."""
+    """The fastest of ``repeats`` forward + backward steps, in seconds (a warm-up run first).
+
+    The minimum, not the median: on a shared machine every other process only adds time, so the
+    fastest run is the one closest to the step's own cost. Prints a note when the machine was
+    busy while it ran (``measure.warn_if_busy``)."""
+    from course_utils import measure
+
     _check_shape(_check_cfg(cfg), batch, seq)
     _check_int("repeats", repeats)
     model = tiny_lm.build(cfg, 0)
     tokens, targets = make_inputs(cfg, batch, seq, 0)
-    times = []
+    times, wall, cpu = [], 0.0, 0.0
     for _ in range(repeats + 1):
         model.zero_grad(set_to_none=True)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         _loss(forward(model, tokens, recompute, attention), targets).backward()
         times.append(time.perf_counter() - start)
-    times = sorted(times[1:])
-    return times[len(times) // 2]
+        wall, cpu = wall + times[-1], cpu + time.process_time() - start_cpu
+    measure.warn_if_busy(f"recompute={recompute!r}", wall, cpu, torch.get_num_threads())
+    return min(times[1:])
 
 
 # ------------------------------------------------------------------------------ plots

@@ -124,7 +124,9 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False),
                                   write_through=True, line_buffering=True)
     sys.stderr = sys.stdout
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
+    # every thread: the signal lands on whichever thread the kernel picks (often one of gloo's,
+    # with no Python frames), and _trim_stack keeps the one running fn
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     threading.Thread(target=_watch_parent, args=(lifeline, hard_deadline), daemon=True).start()
 
     status, value, origins = "error", None, {}
@@ -325,13 +327,43 @@ def _read_logs(paths: Sequence[str]) -> list[str]:
 
 
 def _trim_stack(text: str) -> str:
-    """Drop the launcher's own frames (multiprocessing bootstrap) from a faulthandler dump."""
-    keep = []
-    for line in text.splitlines():
-        if "multiprocessing/" in line or 'File "<string>"' in line or "in _rank_main" in line:
+    """Where a rank was, from its faulthandler dump (all threads): the thread that runs ``fn``
+    (the one under ``_rank_main``), the launcher's own frames dropped, each run of library
+    frames folded to one line, as in :func:`_student_traceback`."""
+    import re
+
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x|Stack \(most recent)", text)
+    mine = ([b for b in blocks if "in _rank_main" in b]
+            or sorted(blocks, key=lambda b: b.count('File "'))[-1:])  # (fn not called yet)
+    lines: list[str] = []
+    folded: list[tuple[str, str]] = []
+
+    def fold() -> None:  # (most recent first: the last folded frames are the calls fn made)
+        if folded:
+            names = ", ".join(dict.fromkeys(lib for lib, _ in folded))
+            calls = " > ".join(name for _, name in reversed(folded[-2:]))
+            lines.append(f"  ... {len(folded)} frame(s) in {names} ({calls})")
+            folded.clear()
+
+    for line in "\n".join(mine).splitlines():
+        m = re.match(r'\s*File "(.+)", line (\d+) in (.+)', line)
+        if m is None:
+            if line.strip():
+                fold()
+                lines.append("Stack (most recent call first):" if "thread 0x" in line.lower()
+                             else line)
             continue
-        keep.append(line)
-    return "\n".join(keep)
+        filename, name = m.group(1), m.group(3)
+        if "multiprocessing/" in filename or filename == "<string>" or name == "_rank_main":
+            continue
+        library = "importlib" if filename.startswith("<frozen ") else _library_name(filename)
+        if library is not None:
+            folded.append((library, name.strip()))
+            continue
+        fold()
+        lines.append(line.rstrip())
+    fold()
+    return "\n".join(lines)
 
 
 def _format_outputs(logs: Sequence[str]) -> str:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator, Sequence
@@ -193,6 +194,34 @@ def clock(device: torch.device | str | torch.Tensor = "cpu") -> float:
     """
     synchronize(device)
     return time.perf_counter()
+
+
+def busy_reason(wall_s: float | None = None, cpu_s: float | None = None,
+                threads: int = 1) -> str | None:
+    """Why timings taken now cannot be trusted, or None: the machine's load average above its
+    cores, or (given the wall and CPU seconds of a compute-bound measurement on ``threads``
+    threads) this process running well under the time it was timed."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    if load > (cores or 1) + 0.5:
+        return f"the machine is busy (load average {load:.1f} on {cores} cores)"
+    if wall_s and cpu_s is not None and cpu_s < 0.6 * wall_s * threads:
+        return (f"this process ran {100 * cpu_s / (wall_s * threads):.0f}% of the time it was "
+                "timed (other processes had the cores)")
+    return None
+
+
+def warn_if_busy(what: str, wall_s: float | None = None, cpu_s: float | None = None,
+                 threads: int = 1) -> str | None:
+    """Print one line if :func:`busy_reason` finds a reason (returns it, or None)."""
+    reason = busy_reason(wall_s, cpu_s, threads)
+    if reason is not None:
+        print(f"note: the {what} timings are unreliable: {reason}; run it again on an idle "
+              "machine to compare them", flush=True)
+    return reason
 
 
 # ---------------------------------------------------------------------------- the collectives

@@ -345,9 +345,20 @@ def timing_worker(rank: int, world_size: int, bucket_mbs: Sequence[Any] = BUCKET
                 for k, v in t.items():
                     samples[i][k].append(1e3 * v)
     n_params = sum(p.numel() for p in model.parameters())
-    return [{"bucket_mb": b, "n_buckets": r.n_buckets, "grad_mb": 4 * n_params / MIB,
+    rows = [{"bucket_mb": b, "n_buckets": r.n_buckets, "grad_mb": 4 * n_params / MIB,
              **{k: statistics.median(v) for k, v in s.items()}}
             for b, r, s in zip(sizes, reducers, samples)]
+    # a step holds its backward: compute alone longer than a whole step means the machine
+    # took the time, not the model
+    reason = measure.busy_reason()
+    slow = [row for row in rows if row["compute_ms"] > 1.1 * row["step_ms"]]
+    if reason is None and slow:
+        reason = (f"compute alone ({slow[0]['compute_ms']:.1f} ms) took longer than the whole "
+                  f"step ({slow[0]['step_ms']:.1f} ms), which holds it")
+    if reason is not None:
+        print(f"note: these bucket timings are unreliable: {reason}; run it again on an idle "
+              "machine", flush=True)
+    return rows
 
 
 def measure_overlap(bucket_mbs: Sequence[Any] = BUCKET_SIZES, world_size: int = 2, steps: int = 5,

@@ -554,11 +554,32 @@ def figure(p: Plan):
 # ------------------------------------------------------------------------------------- widget
 
 
+def _figure_html(p: Plan, values: dict) -> str:
+    """The plan's figure as an ``<img>`` (PNG, inline) whose ``data-plan`` names the inputs it
+    was drawn from."""
+    import base64
+    import io
+    import json
+
+    import matplotlib.pyplot as plt
+
+    fig = figure(p)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72)
+    plt.close(fig)
+    drawn = html.escape(json.dumps(values, sort_keys=True, default=str), quote=True)
+    return (f'<div class="pg-figure"><img alt="the plan\'s memory and device mesh" '
+            f'data-plan="{drawn}" style="max-width:100%" '
+            f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"/></div>')
+
+
 class Playground:
     """ipywidgets controls wired to :func:`plan`; ``.widget`` is what a cell displays.
 
     ``.controls`` maps each input name to its widget, ``.plan`` is the latest :class:`Plan`
-    (None while the inputs are invalid), ``.summary`` (HTML) and ``.output`` (figure) the views.
+    (None while the inputs are invalid), ``.summary`` the one view (HTML: the table and the
+    figure, written together by each change; while the inputs are invalid, a message and the
+    last figure greyed), ``.redraw_s`` how long the last change took.
     """
 
     def __init__(self, **values: Any):
@@ -570,7 +591,7 @@ class Playground:
         self.draw = values.pop("draw", True)
         v = {**DEFAULTS, **values}
         style = {"description_width": "150px"}
-        lay = w.Layout(width="340px")
+        lay = w.Layout(width="auto")
 
         def slider(desc, value, lo, hi):
             return w.IntSlider(value=value, min=lo, max=max(hi, value), description=desc,
@@ -614,15 +635,19 @@ class Playground:
         for name, control in self.controls.items():
             control.add_class(f"pg-in-{name}")
             control.observe(self._update, names="value")
+        # One view for the table and the figure: every change writes both at once, from one
+        # plan, so they can never disagree (two Output widgets could, after quick changes).
         self.summary = w.HTML()
         self.summary.add_class("pg-summary")
-        self.output = w.Output()
-        self.output.add_class("pg-figure")
-        names = list(self.controls)  # three columns: mesh, batch and device, model
+        names = list(self.controls)  # three groups: mesh, batch and device, model
         columns = [w.VBox([self.controls[n] for n in names[k:k + 6]]) for k in (0, 6, 12)]
-        self.widget = w.VBox([w.HBox(columns), self.summary, self.output])
+        grid = w.GridBox(columns, layout=w.Layout(
+            grid_template_columns="repeat(auto-fit, minmax(300px, 1fr))", grid_gap="0 12px"))
+        self.widget = w.VBox([grid, self.summary])
         self.widget.add_class("pg-playground")
         self.plan: Plan | None = None
+        self._figure = ""  # the last valid plan's figure (shown greyed while inputs are invalid)
+        self.redraw_s = 0.0  # how long the last change took to redraw
         self._update()
 
     def values(self) -> dict:
@@ -630,22 +655,27 @@ class Playground:
         return {**{n: c.value for n, c in self.controls.items()}, "axis_order": self.axis_order}
 
     def _update(self, change: Any = None) -> None:
-        import matplotlib.pyplot as plt
-        from IPython.display import display
+        import time
 
+        start = time.perf_counter()
+        values = self.values()
         try:
-            self.plan = plan(**self.values())
+            self.plan = plan(**values)
         except ValueError as err:
             self.plan = None
-            self.summary.value = f'<p class="pg-error" style="color:#b00020">{html.escape(str(err))}</p>'
+            stale = self._figure.replace('<div class="pg-figure"',
+                                         '<div class="pg-figure pg-stale" style="opacity:0.3;'
+                                         'filter:grayscale(1)"', 1)
+            self.summary.value = (
+                '<div class="pg-error" role="alert" style="border-left:4px solid #b00020;'
+                'background:#fdecee;padding:6px 10px;margin:6px 0">'
+                f'<b>Not a plan that can run:</b> {html.escape(str(err))}. Change one of the '
+                'controls above; the figure below is the last plan that could.</div>' + stale)
+            self.redraw_s = time.perf_counter() - start
             return
-        self.summary.value = _html(self.plan)
-        if self.draw:
-            fig = figure(self.plan)
-            with self.output:
-                self.output.clear_output(wait=True)
-                display(fig)
-            plt.close(fig)
+        self._figure = _figure_html(self.plan, values) if self.draw else ""
+        self.summary.value = _html(self.plan) + self._figure
+        self.redraw_s = time.perf_counter() - start
 
     def _ipython_display_(self) -> None:
         from IPython.display import display

@@ -70,6 +70,17 @@ def is_answer_cell(cell) -> bool:
     return cell.get("cell_type") == "code" and bool(_meta(cell).get("solution"))
 
 
+def visible_traces(nb) -> dict[str, list[dict]]:
+    """``{grade_id: [trace, ...]}``: what each visible check of each test cell saw in a run with
+    ``COURSE_TRACE_CHECKS`` set (``course_utils.checks._trace``): the name, the reference's
+    value, the unit and tolerance, the known mistakes it was given."""
+    from course_utils.checks import TRACE_MIME
+
+    return {_meta(cell)["grade_id"]: [o["data"][TRACE_MIME] for o in cell.get("outputs", [])
+                                      if TRACE_MIME in o.get("data", {})]
+            for cell in nb.cells if is_test_cell(cell)}
+
+
 def submissions_by_cell(nb) -> dict[str, list]:
     """``{grade_id: [[name, value], ...]}`` submitted by every test cell of an executed notebook."""
     return {_meta(cell)["grade_id"]: [list(pair) for pair in judge.submissions(cell)]
@@ -203,7 +214,7 @@ def check_committed(assignment: str) -> None:
 
 
 def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
-                  cache: Path | None = None) -> dict[str, dict]:
+                  cache: Path | None = None, committed: bool = True) -> dict[str, dict]:
     """Run the reference solution once and record what each test cell submits; cached.
 
     Returns ``{notebook: {"submissions": {grade_id: [[name, value], ...]}, "max_cell_s":
@@ -215,7 +226,8 @@ def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
     file whose expected values disagree with the solution). The cache (``cache``, default
     ``$COURSE_DATA/reference``) is keyed by the solution notebook, its judge file, every
     ``course_utils`` source and the versions of Python, torch and the kernel: change any of them
-    and the reference runs again.
+    and the reference runs again. ``committed=False`` (building the release from the author's
+    own edits) skips :func:`check_committed`.
     """
     data = data or data_dir()
     cache = cache or data / "reference"
@@ -225,7 +237,8 @@ def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
         if entry_kind(path) == "file":
             out[name] = json.loads(read_regular(path, MAX_NOTEBOOK_BYTES))
             continue
-        check_committed(assignment)
+        if committed:
+            check_committed(assignment)
         out[name] = _run_reference(assignment, name, timeout)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_private(path, json.dumps(out[name], indent=1))  # a reader sees all of it or none
@@ -256,7 +269,8 @@ def _run_reference(assignment: str, name: str, timeout: int) -> dict:
     cases = judge.hidden_cases(rules, judge.REFERENCE_KEY)
     nb = nbformat.read(ROOT / "solutions" / assignment / name, as_version=4)
     # the kernel's environment as nbgrader_config.py gives it
-    with _environ({"COURSE_LAUNCH_PRELOAD": "light"}):
+    # (and the visible checks say what they saw: the release's sealed mistakes come from it)
+    with _environ({"COURSE_LAUNCH_PRELOAD": "light", "COURSE_TRACE_CHECKS": "1"}):
         with tempfile.TemporaryDirectory() as tmp:
             sandboxed_client(nb, cases, timeout=timeout, kernel_name="python3",
                              allow_errors=True, resources={"metadata": {"path": tmp}}).execute()
@@ -273,7 +287,8 @@ def _run_reference(assignment: str, name: str, timeout: int) -> dict:
     if failed:
         raise RuntimeError(f"the reference solution of {assignment} fails its judge: "
                            + "; ".join(failed))
-    return {"submissions": subs, "max_cell_s": _max_cell_seconds(nb), "problems": _problems(nb)}
+    return {"submissions": subs, "max_cell_s": _max_cell_seconds(nb), "problems": _problems(nb),
+            "visible": visible_traces(nb)}
 
 
 @contextlib.contextmanager

@@ -196,7 +196,8 @@ def _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases) -> Verdict:
     got_names, ref_names = [n for n, _ in got], [n for n, _ in ref]
     if error is not None:
         ename, evalue = error
-        message = evalue if ename == "AssertionError" and evalue else f"{ename}: {evalue}"
+        message = (evalue if ename in ("AssertionError", "CheckFailed") and evalue
+                   else f"{ename}: {evalue}")
         return Verdict(grade_id, False, message.strip().rstrip(":"), len(got))
     if got_names != ref_names:
         if got_names == ref_names[:len(got_names)]:

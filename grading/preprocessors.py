@@ -246,6 +246,10 @@ class RecoveringExecute(Execute):
         except Exception as err:  # noqa: BLE001 - a message the grader could not read, ...
             failure = err
         refused = self._refused_channels(wait_ms=300 if failure is not None else 0)
+        if failure is None and not refused and self._timed_out(cell) and not self._responsive():
+            # interrupted at the timeout, the kernel still does not answer: it caught the
+            # interrupt (nbclient's own reply says only that the cell timed out)
+            failure = CellTimeoutError("the kernel ignored the interrupt")
         if failure is None and not refused:
             return result
         if refused and not isinstance(failure, DeadKernelError) and self._kernel_alive():
@@ -299,6 +303,31 @@ class RecoveringExecute(Execute):
         cell.outputs = [new_output("error", ename=ename, evalue=evalue,
                                    traceback=[f"{ename}: {evalue}"])]
         return cell, self.resources
+
+    @staticmethod
+    def _timed_out(cell) -> bool:
+        return any(o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError"
+                   for o in cell.get("outputs", []))
+
+    def _responsive(self, timeout_s: float = 5.0) -> bool:
+        """Does the kernel answer a ``kernel_info`` request within ``timeout_s``?"""
+        async def ask() -> bool:
+            msg_id = self.kc.kernel_info()
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                try:
+                    reply = await ensure_async(self.kc.shell_channel.get_msg(
+                        timeout=max(0.05, deadline - time.monotonic())))
+                except Exception:  # noqa: BLE001 - Empty: no answer in time
+                    return False
+                if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                    return True
+            return False
+
+        try:
+            return bool(run_sync(ask)())
+        except Exception:  # noqa: BLE001
+            return False
 
     def _kernel_alive(self) -> bool:
         try:

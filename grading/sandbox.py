@@ -108,10 +108,12 @@ ENVIRONMENT: dict[str, str] = {
     "COURSE_LAUNCH_PRELOAD": "copied from the grader (nbgrader_config.py sets 'light'): what "
                              "the course's rank launcher preloads",
     "OMP_NUM_THREADS": "copied from the grader where set: threads per process",
+    "COURSE_TRACE_CHECKS": "copied from the grader where set (the reference run that builds "
+                           "the release): visible checks publish what they saw",
     "COURSE_HIDDEN_CASES": "this submission's hidden inputs, drawn by the grader (see "
                            "grading/judge.py, hidden_cases)",
 }
-_COPIED_ENV = ("COURSE_LAUNCH_PRELOAD", "OMP_NUM_THREADS")
+_COPIED_ENV = ("COURSE_LAUNCH_PRELOAD", "OMP_NUM_THREADS", "COURSE_TRACE_CHECKS")
 
 
 class SandboxUnavailable(RuntimeError):

@@ -66,10 +66,14 @@ def nbgrader(*args: str, data: Path | None = None, log: Path | None = None,
 
 
 def release(assignment: str, data: Path | None = None) -> list[Path]:
-    """Regenerate ``assignments/<a>/`` from ``solutions/<a>/`` and register it in the gradebook."""
+    """Regenerate ``assignments/<a>/`` from ``solutions/<a>/`` (its visible checks sealed:
+    ``grading.visible``) and register it in the gradebook."""
+    from grading import visible
+
     paths = []
     for a in expand(assignment):
         nbgrader("generate_assignment", a, "--force", data=data)
+        visible.seal_release_file(a, cache=(data or data_dir()) / "reference")
         paths += [ROOT / "assignments" / a / n for n in notebook_names(a)]
     return paths
 
@@ -309,6 +313,27 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
                         codes, logs, timed_out)
 
 
+def self_check(assignment: str, notebook: Path | None = None):
+    """Grade one notebook (default: the student's workspace copy) exactly as the instructor's
+    grading does, in a temporary course data folder; returns its ``StudentResult``. For
+    self-learners with the full repository (``make check A=<assignment>``)."""
+    [assignment] = expand(assignment)
+    notebook = Path(notebook or ROOT / "workspace" / "assignments" / assignment /
+                    f"{assignment}.ipynb")
+    if entry_kind(notebook) != "file":
+        raise ValueError(f"no notebook to check at {notebook} (run make lab once to get your "
+                         f"copy, or give the path with --notebook)")
+    with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
+        inbox, data = Path(tmp) / "inbox", Path(tmp) / "data"
+        (inbox / "me").mkdir(parents=True)
+        shutil.copyfile(notebook, inbox / "me" / f"{assignment}.ipynb")
+        collect(inbox, assignment, data)
+        autograde(assignment, workers=1, data=data,
+                  reference_cache=ROOT / ".cache" / "reference")
+        [result], _ = report(assignment, data)
+        return result
+
+
 def feedback(assignment: str, data: Path | None = None) -> Path:
     """HTML feedback per student in ``$COURSE_DATA/feedback/<student>/<assignment>/``.
 
@@ -320,9 +345,15 @@ def feedback(assignment: str, data: Path | None = None) -> Path:
     data = data or data_dir()
     for a in expand(assignment):
         log = data / "logs" / f"feedback-{a}.log"
-        out = nbgrader("generate_feedback", a, "--force", data=data, log=log, check=False)
         graded = sorted(p.parent.name for p in (data / "autograded").glob(f"*/{a}")
                         if entry_kind(p) == "dir")
+        limit = 120 + 30 * len(graded)  # a page renders in seconds (LimitSourceForFeedback)
+        try:
+            out = nbgrader("generate_feedback", a, "--force", data=data, log=log, check=False,
+                           timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"nbgrader generate_feedback {a} ran past {limit} s; see "
+                               f"{log}") from None
         pages = {n.replace(".ipynb", ".html") for n in notebook_names(a)}
         for folder in (data / "feedback").glob(f"*/{a}"):
             for entry in os.scandir(folder):

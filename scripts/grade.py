@@ -7,6 +7,7 @@
     python scripts/grade.py feedback   a1_training_state|all
     python scripts/grade.py report     a1_training_state|all
     python scripts/grade.py export
+    python scripts/grade.py check      a3_zero [--notebook PATH]  # self-study: grade my copy
 
 Student data lives in $COURSE_DATA (default .course_data/ in the repository, ignored by git).
 ``autograde`` also writes the integrity report (``report`` rewrites it). See docs/instructor.md.
@@ -40,6 +41,22 @@ def _summary(assignment: str) -> None:
                   f"{len(r.flags)} flag(s)")
 
 
+def _print_check(result) -> None:
+    """One line per graded question: right, or wrong with the judge's message."""
+    if not result.graded:
+        print(f"  not graded: {result.status.split(': ', 1)[-1]}")
+        return
+    for cell in result.cells:
+        mark = "right" if cell.score == cell.max_score else "WRONG"
+        line = f"  {cell.grade_id} ({cell.score:g}/{cell.max_score:g}): {mark}"
+        print(line + (f": {cell.message}" if cell.score < cell.max_score and cell.message else ""))
+    print(f"  autograded: {result.score:g} / {result.max_score:g}"
+          + (f"; {result.manual_pending:g} more points are written answers an instructor grades"
+             if result.manual_pending else ""))
+    for limit in result.limits:
+        print(f"  note: {limit}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="re-check grades outside the kernel; CSV + text report")
     p.add_argument("assignment")
     sub.add_parser("export", help="grades.csv (nbgrader) and grades_verified.csv")
+    p = sub.add_parser("check", help="self-study: grade your own copy of one assignment as the "
+                                     "instructor's grading would, and say what is right")
+    p.add_argument("assignment")
+    p.add_argument("--notebook", type=Path, default=None,
+                   help="default: workspace/assignments/<a>/<a>.ipynb")
     args = parser.parse_args(argv)
 
     data = integrity.data_dir()
@@ -95,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.step == "export":
             plain, verified = workflow.export()
             print(f"wrote {plain} and {verified}")
+        elif args.step == "check":
+            print(f"{args.assignment}: grading your notebook as the course's grading does "
+                  "(in its sandbox; about a minute)...", flush=True)
+            _print_check(workflow.self_check(args.assignment, args.notebook))
     except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

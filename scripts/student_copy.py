@@ -23,13 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # What goes into the copy (files or folders, relative to the repository).
 INCLUDE = ["notebooks", "assignments", "course_utils", "scripts/setup.sh", "scripts/workspace.py",
+           "scripts/lab.py",
            "scripts/cluster.sbatch", "benchmarks/gpu_check.py",
            "jupyter", "requirements.txt",
            "environment.yml", "pyproject.toml", ".gitignore", "tests"]
 # Tests that need solutions/, authoring/ or the grading machinery stay with the instructor.
 INSTRUCTOR_TESTS = ["test_assignments.py", "test_grading_integrity.py", "test_sources.py",
                     "test_setup.py", "test_browser_course.py", "test_student_copy.py",
-                    "test_reference_answers.py", "test_site.py"]
+                    "test_reference_answers.py", "test_site.py", "test_grading_host.py",
+                    "test_visible_checks.py"]
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
 
 MAKEFILE = """\
@@ -37,7 +39,6 @@ MAKEFILE = """\
 #   make lab    set everything up and open the course in JupyterLab
 #   make test   set everything up and run every test
 PY := .venv/bin/python
-ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
@@ -47,8 +48,8 @@ setup:
 \t@scripts/setup.sh
 
 lab: setup
-\t$(PY) scripts/workspace.py
-\tJUPYTER_CONFIG_PATH=$(CURDIR)/jupyter/student $(PY) -m jupyter lab $(ROOT_FLAG) workspace/
+\t@$(PY) scripts/workspace.py
+\t@$(PY) scripts/lab.py
 
 test: setup
 \t$(PY) -m pytest $(PARALLEL) --durations=10

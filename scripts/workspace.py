@@ -23,21 +23,64 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORKSPACE = ROOT / "workspace"
 
-START = """\
-# Your workspace
-
-Your own copies of the course's notebooks: edit and run them freely; course updates
-(`git pull`) never touch them. `make lab` adds notebooks that updates bring.
-
-- `lectures/`: the modules, in order (01 ... 07). Run each top to bottom.
-- `assignments/`: one folder per assignment. The cells under "Practice (not graded)" check your
-  answers as you go; the **Validate** button runs every visible test. Submit the `.ipynb` file
-  your instructor asks for.
-
-A fresh copy of one notebook (the old one is kept as `NAME.ipynb.bak`):
-
-    python scripts/workspace.py --fresh 03_zero_fsdp
+# Every kernel of `make lab` (IPYTHONDIR=workspace/.ipython) runs this first: course_utils' notebook
+# messages (a failed check in one short block, a hint for a name an earlier cell defines) hold
+# from the first cell on, after a kernel restart too.
+STARTUP = """\
+try:
+    from course_utils import messages as _course_messages
+    _course_messages.install()
+    del _course_messages
+except Exception:  # a kernel without the course's environment: nothing to install
+    pass
 """
+
+
+def start_text(root: Path = ROOT) -> str:
+    """The workspace's START_HERE.md: the modules and assignments there are, how to check your
+    answers, how to submit."""
+    lectures = sorted(p.stem for p in (root / "notebooks").glob("*.ipynb"))
+    assignments = sorted(p.parent.name for p in (root / "assignments").glob("*/*.ipynb"))
+    self_check = (root / "solutions").is_dir()
+    lines = [
+        "# Your workspace", "",
+        "Your own copies of the course's notebooks: edit and run them freely; course updates",
+        "(`git pull`) never touch them. `make lab` adds notebooks that updates bring.", "",
+        f"- `lectures/`: the {len(lectures)} modules, in order. Run each top to bottom, then its "
+        "assignment:",
+        *[f"  - `{name}`" for name in lectures],
+        "- `assignments/`: one folder per assignment: "
+        + ", ".join(f"`{a}`" for a in assignments) + ".",
+        "  The cells under *Practice (not graded)* check your answers to twin questions as you",
+        "  go; each test cell checks your graded answer's type and rejects the known wrong",
+        "  values, saying which misconception they reveal. Whether it is right is decided when",
+        "  it is graded.", "",
+        "## Are my answers right?", "",
+    ]
+    if self_check:
+        lines += [
+            "Learning on your own with the full repository: from the repository's folder, run",
+            "",
+            "    make check A=a3_zero",
+            "",
+            "It grades your copy (`workspace/assignments/a3_zero/a3_zero.ipynb`) exactly as an",
+            "instructor's grading would (the same sandbox, the same judge) and prints, for each",
+            "question, right or wrong with the message that names the mistake; never the",
+            "expected value.",
+        ]
+    else:
+        lines += ["Your instructor grades your submission and sends you feedback: each question's",
+                  "points and, for each one you missed, the message that names the mistake."]
+    lines += [
+        "", "## Submitting an assignment", "",
+        "Send your instructor the notebook file itself, with its name unchanged:",
+        "`workspace/assignments/<assignment>/<assignment>.ipynb` (for example",
+        "`a3_zero.ipynb`). Outputs may be cleared (*Edit > Clear Outputs of All Cells*): the",
+        "instructor runs the whole notebook again when grading it, in a fresh kernel, from top to",
+        "bottom, so save it after your last change and make sure it runs top to bottom.", "",
+        "A fresh copy of one notebook (the old one is kept as `NAME.ipynb.bak`):", "",
+        "    python scripts/workspace.py --fresh 03_zero_fsdp", ""]
+    return "\n".join(lines)
 
 
 def sources(root: Path = ROOT) -> dict[str, tuple[Path, Path]]:
@@ -68,9 +111,13 @@ def sync(workspace: Path = WORKSPACE, fresh: list[str] = (), root: Path = ROOT) 
             shutil.copy2(target, target.with_name(target.name + ".bak"))
         shutil.copyfile(original, target)
         made.append(target)
+    startup = workspace / ".ipython" / "profile_default" / "startup" / "00-course.py"
+    startup.parent.mkdir(parents=True, exist_ok=True)
+    startup.write_text(STARTUP)
     start = workspace / "START_HERE.md"
-    if not start.exists():
-        start.write_text(START)
+    text = start_text(root)
+    if not start.exists() or start.read_text() != text:  # (ours, not the student's: kept current)
+        start.write_text(text)
     return made
 
 

@@ -47,7 +47,8 @@ SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.p
                 "tests/test_sequence_parallel.py", "tests/test_site.py", "tests/test_zero.py"}
 # Files whose shared fixture runs for minutes: queued first, with the grading groups.
 HEAVY_FILES = {"tests/test_student_copy.py", "tests/test_grading_host.py"}
-_GRADING_FILES = {"tests/test_assignments.py", "tests/test_grading_integrity.py"}
+_GRADING_FILES = {"tests/test_assignments.py", "tests/test_grading_integrity.py",
+                  "tests/test_visible_checks.py"}
 _ASSIGNMENT = re.compile(r"\[(a\d+_[a-z_]+?)(?:-|\])")
 # Queue order for parallel runs (lower first): the long groups go out first.
 _COST = {"heavy": 0, "grading": 0, "notebook": 1, "file": 2, "test": 3}

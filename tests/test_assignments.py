@@ -23,9 +23,10 @@ ASSIGNMENTS = sorted(p.stem for p in (ROOT / "authoring" / "assignments").glob("
 pytestmark = pytest.mark.slow
 
 
-def _normalized(path: Path) -> list:
+def _normalized(path_or_nb) -> list:
     """What matters in a released notebook: cell types, sources, nbgrader/lock metadata."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
+    nb = (json.loads(path_or_nb.read_text(encoding="utf-8")) if isinstance(path_or_nb, Path)
+          else json.loads(nbformat.writes(path_or_nb)))
     keep = ("nbgrader", "deletable", "editable", "tags")
     return [nb["metadata"].get("kernelspec")] + [
         (c["cell_type"], "".join(c["source"]), {k: c["metadata"].get(k) for k in keep})
@@ -52,10 +53,15 @@ def _hidden_lines(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_release_is_in_sync_with_solutions(name, graded):
-    """The committed release equals the one nbgrader generates from solutions/ now."""
+def test_release_is_in_sync_with_solutions(name, graded, reference):
+    """The committed release equals the one nbgrader generates from solutions/ now, its
+    visible checks sealed from the reference run (``grading.visible``)."""
+    from grading import visible
+
     committed = ROOT / "assignments" / name / f"{name}.ipynb"
-    assert _normalized(committed) == _normalized(graded(name).release / f"{name}.ipynb"), (
+    generated = nbformat.read(graded(name).release / f"{name}.ipynb", as_version=4)
+    visible.seal_release(generated, reference(name)[f"{name}.ipynb"]["visible"])
+    assert _normalized(committed) == _normalized(generated), (
         f"assignments/{name} is out of date: run scripts/build_notebooks.py {name}")
 
 
@@ -188,18 +194,22 @@ def test_no_graded_answer_is_shown_in_a_lecture(name, reference):
     """Every value the reference solution submits as a graded answer (what the judge expects)
     is absent from every lecture's text and outputs, unless listed in COINCIDENCES with why.
 
-    Values a student's function returns on hidden inputs (names with a call in them) are left
-    out: those are computed by the student's code, not typed in; so are the values the judge
-    lists in ``MEASURED`` (each student's own timings, judged against themselves)."""
+    Values a student's function returns on hidden inputs (names with a call in them, and the
+    test cells whose inputs are drawn per submission, ``HIDDEN_CASES``) are left out: those are
+    computed by the student's code, not typed in; so are the values the judge lists in
+    ``MEASURED`` (each student's own timings, judged against themselves)."""
     from grading import judge
 
-    measured = getattr(judge.load(name), "MEASURED", set())
+    rules = judge.load(name)
+    measured = getattr(rules, "MEASURED", set())
+    drawn = set(getattr(rules, "HIDDEN_CASES", {}))  # a function's outputs on drawn inputs
     shown, used = [], set()
     texts = _lecture_texts()
     for run in reference(name).values():
-        for pairs in run["submissions"].values():
+        for gid, pairs in run["submissions"].items():
             for sub_name, value in pairs:
-                if "(" in sub_name or sub_name in measured or not _distinctive(value):
+                if ("(" in sub_name or gid in drawn or sub_name in measured
+                        or not _distinctive(value)):
                     continue
                 where = [w for w, text in texts if _shows(text, float(value))]
                 key = (name, sub_name, float(value))

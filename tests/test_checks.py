@@ -81,3 +81,42 @@ def test_visible_checks_reject_known_mistakes_without_an_expected_value():
     check_choice("stage", 3, None, [0, 1, 2, 3], mistakes={2: "ZeRO-2 needs 37.4 GB"})
     with pytest.raises(AssertionError, match="37.4"):
         check_choice("stage", 2, None, [0, 1, 2, 3], mistakes={2: "ZeRO-2 needs 37.4 GB"})
+
+
+def test_a_failed_check_is_one_short_block_and_a_missing_name_says_which_cell(tmp_path):
+    """In an IPython shell (course_utils.messages): a failed check or a visible test's assert
+    shows as one line with its message; a NameError in a cell names the code cell of the
+    session's notebook that defines the name; other errors keep their traceback."""
+    import json
+    import os
+    from unittest import mock
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from course_utils import messages
+    from course_utils.checks import CheckFailed
+
+    shell = InteractiveShell.instance()
+    notebook = tmp_path / "lecture.ipynb"
+    notebook.write_text(json.dumps({"cells": [
+        {"cell_type": "markdown", "source": ["# intro"]},
+        {"cell_type": "code", "source": ["import math\n", "from course_utils import overlap\n"]},
+        {"cell_type": "code", "source": ["x = 1\n"]}]}))
+
+    def lines(code):
+        try:
+            exec(compile(code, "<cell>", "exec"), {})
+        except Exception as err:  # noqa: BLE001 - (the cell's frames, as IPython hands them)
+            return messages.traceback_lines(shell, type(err), err, err.__traceback__.tb_next)
+
+    short = lines("from course_utils.checks import check_number\n"
+                  "check_number('x_gb', 303.1, mistakes=[(303.1, 'that is GiB')])")
+    assert len(short) == 1 and "x_gb = 303.1: that is GiB" in short[0] and "Not right yet" in short[0]
+    assert len(lines("assert 1 == 2, 'the visible test says no'")) == 1
+    with mock.patch.dict(os.environ, {"JPY_SESSION_NAME": str(notebook)}):
+        hint = lines("print(overlap)")[-1]
+        assert "code cell 1" in hint and "from course_utils import overlap" in hint, hint
+        assert "Run All Above" in lines("print(nowhere)")[-1]
+    deep = lines("def f():\n    assert False, 'deep'\nf()")
+    assert len(deep) > 1  # an assert inside the student's own function keeps its traceback
+    assert issubclass(CheckFailed, AssertionError)

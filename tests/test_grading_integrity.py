@@ -635,6 +635,7 @@ def test_the_reference_passes_its_judge_on_every_draw(name):
                 client.execute_cell(cell, index)
         tests = {integrity._meta(c)["grade_id"]: (i, c) for i, c in enumerate(nb.cells)
                  if integrity.is_test_cell(c)}
+        names = {}
         for key, cases in zip(keys, draws):
             if key != keys[0]:
                 set_env = nbformat.v4.new_code_cell(
@@ -646,6 +647,10 @@ def test_the_reference_passes_its_judge_on_every_draw(name):
                 again = nbformat.from_dict(cell)
                 client.execute_cell(again, index)
                 subs = judge.submissions(again)
+                # every submission submits the same names as the reference (the judge
+                # requires it): a draw may change values and shapes, not the structure
+                assert [n for n, _ in subs] == names.setdefault(gid, [n for n, _ in subs]), (
+                    f"{name} {gid}: the cases of {key} change the names submitted")
                 verdict = judge.judge_cell(rules, gid, subs, subs, judge.kernel_error(again),
                                            cases[gid], cases[gid])
                 assert verdict.passed, f"{name} {gid} on the cases of {key}: {verdict.message}"

@@ -198,6 +198,11 @@ def test_hang_in_collective_times_out(tmp_path):
         launch.run(_skip_collective, 2, str(tmp_path), timeout_s=4)
     assert 0 in info.value.ranks
     assert "barrier" in str(info.value)
+    # where the hung rank was: its own frame, torch's folded to one line, none of the
+    # launcher's (its threads included: the dump covers every thread)
+    text = str(info.value)
+    assert "in _skip_collective" in text and "frame(s) in torch.distributed" in text, text
+    assert "launch.py" not in text and "_watch_parent" not in text, text
     assert _survivors(tmp_path) == []
 
 

@@ -424,3 +424,28 @@ def test_the_lectures_widget_starts_from_a_peak_that_does_not_fit():
     pg = Playground(tp=8, pp=3, dp=2, zero_stage=1, devices_per_node=4, draw=False)
     assert pg.plan.activation_bytes == pytest.approx(81 * SBH * 33)
     assert f"{pg.plan.peak_gb['peak']:.2f}" == "208.55" and not pg.plan.peak_fits
+
+
+def test_one_view_holds_the_table_and_the_figure_of_one_plan():
+    """Every change writes the table and the figure together, from one plan: the figure's
+    ``data-plan`` names the inputs the table shows; an invalid combination shows a message in
+    the widget and the last valid figure greyed, never a bare error."""
+    import json
+    import re
+
+    pg = Playground()
+    pg.controls["recompute"].value = "selective"
+    pg.controls["tp"].value = 8
+    drawn = json.loads(re.search(r'data-plan="([^"]+)"', pg.summary.value).group(1)
+                       .replace("&quot;", '"'))
+    assert drawn["recompute"] == "selective" and drawn["tp"] == 8
+    assert drawn == json.loads(json.dumps(pg.values(), sort_keys=True, default=str))
+    assert pg.summary.value.count("<img") == 1 and 'class="pg-total"' in pg.summary.value
+    pg.controls["sp"].value = True
+    pg.controls["tp"].value = 7                      # 4096 tokens do not split over 7 ranks
+    assert pg.plan is None
+    assert "Not a plan that can run" in pg.summary.value and "multiple of tp=7" in pg.summary.value
+    assert "pg-stale" in pg.summary.value and pg.summary.value.count("<img") == 1
+    assert 'class="pg-total"' not in pg.summary.value  # no numbers of a plan that is not
+    pg.controls["tp"].value = 8
+    assert pg.plan is not None and "pg-stale" not in pg.summary.value

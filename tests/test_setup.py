@@ -58,8 +58,8 @@ def test_readme_starts_with_exactly_two_commands():
     commands = _readme_commands()
     assert commands == ["make lab", "make test"]
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^lab: setup\n\t.*scripts/workspace.py\n\t.*jupyter lab .*workspace/",
-                     makefile, flags=re.M)
+    assert re.search(r"^lab: setup\n\t.*scripts/workspace.py\n\t.*scripts/lab.py", makefile,
+                     flags=re.M)
     assert re.search(r"^test: setup\n\t.*pytest", makefile, flags=re.M)
     assert re.search(r"^setup:\n\t@?scripts/setup.sh", makefile, flags=re.M)
 

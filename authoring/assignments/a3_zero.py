@@ -170,12 +170,16 @@ smallest_stage = min(s for s in range(4) if zero_gb(13e9, 16, s) <= 40 - 4)
 
 # %% [test q3_test points=2]
 assert type(smallest_stage) is int, f"smallest_stage should be an int (0-3), got {type(smallest_stage).__name__}"
-# Rejects the stages that cannot fit; the value itself is checked when graded.
+# Rejects every stage whose state does not fit in the 36 GB left; the value itself is checked
+# when graded.
 checks.check_choice("smallest_stage", smallest_stage, None, [0, 1, 2, 3], mistakes={
     0: "Replicated data parallelism keeps all 16 bytes per parameter on every device: "
        "16 x 13B = 208 GB, far more than a 40 GB device.",
     1: "ZeRO-1 still replicates the bf16 weights and gradients (4 bytes per parameter): "
        "4 x 13B = 52 GB before any optimizer state, more than the whole 40 GB device.",
+    2: "ZeRO-2 keeps every bf16 weight on every device and shards the rest: (2 + 14/16) x 13B "
+       "= 37.375 GB, more than the 36 GB left once the 4 GB reserve is kept (did you compare "
+       "with 40 GB, or mix GB and GiB?).",
 })
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit

@@ -253,10 +253,12 @@ for name in ("batch_a", "batch_b"):
     assert type(globals()[name]) is int, f"{name} should be an int, got {type(globals()[name]).__name__}"
     checks.check_number(name, globals()[name])
 # known wrong values (the right one is checked when the assignment is graded)
-for name, devices, everything in (("batch_a", 40, 3 * 12 * 40), ("batch_b", 64, 7 * 12 * 64)):
-    checks.check_number(name, globals()[name], mistakes=[
-        (everything, f"you multiplied by all {devices} devices of the mesh; ask which ranks see "
-                     "examples that the others do not")])
+checks.check_number("batch_a", batch_a, mistakes=[
+    (3 * 12 * 40, "you multiplied by all 40 devices of the mesh; ask which ranks see examples "
+                  "that the others do not")])
+checks.check_number("batch_b", batch_b, mistakes=[
+    (7 * 12 * 64, "you multiplied by all 64 devices of the mesh; ask which ranks see examples "
+                  "that the others do not")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

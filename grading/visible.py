@@ -1,0 +1,208 @@
+"""The release's visible checks, sealed: no test cell students get shows a value from which a
+graded answer follows.
+
+In ``solutions/`` (instructor-only) a visible check lists its known mistakes readably::
+
+    checks.check_number("q1_gpt_gb", q1_gpt_gb, unit="GB", mistakes=[
+        (4096 * 2 * 5120 * 34 * 40 / 1e9, "that leaves out the attention term ...")])
+
+Doubling such a mistake can give the answer. :func:`seal_release` rewrites every graded test
+cell of the release (``assignments/``): the ``mistakes=`` arguments of its visible checks are
+removed, and the cell's first line registers the same mistakes sealed
+(``checks.sealed_mistakes({"q1_gpt_gb": Sealed(...)})``, see ``course_utils.checks.seal``),
+with the unit mistakes of the check's unit added (:func:`unit_mistakes`: a GB answer's GiB and
+bytes values, a bytes answer's element counts, ...). The values come from the reference run,
+whose visible checks publish what they saw (``COURSE_TRACE_CHECKS``): every call, in loops too,
+with the reference's answer and its mistakes evaluated. A mistake that depends on the
+student's other answers (a4 Q3's ring bytes from the student's own payload) is sealed at the
+reference's value of those answers.
+
+Grading is not affected: nbgrader restores test cells from ``solutions/``, and the judge
+decides outside the kernel.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import nbformat
+
+from course_utils import checks
+from grading import judge
+from grading.integrity import _meta, is_test_cell
+
+# unit -> [(factor applied to the right answer, the message naming the mistake)]
+_UNIT_MISTAKES = {
+    "GB": [(1e9 / 2**30, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
+           (1e9, "that is bytes; the question asks for GB")],
+    "GiB": [(2**30 / 1e9, "that is GB (10^9 bytes); the question asks for GiB (2^30 bytes)"),
+            (2**30, "that is bytes; the question asks for GiB")],
+    "MB": [(1e6 / 2**20, "that is MiB (2^20 bytes); the question asks for MB (10^6 bytes)"),
+           (1e6, "that is bytes; the question asks for MB")],
+    "MiB": [(2**20 / 1e6, "that is MB (10^6 bytes); the question asks for MiB (2^20 bytes)"),
+            (2**20, "that is bytes; the question asks for MiB")],
+    "bytes": [(1 / 2, "that counts elements (of 2 bytes each); the question asks for bytes"),
+              (1 / 4, "that counts elements (of 4 bytes each); the question asks for bytes")],
+    "ms": [(1e-3, "that is seconds; the question asks for milliseconds")],
+    "s": [(1e3, "that is milliseconds; the question asks for seconds")],
+}
+_SUFFIXES = {"gb": "GB", "gib": "GiB", "mb": "MB", "mib": "MiB", "bytes": "bytes", "ms": "ms"}
+
+
+def unit_of(name: str, declared: str = "") -> str:
+    """The unit of a check: its ``unit=``, else the answer name's suffix (``q2_state_gib``)."""
+    if declared in _UNIT_MISTAKES:
+        return declared
+    tail = name.lower().rsplit("_", 1)[-1].strip("]) ")
+    return _SUFFIXES.get(tail, "")
+
+
+def unit_mistakes(name: str, value: float, unit: str) -> list[tuple[float, str]]:
+    """The wrong-unit values of a right answer ``value`` in ``unit`` (element counts only where
+    they are whole numbers)."""
+    out = []
+    for factor, message in _UNIT_MISTAKES.get(unit_of(name, unit), []):
+        wrong = value * factor
+        if unit_of(name, unit) == "bytes" and wrong != int(wrong):
+            continue
+        out.append((wrong, message))
+    return out
+
+
+def _grid(trace: dict) -> str:
+    if trace["kind"] == "choice":
+        return "choice"
+    rel, abs_tol = float(trace.get("rel", 1e-3)), float(trace.get("abs_tol", 0.0))
+    if rel == 0.0 and abs_tol > 0:
+        return f"step:{2 * abs_tol:g}"
+    return f"log:{rel:g}"
+
+
+def sealed_table(traces: list[dict]) -> dict[str, checks.Sealed]:
+    """``{check name: Sealed}`` of one test cell, from its reference run's traces: the given
+    mistakes and, for numbers, the unit mistakes. A unit mistake that falls next to the
+    answer is left out (it would reject the answer); a given one raises ValueError."""
+    given: dict[tuple[str, str], list] = {}
+    derived: dict[tuple[str, str], list] = {}
+    answers: dict[tuple[str, str], set] = {}
+    for trace in traces:
+        key = (trace["name"], _grid(trace))
+        value = judge.decode(trace["value"])
+        for w, m in trace["mistakes"]:
+            if (judge.decode(w), m) not in given.setdefault(key, []):
+                given[key].append((judge.decode(w), m))
+        if trace["kind"] == "number":
+            for item in unit_mistakes(key[0], float(value), trace.get("unit", "")):
+                if item not in derived.setdefault(key, []):
+                    derived[key].append(item)
+        answers.setdefault(key, set()).update(checks._neighbours(checks._seal_bin(value, key[1])))
+    table = {}
+    for key in sorted(set(given) | set(derived)):
+        name, grid = key
+        near = lambda w: bool(set(checks._neighbours(checks._seal_bin(w, grid))) & answers[key])
+        bad = [m for w, m in given.get(key, []) if near(w)]
+        if bad:
+            raise ValueError(f"{name}: the known mistake {bad[0]!r} falls next to the "
+                             "reference's answer")
+        kept = given.get(key, []) + [(w, m) for w, m in derived.get(key, []) if not near(w)]
+        if kept:
+            table[name] = checks.seal(name, grid, kept)
+    return table
+
+
+class _DropMistakes(ast.NodeVisitor):
+    """Source spans of the ``mistakes=`` keywords of visible checks (no expected value)."""
+
+    def __init__(self):
+        self.spans: list[tuple[int, int, int, int]] = []
+
+    def visit_Call(self, node):
+        fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if fn in ("check_number", "check_choice"):
+            expected = node.args[2] if len(node.args) > 2 else next(
+                (k.value for k in node.keywords if k.arg == "expected"), None)
+            visible = expected is None or (isinstance(expected, ast.Constant)
+                                           and expected.value is None)
+            for kw in node.keywords:
+                if kw.arg == "mistakes" and visible:
+                    self.spans.append((kw.lineno, kw.col_offset, kw.end_lineno,
+                                       kw.end_col_offset))
+        self.generic_visit(node)
+
+
+def _without_mistakes(source: str) -> str:
+    """``source`` with the ``mistakes=...`` keyword (and its comma) of every visible check cut."""
+    visitor = _DropMistakes()
+    visitor.visit(ast.parse(source))
+    lines = source.split("\n")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    cuts = sorted(((offsets[a - 1] + b, offsets[c - 1] + d) for a, b, c, d in visitor.spans),
+                  reverse=True)
+    for start, end in cuts:
+        before = source[:start].rstrip()
+        if before.endswith(","):
+            before = before[:-1]
+        after = source[end:]
+        stripped = after.lstrip()
+        if stripped.startswith(","):
+            after = stripped[1:]
+        source = before + after
+    ast.parse(source)  # still Python
+    return source
+
+
+def _sealed_line(table: dict[str, checks.Sealed]) -> str:
+    body = "".join(
+        f"    {json.dumps(name)}: _checks.Sealed({s.grid!r}, [\n"
+        + "".join(f"        {d + ':' + c!r},\n" for d, c in sorted(s.entries.items()))
+        + "    ]),\n" for name, s in sorted(table.items()))
+    return ("# Known wrong answers, sealed: a wrong value unlocks the message that names it.\n"
+            "from course_utils import checks as _checks\n"
+            f"_checks.sealed_mistakes({{\n{body}}})\n")
+
+
+def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]]) -> list[str]:
+    """Seal the visible checks of every graded test cell of ``release`` in place (see the module
+    doc); ``traces``: the reference run's ``visible`` record. Returns the test cells sealed."""
+    from nbgrader.utils import compute_checksum
+
+    done = []
+    for cell in release.cells:
+        if not is_test_cell(cell):
+            continue
+        gid = _meta(cell)["grade_id"]
+        table = sealed_table(traces.get(gid, []))
+        source = _without_mistakes(cell.source)
+        if table:
+            source = _sealed_line(table) + source
+        if source != cell.source:
+            cell.source = source
+            cell.metadata["nbgrader"]["checksum"] = compute_checksum(cell)
+            done.append(gid)
+    return done
+
+
+def seal_release_file(assignment: str, release_dir=None, cache=None) -> list[str]:
+    """Seal ``<release_dir>/<assignment>/*.ipynb`` (default ``assignments/``) from the reference
+    run (cached in ``cache``, default the repository's ``.cache/reference``; run if missing,
+    from the working tree)."""
+    from pathlib import Path
+
+    from grading import integrity
+
+    release_dir = Path(release_dir or integrity.ROOT / "assignments")
+    cache = Path(cache or integrity.ROOT / ".cache" / "reference")
+    run = integrity.reference_run(assignment, cache=cache, committed=False)
+    done = []
+    for name, record in run.items():
+        path = release_dir / assignment / name
+        nb = nbformat.read(path, as_version=4)
+        done += seal_release(nb, record["visible"])
+        nbformat.write(nb, path)
+    return done
+
+
+__all__ = ["seal_release", "seal_release_file", "sealed_table", "unit_mistakes", "unit_of"]
