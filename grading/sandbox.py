@@ -380,6 +380,8 @@ def command(cmd: list[str], folder: KernelFolder, connection_file: Path, memory_
              "--bind", str(folder.sockets), str(folder.sockets),
              "--chdir", WORKDIR, "--remount-ro", "/"]
     inner = [CONNECTION_FILE if a == str(connection_file) else a for a in cmd]
+    if "ipykernel_launcher" in inner:  # (no "To connect another client" banner on the grader's
+        inner.append("--IPKernelApp.log_level=CRITICAL")  # terminal: its parent pid is unseen)
     args += ["prlimit", f"--as={int(memory_gb * 2**30)}",
              f"--fsize={int(max_file_mb * 2**20)}", "--core=0", "--", *inner]
     if cgroups is not None and cgroups.groups:  # join the kernel's cgroups first: all it

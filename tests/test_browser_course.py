@@ -202,6 +202,7 @@ class WorkspaceLab(CourseLab):
             sys.path.pop(0)
         workspace.sync(self.base / "root")
         env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter" / "student")
+        env["IPYTHONDIR"] = str(self.base / "root" / ".ipython")  # as scripts/lab.py sets it
         return env
 
 
@@ -219,6 +220,113 @@ def test_make_lab_opens_lectures_and_assignments_without_instructor_menus(lab_pa
         screenshot(page, "course-workspace-lectures")
         assert page.get_by_role("menuitem", name="Nbgrader").count() == 0  # instructor-only
         open_notebook(page, server, f"assignments/{A1}/{A1}.ipynb")
-        assert page.get_by_role("button", name="Validate").count() == 1  # the student's tool
+        # no Validate button (it said "Success!" on a lecture) and no formgrader behind it
+        assert page.get_by_role("button", name="Validate").count() == 0
         screenshot(page, "course-workspace-assignment")
+        import urllib.error
+        import urllib.request
+
+        for path in ("formgrader", "assignments", "validate_assignment"):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(server.url(path), timeout=30)
+            assert err.value.code == 404, (path, err.value.code)
+    assert not server.survivors, server.survivors
+
+
+def _answered(**sources: str) -> nbformat.NotebookNode:
+    """The reference-answered a1 release with some answer cells replaced."""
+    nb = _solved_release()
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in sources:
+            cell.source = sources[gid]
+    return nb
+
+
+def _output_of(page, index: int) -> str:
+    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell").nth(
+        index).locator(".jp-OutputArea").inner_text()
+
+
+def _run_all_until_stopped(page, server, timeout_s: float = 240) -> None:
+    """Run > Run All Cells, then wait until the kernel is idle and no cell runs: Run All stops
+    at the first error, as it does for a student."""
+    import time
+
+    from jupyterlab_harness import prompts
+
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells").first.click()
+    deadline, quiet = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        got = prompts(page)
+        busy = (not got or got[0] == "[ ]:" or "[*]:" in got
+                or any(k.get("execution_state") != "idle" for k in server.kernels()))
+        if busy:
+            quiet = None
+        elif quiet is None:
+            quiet = time.monotonic()
+        elif time.monotonic() - quiet > 2:
+            return
+        time.sleep(0.3)
+    raise TimeoutError(f"the notebook did not settle within {timeout_s} s: {prompts(page)}")
+
+
+def _reload(page) -> None:
+    """File > Reload Notebook from Disk (accepting the "unsaved changes" question)."""
+    page.get_by_role("menuitem", name="File", exact=True).click()
+    page.get_by_role("menuitem", name="Reload Notebook from Disk").click()
+    accept = page.locator(".jp-Dialog .jp-mod-accept")
+    try:
+        accept.wait_for(timeout=5_000)
+        accept.click()
+    except Exception:  # noqa: BLE001 - no dialog: nothing was unsaved
+        pass
+    page.wait_for_timeout(1_000)
+
+
+def test_a_student_works_through_an_assignment(lab_page):  # noqa: F811
+    """As a student in `make lab`'s JupyterLab: a wrong-unit answer (GiB), then a typical
+    mistake (the 12-byte row), each get the message that names them in one short block, no
+    traceback (Run All stops there, as for a student); the right answers run to the end with
+    no message; `make check` then grades the copy as the course's grading does and says the
+    question is right."""
+    require_chromium()
+    page = lab_page
+    server = WorkspaceLab()
+    copy = Path("assignments") / A1 / f"{A1}.ipynb"
+    with server:
+        notebook = server.root_dir / copy
+        cells = [c for c in _solved_release().cells if c.cell_type == "code"]
+        tests = {c.metadata["nbgrader"]["grade_id"]: i for i, c in enumerate(cells)
+                 if c.metadata.get("nbgrader", {}).get("grade")}
+        nbformat.write(_answered(q1_state_gb="q1_state_gb = 13e9 * 16 / 2**30"), notebook)
+        open_notebook(page, server, copy.as_posix())
+        _run_all_until_stopped(page, server)
+        q1 = _output_of(page, tests["q1_state_gb_test"])
+        assert "GiB" in q1 and "Not right yet" in q1, q1
+        assert "Traceback" not in q1 and "File " not in q1 and len(q1.strip().splitlines()) <= 2
+        screenshot(page, "course-student-gib")
+
+        nbformat.write(_answered(q3="q3_bytes_per_param = 12\nq3_state_gb = 13e9 * 12 / 1e9"),
+                       notebook)
+        _reload(page)
+        _run_all_until_stopped(page, server)
+        assert "Not right yet" not in _output_of(page, tests["q1_state_gb_test"])
+        q3 = _output_of(page, tests["q3_test"])
+        assert "Not right yet" in q3 and "Traceback" not in q3, q3
+        screenshot(page, "course-student-mistake")
+
+        nbformat.write(_solved_release(), notebook)  # the student fixes it
+        _reload(page)
+        _run_all_until_stopped(page, server)
+        assert not any("Not right yet" in e or "Error" in e for e in error_outputs(page)), (
+            error_outputs(page))
+        screenshot(page, "course-student-right")
+        check = subprocess.run([sys.executable, "scripts/grade.py", "check", A1, "--notebook",
+                                str(notebook)], cwd=ROOT, capture_output=True, text=True,
+                               timeout=600)
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+    assert "q1_state_gb_test (2/2): right" in check.stdout, check.stdout
+    assert "WRONG" not in check.stdout, check.stdout
     assert not server.survivors, server.survivors

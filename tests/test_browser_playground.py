@@ -201,3 +201,39 @@ def test_playground_in_jupyterlab(lab_server, lab_page):  # noqa: F811
     path = screenshot(page, "playground")
     assert path.stat().st_size > 10_000
     assert error_outputs(page) == []
+
+    # 10. two changes within 200 ms (both dropdowns set in one script): the table and the
+    #     figure come from one plan, the last one (one view, written by one redraw)
+    took = page.evaluate("""() => {
+        const t0 = performance.now();
+        for (const [cls, label] of [["recompute", "none"], ["zero_stage", "ZeRO-2"]]) {
+            const sel = document.querySelector(`.pg-in-${cls} select`);
+            sel.value = [...sel.options].find(o => o.text === label).value;
+            sel.dispatchEvent(new Event("change", {bubbles: true}));
+        }
+        return performance.now() - t0; }""")
+    assert took < 200, took
+    inputs.update(recompute="none", zero_stage=2)
+    p = plan(**inputs, **MODEL)
+    wait_for_plan(page, p)
+    wait_settled(page, lab_server, src, redrawn=True)
+    import json
+
+    drawn = json.loads(page.locator(".pg-figure img").first.get_attribute("data-plan"))
+    for key, value in inputs.items():
+        assert drawn[key] == value, (key, drawn[key], value)  # the figure shows that plan too
+
+    # 11. an invalid combination (TP 7 cannot split 2048 tokens with SP on): a message inside
+    #     the widget, the last figure greyed, no error output; a valid one brings both back
+    press(page, "tp", "ArrowRight", 3)
+    page.locator(".pg-summary .pg-error").wait_for(timeout=60_000)
+    text = page.locator(".pg-summary .pg-error").inner_text()
+    assert "Not a plan that can run" in text and "multiple of tp=7" in text, text
+    assert page.locator(".pg-figure.pg-stale img").count() == 1
+    assert page.locator(".pg-summary .pg-total").count() == 0
+    assert error_outputs(page) == []
+    screenshot(page, "playground-invalid")
+    press(page, "tp", "ArrowRight", 1)
+    inputs.update(tp=8)
+    wait_for_plan(page, plan(**inputs, **MODEL))
+    assert page.locator(".pg-figure.pg-stale").count() == 0
