@@ -212,8 +212,8 @@ def _student_traceback(exc: BaseException, origins: dict) -> str:
 
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
         code = frame.f_code
-        if code is _rank_main.__code__:
-            continue
+        if code is _rank_main.__code__ or code.co_filename == __file__:
+            continue  # the launcher's own frames, whatever calls fn
         filename = origins.get((code.co_qualname, code.co_firstlineno), code.co_filename)
         library = _library_name(filename)
         if library is not None:

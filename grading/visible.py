@@ -164,9 +164,13 @@ def _sealed_line(table: dict[str, checks.Sealed]) -> str:
             f"_checks.sealed_mistakes({{\n{body}}})\n")
 
 
-def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]]) -> list[str]:
+def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]],
+                 measured: set[str] | frozenset = frozenset()) -> list[str]:
     """Seal the visible checks of every graded test cell of ``release`` in place (see the module
-    doc); ``traces``: the reference run's ``visible`` record. Returns the test cells sealed."""
+    doc); ``traces``: the reference run's ``visible`` record. A cell that checks a ``measured``
+    answer (the judge's ``MEASURED``: each student's own timings) is left as it is: its known
+    mistakes come from the student's own measurement, not from an answer. Returns the test
+    cells sealed."""
     from nbgrader.utils import compute_checksum
 
     done = []
@@ -174,6 +178,8 @@ def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]]) 
         if not is_test_cell(cell):
             continue
         gid = _meta(cell)["grade_id"]
+        if any(t["name"].split("[")[0] in measured for t in traces.get(gid, [])):
+            continue
         table = sealed_table(traces.get(gid, []))
         source = _without_mistakes(cell.source)
         if table:
@@ -196,11 +202,12 @@ def seal_release_file(assignment: str, release_dir=None, cache=None) -> list[str
     release_dir = Path(release_dir or integrity.ROOT / "assignments")
     cache = Path(cache or integrity.ROOT / ".cache" / "reference")
     run = integrity.reference_run(assignment, cache=cache, committed=False)
+    measured = set(getattr(judge.load(assignment), "MEASURED", set()))
     done = []
     for name, record in run.items():
         path = release_dir / assignment / name
         nb = nbformat.read(path, as_version=4)
-        done += seal_release(nb, record["visible"])
+        done += seal_release(nb, record["visible"], measured)
         nbformat.write(nb, path)
     return done
 

@@ -464,3 +464,27 @@ def test_every_timer_reads_the_clock_of_its_tensors(monkeypatch, solo_group):
     measure.dp_train(0, 1, replace(spec, engine="ddp"))  # DDP: the comm hook reads it too
     per_step = 2 + 2 * len(measure.PHASES)
     assert len(devices) >= spec.steps * (per_step + 2) and set(devices) == {torch.device("cpu")}
+
+
+def test_busy_reason_names_a_busy_machine_and_a_starved_process(monkeypatch):
+    """Timings warn when they cannot be trusted: load above the cores, or a compute-bound
+    measurement that got well under its share of a core."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 2.0, 0.0, 0.0))
+    assert "busy" in measure.busy_reason() and f"on {cores} cores" in measure.busy_reason()
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.0, 0.0))
+    assert measure.busy_reason() is None
+    assert measure.busy_reason(wall_s=1.0, cpu_s=0.95) is None
+    assert "ran 30%" in measure.busy_reason(wall_s=1.0, cpu_s=0.3)
+    assert measure.busy_reason(wall_s=1.0, cpu_s=1.5, threads=2) is None
+
+
+def test_warn_if_busy_prints_one_line(monkeypatch, capsys):
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (99.0, 0.0, 0.0))
+    assert measure.warn_if_busy("bucket") is not None
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("note: the bucket timings are unreliable")

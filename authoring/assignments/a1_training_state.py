@@ -316,3 +316,14 @@ for _bad in [(0, 16), (64, 0), (-1, 16)]:
 #   approach that shrinks the per-device state, only ones that leave it at 112 GB (more
 #   devices with plain DP, a smaller batch, gradient accumulation, activation checkpointing).
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a1_training_state.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a1_training_state/a1_training_state.ipynb`), the way your
+# instructor asks. Outputs may be cleared (*Edit > Clear Outputs of All Cells*): your instructor
+# runs the whole notebook again, from the top, in a fresh kernel, to grade it, so first check
+# that *Kernel > Restart Kernel and Run All Cells* meets no `NameError` (a check that names a
+# mistake stops *Run All* where it is; grading runs every cell anyway). Learning on your own with
+# the full repository? `make check A=a1_training_state` grades your copy the same way.

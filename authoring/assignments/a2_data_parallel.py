@@ -444,3 +444,14 @@ None
 #   "Amdahl's law"), and the global batch missed or misstated (said to stay at 512, or given
 #   as the reason the examples per second fell short).
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a2_data_parallel.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a2_data_parallel/a2_data_parallel.ipynb`), the way your
+# instructor asks. Outputs may be cleared (*Edit > Clear Outputs of All Cells*): your instructor
+# runs the whole notebook again, from the top, in a fresh kernel, to grade it, so first check
+# that *Kernel > Restart Kernel and Run All Cells* meets no `NameError` (a check that names a
+# mistake stops *Run All* where it is; grading runs every cell anyway). Learning on your own with
+# the full repository? `make check A=a2_data_parallel` grades your copy the same way.

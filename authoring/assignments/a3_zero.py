@@ -431,3 +431,14 @@ None
 # * 0 points: repeats 16N/D, or blames fragmentation alone, with no account of the gathered
 #   parameters or the activations.
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a3_zero.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a3_zero/a3_zero.ipynb`), the way your
+# instructor asks. Outputs may be cleared (*Edit > Clear Outputs of All Cells*): your instructor
+# runs the whole notebook again, from the top, in a fresh kernel, to grade it, so first check
+# that *Kernel > Restart Kernel and Run All Cells* meets no `NameError` (a check that names a
+# mistake stops *Run All* where it is; grading runs every cell anyway). Learning on your own with
+# the full repository? `make check A=a3_zero` grades your copy the same way.

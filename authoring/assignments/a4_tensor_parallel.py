@@ -638,3 +638,14 @@ None
 #   how often or why it cannot be overlapped (or DP's once-per-step gradient all-reduce
 #   described instead), and nothing to measure beyond "benchmark it".
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a4_tensor_parallel.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a4_tensor_parallel/a4_tensor_parallel.ipynb`), the way your
+# instructor asks. Outputs may be cleared (*Edit > Clear Outputs of All Cells*): your instructor
+# runs the whole notebook again, from the top, in a fresh kernel, to grade it, so first check
+# that *Kernel > Restart Kernel and Run All Cells* meets no `NameError` (a check that names a
+# mistake stops *Run All* where it is; grading runs every cell anyway). Learning on your own with
+# the full repository? `make check A=a4_tensor_parallel` grades your copy the same way.

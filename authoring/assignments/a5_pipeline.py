@@ -594,3 +594,14 @@ None
 # * 0 points: agrees that 1F1B shrinks the bubble and says nothing correct about memory,
 #   interleaving or real hardware.
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a5_pipeline.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a5_pipeline/a5_pipeline.ipynb`), the way your
+# instructor asks. Outputs may be cleared (*Edit > Clear Outputs of All Cells*): your instructor
+# runs the whole notebook again, from the top, in a fresh kernel, to grade it, so first check
+# that *Kernel > Restart Kernel and Run All Cells* meets no `NameError` (a check that names a
+# mistake stops *Run All* where it is; grading runs every cell anyway). Learning on your own with
+# the full repository? `make check A=a5_pipeline` grades your copy the same way.

@@ -557,3 +557,14 @@ None
 # * 0 points: agrees that 45 GB are free for sure, or says EP needs 4 x 32 devices, with no
 #   correct account of either part.
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a6_device_mesh.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a6_device_mesh/a6_device_mesh.ipynb`), the way your
+# instructor asks. Outputs may be cleared (*Edit > Clear Outputs of All Cells*): your instructor
+# runs the whole notebook again, from the top, in a fresh kernel, to grade it, so first check
+# that *Kernel > Restart Kernel and Run All Cells* meets no `NameError` (a check that names a
+# mistake stops *Run All* where it is; grading runs every cell anyway). Learning on your own with
+# the full repository? `make check A=a6_device_mesh` grades your copy the same way.

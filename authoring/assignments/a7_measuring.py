@@ -579,3 +579,14 @@ None
 #   memory pressure: allocator, activation checkpointing), which do not fit run B's balanced
 #   ranks at 38 of 80 GB.
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a7_measuring.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a7_measuring/a7_measuring.ipynb`), the way your
+# instructor asks. Outputs may be cleared (*Edit > Clear Outputs of All Cells*): your instructor
+# runs the whole notebook again, from the top, in a fresh kernel, to grade it, so first check
+# that *Kernel > Restart Kernel and Run All Cells* meets no `NameError` (a check that names a
+# mistake stops *Run All* where it is; grading runs every cell anyway). Learning on your own with
+# the full repository? `make check A=a7_measuring` grades your copy the same way.

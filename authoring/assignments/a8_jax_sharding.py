@@ -348,3 +348,14 @@ None
 # * 0 points: accepts the 15x as a general ranking, or only says "benchmark it" without what to
 #   pin or measure.
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a8_jax_sharding.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a8_jax_sharding/a8_jax_sharding.ipynb`), the way your
+# instructor asks. Outputs may be cleared (*Edit > Clear Outputs of All Cells*): your instructor
+# runs the whole notebook again, from the top, in a fresh kernel, to grade it, so first check
+# that *Kernel > Restart Kernel and Run All Cells* meets no `NameError` (a check that names a
+# mistake stops *Run All* where it is; grading runs every cell anyway). Learning on your own with
+# the full repository? `make check A=a8_jax_sharding` grades your copy the same way.

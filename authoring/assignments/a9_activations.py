@@ -538,3 +538,14 @@ None
 # * 0 points: says recomputation changes the loss or gradients, or calls full recomputation
 #   free, or confuses recomputation with sharding the activations across ranks.
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a9_activations.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a9_activations/a9_activations.ipynb`), the way your
+# instructor asks. Outputs may be cleared (*Edit > Clear Outputs of All Cells*): your instructor
+# runs the whole notebook again, from the top, in a fresh kernel, to grade it, so first check
+# that *Kernel > Restart Kernel and Run All Cells* meets no `NameError` (a check that names a
+# mistake stops *Run All* where it is; grading runs every cell anyway). Learning on your own with
+# the full repository? `make check A=a9_activations` grades your copy the same way.

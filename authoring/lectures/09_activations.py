@@ -111,12 +111,17 @@ for t in (128, 256):
 #
 # $$\text{bytes per layer} = s\,b\,h\,\Bigl(34 + 5\,\frac{a\,s}{h}\Bigr).$$
 #
-# The 34 s·b·h collect the (s, b, h)-sized tensors: attention 11 (QKV input 2, Q and K 4, V 2,
-# projection input 2, a 1-byte dropout mask 1), MLP 19 (input 2, GELU input and output at 4h:
-# 8 + 8, dropout mask 1), two LayerNorm inputs 4. The 5·a·s²·b is the attention matrix: softmax
-# output 2, dropout mask 1, dropout output 2. TinyLM has no dropout and F = 4D, so in 16-bit it
-# would save 32 s·b·h + 2 a·s²·b plus the LayerNorm statistics: the same structure, minus the
-# masks. For the lesson's 7B model (h = 4096, a = 32 heads, 32 layers) at s = 4096, b = 1:
+# | part of a layer | what it keeps (16-bit; a dropout mask is 1 byte an element) | bytes per s·b·h |
+# | --- | --- | --- |
+# | attention | QKV input 2, Q and K 4, V 2, projection input 2, dropout mask 1 | 11 |
+# | MLP | input 2, GELU input 8 and output 8 (4h wide), dropout mask 1 | 19 |
+# | two LayerNorms | their inputs, 2 each | 4 |
+# | **the (s, b, h)-sized tensors** | | **34** |
+# | attention matrix, per head (a·s² per sequence) | softmax output 2, dropout mask 1, dropout output 2 | 5·a·s/h |
+#
+# TinyLM has no dropout and F = 4D: in 16-bit it would keep 32 s·b·h + 2 a·s²·b plus the
+# LayerNorm statistics, the same structure without the masks. For the lesson's 7B model
+# (h = 4096, a = 32 heads, 32 layers) at s = 4096, b = 1:
 
 # %%
 seven_b = dict(s=4096, b=1, h=4096, a=32, layers=32)
@@ -233,16 +238,20 @@ sp_run = sequence_parallel.compare(tp_size=2, seeds=(0, 1), timeout_s=120)
 print(sequence_parallel.report(sp_run))
 
 # %% [markdown]
-# One device saves 6,400 bytes for this block (4(8BTC + 2BTF + 4BT + BHT), the fused CPU
-# attention kernel). TP halves only the heads' and features' part: each rank still keeps the
-# whole 2,176-byte LayerNorm part, 4,288 bytes in all. TP + SP keeps 1,088 of it per rank, and
-# 3,200 in all, exactly one device's bytes / 2: predicted and measured agree to the byte. That
-# LayerNorm part is 4BTC + 4BT elements (the two LayerNorms' inputs, outputs and statistics):
-# Korthikanti's 10 s·b·h without the dropout masks, in fp32. The forward pass sends the same
-# 1,024 bytes per rank. Backward sends more, 1,536 bytes: like Megatron, each rank keeps only
-# its slice of the two LayerNorm outputs and all-gathers it again in backward to compute the
-# weight gradients (Megatron overlaps it with the reduce-scatter of the input gradient). Keeping the gathered outputs instead costs their
-# bytes and makes backward's bytes equal too:
+# | per rank, this block (fp32) | saved bytes | of which the LayerNorm part | forward sends | backward sends |
+# | --- | --- | --- | --- | --- |
+# | one device | 6,400 | 2,176 | | |
+# | TP, t = 2 | 4,288 | 2,176 (whole on every rank) | 1,024 | 1,024 |
+# | TP + SP, t = 2 | 3,200 (one device's / 2) | 1,088 | 1,024 | 1,536 |
+#
+# One device's 6,400 bytes are 4(8BTC + 2BTF + 4BT + BHT) with the fused CPU attention kernel.
+# TP halves only the heads' and features' part; the LayerNorm part, 4BTC + 4BT elements (the
+# two LayerNorms' inputs, outputs and statistics: Korthikanti's 10 s·b·h without the dropout
+# masks, in fp32), stays whole on every rank until SP splits it. Predicted and measured agree to
+# the byte. Backward sends more with SP because, as in Megatron, each rank keeps only its slice
+# of the two LayerNorm outputs and all-gathers it again in backward for the weight gradients
+# (Megatron starts that all-gather while it computes the input gradient). Keeping the gathered
+# outputs instead costs their bytes and makes backward's bytes equal too:
 
 # %%
 kept = sequence_parallel.compare(tp_size=2, seeds=(0, 1), regather=False, timeout_s=120)
@@ -342,16 +351,19 @@ rows = overlap.measure_overlap(bucket_mbs=overlap.BUCKET_SIZES, world_size=2, st
 print(overlap.format_table(rows))
 
 # %% [markdown]
-# These timings change from run to run (the tests never compare them). gloo runs the
-# all-reduces on worker threads of its own, so the overlap on this CPU is real: compare the wait
-# column of the bucketed rows with "after backward". But the two ranks and their gloo threads
-# share this machine's few cores: the communication takes cycles from backward (step minus
-# wait is backward's time with the all-reduces running: compare it with compute), so the step
-# gains less than the wait suggests, on a 2-core machine often nothing (step close to
-# compute + comm), and from one run to the next the best bucket size can change. Where the
-# bytes move without taking the compute cores (NCCL on GPUs, below), the cost model's picture
-# is the closer one. Assignment 9 asks you to pick the bucket size from your own measurement;
-# `benchmarks/overlap_buckets.py` prints the same table at other sizes.
+# How to read this table (its timings change from run to run; the tests never compare them):
+#
+# - **The overlap is real**: gloo runs the all-reduces on worker threads of its own, so the
+#   *wait* column of the bucketed rows is shorter than "after backward"'s.
+# - **But the step gains less than the wait suggests**: the two ranks and their gloo threads
+#   share this machine's few cores, so communication takes cycles from backward (*step* minus
+#   *wait* is backward's time with the all-reduces running: compare it with *compute*). On a
+#   2-core machine the step is often close to *compute* + *comm*, and the best bucket size can
+#   change from one run to the next.
+# - **Where the bytes move without the compute cores** (NCCL on GPUs, below), the cost model's
+#   picture is the closer one.
+# - Assignment 9 asks you to pick the bucket size from your own measurement;
+#   `benchmarks/overlap_buckets.py` prints the same table at other sizes.
 #
 # Overlap must not change the result. The hand-made buckets and DDP with the same
 # `bucket_cap_mb`, against one process on the whole batch (2 ranks, two seeds, a smaller MLP of
