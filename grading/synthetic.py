@@ -499,6 +499,20 @@ def _unit_cases(assignment: str, model: Model, references: dict) -> list[tuple]:
     return out
 
 
+# Attacks on the grader's own machinery: the sandbox, the limits, the interrupt, the restore of
+# test cells, the judge living outside the kernel. The code they meet is the same whatever the
+# assignment (nothing in it reads the assignment's answers or judge), so the test suite grades them
+# on MECHANICS_ON: one assignment of numbers and one on real ranks. The other kinds (right, wrong,
+# unit and typical mistakes, objects that lie to comparisons, a raising answer, helper use, blank,
+# unreadable) meet each assignment's own judge and structure, and run on every assignment.
+MECHANICS = frozenset({
+    "infinite_loop", "swallows_interrupt", "edited_tests", "deleted_tests", "rewrites_tests",
+    "patch_isclose", "patch_sys_modules", "patch_builtins", "shadow_course_utils",
+    "reads_expected", "hidden_payload", "reads_solutions", "writes_library",
+    "writes_course_data", "late_process", "huge_output", "memory_hog", "stderr_noise"})
+MECHANICS_ON = ("a1_training_state", "a2_data_parallel")
+
+
 def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Case, dict]]:
     """Every synthetic student of ``assignment``: (expectation, {notebook: NotebookNode or
     str (raw text) or None (missing)} plus ``"_files"``: extra files to put beside it)."""
@@ -865,10 +879,12 @@ def write(cases: list[tuple[Case, dict]], submitted: Path, assignment: str,
 
 
 def build(assignment: str, submitted: Path, references: dict | None = None,
-          prefix: str = "", kinds: set[str] | None = None) -> list[Case]:
-    """Write the synthetic submissions of ``assignment`` (optionally only ``kinds``)."""
+          prefix: str = "", kinds: set[str] | None = None,
+          mechanics: bool = True) -> list[Case]:
+    """Write the synthetic submissions of ``assignment`` (optionally only ``kinds``; without
+    the :data:`MECHANICS` kinds unless ``mechanics``)."""
     cases = [(c, f) for c, f in cases_for(assignment, references)
-             if kinds is None or c.kind in kinds]
+             if (kinds is None or c.kind in kinds) and (mechanics or c.kind not in MECHANICS)]
     return write(cases, submitted, assignment, prefix)
 
 
@@ -883,5 +899,6 @@ def clone(assignment: str, submitted: Path, kind: str, n: int, references: dict 
     return students
 
 
-__all__ = ["Case", "HOST_ATTACKS", "Host", "TYPICAL_MISTAKES", "UNIT_MISTAKES", "assigned_names",
-           "build", "cases_for", "clone", "host_cases_for", "load", "solution_code", "write"]
+__all__ = ["Case", "HOST_ATTACKS", "Host", "MECHANICS", "MECHANICS_ON", "TYPICAL_MISTAKES",
+           "UNIT_MISTAKES", "assigned_names", "build", "cases_for", "clone", "host_cases_for", "load",
+           "solution_code", "write"]

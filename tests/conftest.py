@@ -152,8 +152,9 @@ def reference():
 def graded(tmp_path_factory):
     """``graded(name) -> GradedRun``, made once per assignment per test session.
 
-    One autograde (2 workers) grades the correct, blank, typical-mistake, wrong-unit and every
-    adversarial submission; then feedback and the integrity report. The tests of
+    One autograde (2 workers) grades the correct, blank, typical-mistake, wrong-unit and
+    adversarial submissions (the attacks on the grader's machinery only on
+    ``synthetic.MECHANICS_ON``: see ``synthetic.MECHANICS``); then feedback and the report. The tests of
     ``test_assignments.py`` and ``test_grading_integrity.py`` assert on the shared result.
     """
     from grading import integrity, synthetic, workflow
@@ -165,7 +166,8 @@ def graded(tmp_path_factory):
             return runs[name]
         data = tmp_path_factory.mktemp(f"grading-{name}")
         reference = integrity.reference_run(name, data, cache=REFERENCE_CACHE)
-        cases = synthetic.build(name, data / "submitted", reference)
+        cases = synthetic.build(name, data / "submitted", reference,
+                                mechanics=name in synthetic.MECHANICS_ON)
         # The loop cases cost one cell timeout each: short, but well above the reference's
         # slowest cell on a loaded machine.
         slowest = max(r["max_cell_s"] for r in reference.values())

@@ -371,9 +371,13 @@ def _hidden_lines(name: str) -> list[str]:
     return lines
 
 
+# the attacks on the grader's machinery are graded on two assignments (synthetic.MECHANICS)
+GRADED_KINDS = [(name, kind) for name in ASSIGNMENTS for kind in KINDS
+                if name in synthetic.MECHANICS_ON or kind not in synthetic.MECHANICS]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", ASSIGNMENTS)
+@pytest.mark.parametrize(("name", "kind"), GRADED_KINDS)
 def test_each_submission_gets_what_it_deserves(name, kind, graded):
     g = graded(name)
     cases, results, data = g.cases, g.results, g.data
@@ -413,6 +417,10 @@ def test_attacks_on_the_grader_leave_no_trace(name, graded):
 
     g = graded(name)
     assert g.changed == [], f"grading {name} changed files outside the submissions: {g.changed}"
+    assert "sandboxed" in (g.data / "reports" / f"{name}.txt").read_text()
+    if name not in synthetic.MECHANICS_ON:
+        assert not set(g.cases) & synthetic.MECHANICS
+        return
     # (this assignment's only: another worker may be grading another late_process right now)
     late = [p.info["pid"] for p in psutil.process_iter(["pid", "cmdline"])
             if "course-late-process" in (p.info["cmdline"] or [])
@@ -424,7 +432,6 @@ def test_attacks_on_the_grader_leave_no_trace(name, graded):
     html = g.data / "feedback" / "huge_output" / name / f"{name}.html"
     assert auto.stat().st_size < 2_000_000 and html.stat().st_size < 2_000_000
     assert "cut by the grader" in auto.read_text()
-    assert "sandboxed" in (g.data / "reports" / f"{name}.txt").read_text()
 
 
 @pytest.mark.slow
@@ -469,7 +476,8 @@ def test_report_files_keep_not_graded_apart(name, graded):
     assert rows["malformed_json"]["score"] == "" and "not graded" in rows["malformed_json"]["status"]
     assert rows["missing_notebook"]["score"] == ""
     assert rows["unanswered"]["score"] == "0" and rows["unanswered"]["status"] == "graded"
-    assert rows["patch_sys_modules"]["flags"]
+    if name in synthetic.MECHANICS_ON:
+        assert rows["patch_sys_modules"]["flags"]
     text = (data / "reports" / f"{name}.txt").read_text()
     assert "missing_notebook: NOT GRADED" in text
 
