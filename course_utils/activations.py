@@ -80,6 +80,13 @@ def saved_bytes(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()) -> 
     """
     if not callable(fn):
         raise ValueError(f"fn must be a callable taking no arguments; got {type(fn).__name__}")
+    if isinstance(exclude, torch.Tensor) or not hasattr(exclude, "__iter__"):
+        raise ValueError(f"exclude must be an iterable of tensors (e.g. model.parameters()); "
+                         f"got {type(exclude).__name__}")
+    exclude = list(exclude)
+    if not all(isinstance(t, torch.Tensor) for t in exclude):
+        raise ValueError("exclude must hold only tensors (e.g. model.parameters()); got "
+                         + ", ".join(sorted({type(t).__name__ for t in exclude})))
     skip = {t.untyped_storage().data_ptr() for t in exclude}
     seen: dict[int, int] = {}
 

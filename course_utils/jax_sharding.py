@@ -132,15 +132,20 @@ def shard_table(x: jax.Array) -> list[dict]:
 
 
 def bytes_per_device(tree: Any) -> dict[int, int]:
-    """Bytes each device holds of every array in ``tree`` (its own shards, from
-    ``addressable_shards``): ``{device id: bytes}``."""
+    """Bytes each device holds for the arrays in ``tree`` (their shards, from
+    ``addressable_shards``): ``{device id: bytes}``. A buffer that appears twice in ``tree``
+    (the same array under two names) is counted once: it is one allocation."""
     out: dict[int, int] = {}
     leaves = jax.tree.leaves(tree)
     if not leaves or not all(isinstance(a, jax.Array) for a in leaves):
         raise TypeError("tree must hold jax.Arrays (a pytree of them)")
+    seen = set()
     for a in leaves:
         for shard in a.addressable_shards:
-            out[shard.device.id] = out.get(shard.device.id, 0) + int(shard.data.nbytes)
+            buffer = (shard.device.id, shard.data.unsafe_buffer_pointer())
+            if buffer not in seen:
+                seen.add(buffer)
+                out[shard.device.id] = out.get(shard.device.id, 0) + int(shard.data.nbytes)
     return dict(sorted(out.items()))
 
 
@@ -194,7 +199,7 @@ class Collective:
 _ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s64": 8, "pred": 1,
              "s8": 1, "u8": 1}
 _OP_LINE = re.compile(r"=\s*(?P<type>.+?)\s+(?P<op>" + "|".join(COLLECTIVES)
-                      + r")(?:-start)?\(")
+                      + r")(?P<phase>-start|-done)?\(")
 
 
 def _group_size(line: str) -> int | None:
@@ -211,13 +216,20 @@ def _group_size(line: str) -> int | None:
 
 
 def collectives(hlo: str) -> list[Collective]:
-    """The collectives in compiled HLO text, in program order (``-start``/``-done`` pairs once)."""
+    """The collectives in compiled HLO text, in program order, with their result shapes and bytes.
+
+    An asynchronous pair (``all-gather-start`` / ``all-gather-done``, as XLA prints them on GPU)
+    counts once, at its ``-done``, whose type is the result alone (the ``-start``'s type is the
+    tuple of operand and result, plus context scalars for a collective-permute)."""
     if not isinstance(hlo, str):
         raise TypeError(f"hlo must be the HLO text (a str); got {type(hlo).__name__}")
-    found = []
+    found, started = [], {}  # started: op -> the group size its -start line names
     for line in hlo.splitlines():
         m = _OP_LINE.search(line)
         if not m or line.lstrip().startswith("ROOT %tuple"):
+            continue
+        if m.group("phase") == "-start":
+            started[m.group("op")] = _group_size(line)
             continue
         shapes, nbytes = [], 0
         for dtype, dims in re.findall(r"\b([a-z]+[0-9]*)\[([0-9,]*)\]", m.group("type")):
@@ -226,7 +238,9 @@ def collectives(hlo: str) -> list[Collective]:
             shape = tuple(int(d) for d in dims.split(",") if d)
             shapes.append(shape)
             nbytes += math.prod(shape) * _ITEMSIZE[dtype]
-        found.append(Collective(m.group("op"), tuple(shapes), nbytes, _group_size(line)))
+        group = (started.pop(m.group("op"), None) if m.group("phase") == "-done"
+                 else _group_size(line))
+        found.append(Collective(m.group("op"), tuple(shapes), nbytes, group))
     return found
 
 
@@ -511,8 +525,10 @@ def fsdp_state(sizes: Sequence[int] = (64, 256, 64), seed: int = 0,
     sharded linear layer (gather forward, gradient summed over ``"data"`` backward)."""
     mesh = make_mesh((devices,), ("data",))
     params = [place(p, mesh, P("data")) for p in init_mlp(seed, sizes)]
-    zeros = [place(np.zeros(p.shape, np.float32), mesh, P("data")) for p in params]
-    state = {"weights": params, "grads": zeros, "adam_m": zeros, "adam_v": zeros}
+    def zeros():  # a new buffer on every device each call (the three states are distinct)
+        return [place(np.zeros(p.shape, np.float32), mesh, P("data")) for p in params]
+
+    state = {"weights": params, "grads": zeros(), "adam_m": zeros(), "adam_v": zeros()}
     rng = np.random.default_rng(seed)
     batch = 8 * devices
     x = place(rng.standard_normal((batch, sizes[0])).astype(np.float32), mesh, P("data"))

@@ -46,7 +46,7 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils import backend, launch, measure
-from course_utils.validate import check_int
+from course_utils.validate import check_int, check_real
 
 __all__ = ["MIB", "BUCKET_SIZES", "make_mlp", "make_batch", "param_sizes", "bucket_assignment",
            "bucket_copy_bytes", "bucket_name", "BucketAllReduce", "reference_grads", "grads_worker",
@@ -109,8 +109,15 @@ def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.mse_loss(model(x), y)  # mean over this rank's examples
 
 
+def _check_module(model: Any) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+    return model
+
+
 def param_sizes(model: nn.Module) -> list[tuple[str, int]]:
     """``(name, bytes)`` of each parameter that needs a gradient, in parameter order."""
+    _check_module(model)
     return [(n, p.numel() * p.element_size()) for n, p in model.named_parameters()
             if p.requires_grad]
 
@@ -122,8 +129,11 @@ def bucket_assignment(sizes: Sequence[tuple[str, int]], bucket_mb: float | None)
     cap stays in it, as in DDP); ``None`` puts everything in one bucket.
     """
     cap = _check_bucket_mb(bucket_mb)
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes:
-        raise ValueError(f"sizes must be a non-empty list of (name, bytes); got {sizes!r}")
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes or not all(
+            isinstance(e, (tuple, list)) and len(e) == 2 and isinstance(e[0], str)
+            and isinstance(e[1], int) and not isinstance(e[1], bool) and e[1] >= 0
+            for e in sizes):
+        raise ValueError(f"sizes must be a non-empty list of (name, bytes >= 0); got {sizes!r}")
     buckets: list[list[str]] = [[]]
     filled = 0
     for name, nbytes in reversed(list(sizes)):
@@ -156,6 +166,7 @@ class BucketAllReduce:
     def __init__(self, model: nn.Module, bucket_mb: float | None,
                  group: dist.ProcessGroup | None = None):
         self.bucket_mb = _check_bucket_mb(bucket_mb)
+        _check_module(model)
         self.group = group
         self.params = dict((n, p) for n, p in model.named_parameters() if p.requires_grad)
         self.buckets = bucket_assignment(param_sizes(model), self.bucket_mb)
@@ -401,10 +412,15 @@ def simulate(grad_bytes: Sequence[int], backward_s: float, bucket_mb: float | No
     takes ``latency_s + bytes / bytes_per_s``. Returns ``{"backward": (start, end),
     "comm": [(start, end) per bucket], "step_s", "exposed_s"}`` (seconds).
     """
-    if backward_s <= 0 or latency_s < 0 or bytes_per_s <= 0:
-        raise ValueError(f"backward_s and bytes_per_s must be > 0 and latency_s >= 0; got "
-                         f"{backward_s!r}, {bytes_per_s!r}, {latency_s!r}")
-    sizes = [(str(i), int(b)) for i, b in enumerate(grad_bytes)]
+    backward_s, bytes_per_s = check_real("backward_s", backward_s), check_real("bytes_per_s",
+                                                                                bytes_per_s)
+    latency_s = check_real("latency_s", latency_s, strict=False)
+    if isinstance(grad_bytes, (str, bytes)) or not isinstance(grad_bytes, Sequence) or not any(
+            grad_bytes) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
+                                   for b in grad_bytes):
+        raise ValueError(f"grad_bytes must be a non-empty list of ints >= 0, not all 0; got "
+                         f"{grad_bytes!r}")
+    sizes = [(str(i), b) for i, b in enumerate(grad_bytes)]
     buckets = bucket_assignment(sizes, bucket_mb)
     total = sum(b for _, b in sizes)
     ready, t = {}, 0.0

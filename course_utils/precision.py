@@ -41,10 +41,18 @@ def _check_dtype(name: str, value: Any, allowed: tuple[str, ...]) -> torch.dtype
     return DTYPES[value]
 
 
+BF16_MIN_NORMAL = 2.0 ** -126  # below it bf16 is subnormal: a fixed spacing of 2^-133
+BF16_MAX = (2 - 2 ** -7) * 2.0 ** 127
+
+
 def bf16_gap(x: float) -> float:
-    """Distance from ``x`` (> 0) to the next larger bf16 number: 2^(floor(log2 x) - 7)."""
+    """Spacing of bf16 numbers at ``x`` (0 < x <= bf16's largest finite value): the distance
+    from the largest bf16 number <= x to the next one. 2^(floor(log2 x) - 7) for normal
+    numbers (7 stored fraction bits); 2^-133 for subnormals (x < 2^-126)."""
     x = _check_positive("x", x)
-    return 2.0 ** (math.floor(math.log2(x)) - 7)
+    if x > BF16_MAX:
+        raise ValueError(f"x must be at most bf16's largest finite value {BF16_MAX:.4g}, got {x!r}")
+    return 2.0 ** (max(math.floor(math.log2(x)), -126) - 7)
 
 
 def repeated_update(start: float = 1.0, update: float = 1e-3, steps: int = 100) -> dict[str, float]:

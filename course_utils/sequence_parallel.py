@@ -505,6 +505,12 @@ def ring_bytes_sent(event: CommEvent, tp_size: int) -> float:
 def comm_summary(events: Sequence[CommEvent], tp_size: int) -> dict[str, dict[str, Any]]:
     """Per phase: {"ops": {op: count}, "ring_bytes": bytes one rank sends in a ring}."""
     _check_int("tp_size", tp_size)
+    if isinstance(events, (str, bytes)) or not hasattr(events, "__iter__"):
+        raise ValueError(f"events must be a list of CommEvent; got {type(events).__name__}")
+    events = list(events)
+    wrong = sorted({type(e).__name__ for e in events if not isinstance(e, CommEvent)})
+    if wrong:
+        raise ValueError(f"events must hold only CommEvent (from a run's log); got {', '.join(wrong)}")
     out: dict[str, dict[str, Any]] = {}
     for e in events:
         entry = out.setdefault(e.phase, {"ops": {}, "ring_bytes": 0.0})

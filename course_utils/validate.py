@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-__all__ = ["check_int"]
+__all__ = ["check_int", "check_real"]
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -12,3 +13,14 @@ def check_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
     return value
+
+
+def check_real(name: str, value: Any, minimum: float = 0.0, strict: bool = True) -> float:
+    """``value`` as a float if it is a finite real number (not a bool) > ``minimum`` (``>=``
+    when not ``strict``); else ValueError naming ``name``."""
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+          and math.isfinite(value) and (value > minimum if strict else value >= minimum))
+    if not ok:
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {minimum:g}; "
+                         f"got {value!r}")
+    return float(value)

@@ -187,6 +187,21 @@ def test_bf16_gap():
     assert (one + 2**-7).item() == 1 + 2**-7 and (one + 2**-9).item() == 1.0
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bf16_gap_is_the_spacing_of_real_bf16_numbers(seed):
+    """At bf16 numbers drawn over the whole range, subnormals included (held out from the
+    lecture's 1.0 and 0.02): the gap is the next bf16 number (its bits + 1) minus the number."""
+    gen = torch.Generator().manual_seed(seed)
+    # positive finite bf16 bit patterns: 0x0001 (smallest subnormal) to 0x7f7e
+    bits = torch.randint(1, 0x7F7F, (2000,), generator=gen, dtype=torch.int16)
+    bits = torch.cat([bits, torch.tensor([1, 0x7F, 0x80, 0x7F7E], dtype=torch.int16)])
+    x = bits.view(torch.bfloat16)
+    nxt = (bits + 1).view(torch.bfloat16)
+    for v, n in zip(x.tolist(), nxt.tolist()):
+        assert precision.bf16_gap(v) == n - v, v
+    assert precision.bf16_gap(2.0**-130) == 2.0**-133  # a subnormal: not 2^-137
+
+
 def test_master_copy_keeps_small_updates():
     r = precision.repeated_update(start=1.0, update=1e-3, steps=100)
     assert r["bf16 only"] == 1.0                                    # every update lost
@@ -254,7 +269,10 @@ def test_layout_rows_tied_in_the_lecture():
     (lambda: activations.forward(tiny_lm.build(CFG), torch.zeros(1, 2)), "tokens"),
     (lambda: activations.loss_and_grads(CFG, 1, 4, seed=-1), "seed"),
     (lambda: activations.plot_bytes_vs_seq([], {}), "seqs"),
+    (lambda: activations.saved_bytes(lambda: None, exclude=5), "exclude"),
+    (lambda: activations.saved_bytes(lambda: None, exclude=["w"]), "exclude"),
     (lambda: precision.bf16_gap(0.0), "x"),
+    (lambda: precision.bf16_gap(1e39), "x"),
     (lambda: precision.repeated_update(steps=0), "steps"),
     (lambda: precision.repeated_update(update=math.inf), "update"),
     (lambda: precision.fraction_lost(-1e-5), "update"),

@@ -97,6 +97,28 @@ def test_collectives_parser_reads_each_format():
     assert [c.group_size for c in got] == [4, 8, 8]
 
 
+def test_collectives_parser_reads_async_pairs_once_with_the_result_bytes():
+    """XLA on GPU prints async collectives as -start/-done pairs; the -start's type is the tuple
+    (operand, result[, context]). Each pair counts once, with the result's shape and bytes."""
+    hlo = "\n".join([
+        "  %all-gather-start = (f32[4,16]{1,0}, f32[32,16]{1,0}) all-gather-start(f32[4,16]{1,0} "
+        "%p), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true",
+        "  %dot = f32[8,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        "  %all-gather-done = f32[32,16]{1,0} all-gather-done((f32[4,16]{1,0}, f32[32,16]{1,0}) "
+        "%all-gather-start)",
+        "  %collective-permute-start = (f32[2,4]{1,0}, f32[2,4]{1,0}, u32[], u32[]) "
+        "collective-permute-start(f32[2,4]{1,0} %x), channel_id=2, source_target_pairs={{0,1},{1,0}}",
+        "  %collective-permute-done = f32[2,4]{1,0} collective-permute-done(%collective-permute-start)",
+        "  %all-reduce-start = bf16[1024]{0} all-reduce-start(bf16[1024]{0} %g), channel_id=3, "
+        "replica_groups={{0,1}}, to_apply=%add",
+        "  %all-reduce-done = bf16[1024]{0} all-reduce-done(bf16[1024]{0} %all-reduce-start)"])
+    got = js.collectives(hlo)
+    assert [c.op for c in got] == ["all-gather", "collective-permute", "all-reduce"]
+    assert [c.shapes for c in got] == [((32, 16),), ((2, 4),), ((1024,),)]
+    assert [c.nbytes for c in got] == [32 * 16 * 4, 2 * 4 * 4, 1024 * 2]
+    assert [c.group_size for c in got] == [8, None, 2]  # (the -start names the groups)
+
+
 def test_lesson_two_replicas_in_jax():
     out = js.lesson_two_replicas()
     assert out["local_grads"] == [[2.0, 4.0], [6.0, 0.0]]
@@ -191,6 +213,18 @@ def test_fsdp_bytes_match_the_zero3_formula():
     assert out["global_bytes"] == 16 * out["n_params"] == 8 * zero3
     assert [c.op for c in out["forward"]] == ["all-gather"] * 4   # each weight and bias
     assert [c.op for c in out["linear_step"]] == ["all-gather", "all-reduce"]
+    # four distinct states, each a quarter of the bytes (before, grads and both moments were one
+    # list of buffers counted three times)
+    assert set(out["parts_per_device"].values()) == {zero3 // 4}
+
+
+def test_bytes_per_device_counts_a_shared_buffer_once():
+    mesh = js.make_mesh((8,), ("data",))
+    a = js.place(np.zeros((64, 4), np.float32), mesh, js.P("data"))
+    b = js.place(np.zeros((64, 4), np.float32), mesh, js.P("data"))
+    per_device = 64 * 4 * 4 // 8
+    assert set(js.bytes_per_device({"x": a, "y": a}).values()) == {per_device}
+    assert set(js.bytes_per_device({"x": a, "y": b}).values()) == {2 * per_device}
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -136,6 +136,18 @@ def test_timing_worker_returns_a_sane_table():
     (lambda: overlap.timing_worker(0, 1, (1.0,), steps=0), "steps"),
     (lambda: overlap.simulate([4], backward_s=0.0, bucket_mb=1.0, latency_s=0.0,
                               bytes_per_s=1.0), "backward_s"),
+    (lambda: overlap.simulate([4], backward_s=float("nan"), bucket_mb=1.0, latency_s=0.0,
+                              bytes_per_s=1.0), "backward_s"),
+    (lambda: overlap.simulate([], backward_s=1.0, bucket_mb=1.0, latency_s=0.0,
+                              bytes_per_s=1.0), "grad_bytes"),
+    (lambda: overlap.simulate([4, -4], backward_s=1.0, bucket_mb=1.0, latency_s=0.0,
+                              bytes_per_s=1.0), "grad_bytes"),
+    (lambda: overlap.simulate([4], backward_s=1.0, bucket_mb=1.0, latency_s=-1.0,
+                              bytes_per_s=1.0), "latency_s"),
+    (lambda: overlap.bucket_assignment([("w", -4)], 1.0), "sizes"),
+    (lambda: overlap.bucket_assignment([("w", 4.5)], 1.0), "sizes"),
+    (lambda: overlap.param_sizes("model"), "model"),
+    (lambda: overlap.BucketAllReduce([torch.zeros(2)], bucket_mb=1.0), "model"),
 ])
 def test_bad_input_raises_value_error_naming_it(call, match):
     with pytest.raises(ValueError, match=match):

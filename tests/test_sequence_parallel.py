@@ -196,5 +196,9 @@ def test_bad_arguments_raise_value_error():
         sp.ring_bytes_sent(("all_reduce", 8), 2)
     with pytest.raises(ValueError, match="run must be an SPComparison"):
         sp.report(None)
+    with pytest.raises(ValueError, match="events must hold only CommEvent"):
+        sp.comm_summary([("all_reduce", "forward")], 2)
+    with pytest.raises(ValueError, match="events must be"):
+        sp.comm_summary(5, 2)
     with pytest.raises(ValueError, match="block must be"):
         sp.TensorParallelBlock(tp.MLP(4, 8))
