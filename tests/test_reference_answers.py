@@ -362,3 +362,42 @@ def test_a9_q5_judge_rejects_tables_not_from_real_ranks():
                        (negative, "plausible"), (wait_too_long, "longer than the whole step")]:
         with pytest.raises(AssertionError, match=words):
             rules.q5_test({"q5_runs": bad, "q5_step_ms": table, "q5_best": 1.0}, {})
+
+
+def _count_every_tensor(module, inputs) -> int:
+    """a9 Q3 done with a typical mistake: each saved tensor's storage counted each time it is
+    saved (parameters left out)."""
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    total = [0]
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params:
+            total[0] += t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(*inputs)
+    return total[0]
+
+
+def _with_the_weights(module, inputs) -> int:
+    from course_utils import activations
+    return activations.saved_bytes(lambda: module(*inputs))[0]
+
+
+@pytest.mark.parametrize("mistake, words", [
+    (_with_the_weights, "counts the weights too"),
+    (_count_every_tensor, "counts one storage three times"),
+    (lambda m, i: _with_the_weights(m, i) and 32, "looks like elements"),  # 128 B / 4
+])
+def test_a9_q3_visible_check_names_each_mistake_it_lists(mistake, words):
+    """Each message of a9 Q3's visible check fires for the mistake it names (a visible case's
+    "with the weights" value was once 2,176 B where counting the weight gives 640: it never fired)."""
+    nb = nbformat.read(ROOT / "assignments" / "a9_activations" / "a9_activations.ipynb",
+                       as_version=4)
+    [cell] = [c for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade_id") == "q3_test"]
+    from torch import nn
+    ns = {"__name__": "__main__", "torch": torch, "nn": nn, "saved_activation_bytes": mistake}
+    with pytest.raises(AssertionError, match=words):
+        exec(cell.source, ns)

@@ -219,11 +219,12 @@ def _q3_visible():
     torch.manual_seed(0)
     x = torch.randn(4, 8, requires_grad=True)
     cases = [
-        # Linear(8, 16) keeps its (4, 8) fp32 input (128 bytes); its weight is a parameter
-        ("Linear(8, 16) on (4, 8)", nn.Linear(8, 16), (x,), 128, 128 + 4 * 8 * 16 * 4),
-        # exp keeps its (3, 5) output, y * y keeps it twice: one 60-byte storage
+        # Linear(8, 16) keeps its (4, 8) fp32 input (128 bytes) and its (16, 8) weight, a
+        # parameter (512 bytes)
+        ("Linear(8, 16) on (4, 8)", nn.Linear(8, 16), (x,), 128, 128 + 16 * 8 * 4),
+        # exp keeps its (3, 5) output, y * y keeps it twice: one 60-byte storage (no weights)
         ("_ExpSquare on (3, 5)", _ExpSquare(), (torch.randn(3, 5, requires_grad=True),), 60,
-         180),
+         60),
         # the input (128), the GELU input (4, 32) and the GELU output (4, 32): 128 + 512 + 512
         ("Linear(8, 32), GELU, Linear(32, 8) on (4, 8)",
          nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 8)), (x,), 1152,
@@ -232,7 +233,7 @@ def _q3_visible():
     for name, module, inputs, want, with_params in cases:
         got = saved_activation_bytes(module, inputs)
         assert type(got) is int, f"{name}: return a plain int, got {type(got).__name__}"
-        if got == with_params:
+        if got == with_params != want:
             raise AssertionError(f"{name}: {got} bytes counts the weights too; leave out the "
                                  "module's parameters (compare storages' data_ptr()).")
         if name.startswith("_ExpSquare") and got == 180:
