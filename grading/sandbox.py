@@ -368,15 +368,17 @@ def command(cmd: list[str], folder: KernelFolder, connection_file: Path, memory_
             "--die-with-parent", "--clearenv"]
     for key, value in (env or environment()).items():
         args += ["--setenv", key, value]
+    # the private tmpfs folders first: a bind made after them may lie inside one (a checkout or
+    # its .venv under /tmp, a user called "student"); made before, the tmpfs would hide it
     args += ["--unsetenv", "JPY_PARENT_PID",  # (already gone: its parent is not in the PID ns)
-             "--tmpfs", "/", *_host_binds()]
+             "--tmpfs", "/", "--tmpfs", "/tmp", "--tmpfs", HOME, "--tmpfs", WORKDIR,
+             *_host_binds()]
     for path in [*_environment_roots(), ROOT / "course_utils"]:
         args += ["--ro-bind", str(path), str(path)]
     for name in ("hosts", "passwd", "group"):
         args += ["--ro-bind", str(folder.etc / name), f"/etc/{name}"]
     args += ["--ro-bind", str(connection_file), CONNECTION_FILE,
              "--dev", "/dev", "--proc", "/proc",
-             "--tmpfs", "/tmp", "--tmpfs", HOME, "--tmpfs", WORKDIR,
              "--bind", str(folder.sockets), str(folder.sockets),
              "--chdir", WORKDIR, "--remount-ro", "/"]
     inner = [CONNECTION_FILE if a == str(connection_file) else a for a in cmd]

@@ -273,3 +273,29 @@ def test_the_sandbox_command_starts_from_an_empty_root():
     assert str(integrity.data_dir()) not in binds and str(Path.home()) not in binds
     assert str(ROOT) not in binds and str(ROOT / "course_utils") in binds
     assert [args[i + 1] for i, a in enumerate(args) if a == "--bind"] == [str(folder.sockets)]
+
+
+def test_a_checkout_under_tmp_is_seen_inside_the_sandbox(tmp_path, monkeypatch):
+    """The kernel's private /tmp (and HOME, and its working folder) are mounted before the
+    interpreter and course_utils are bound: a checkout or a .venv under /tmp (where a fresh
+    clone often is) stays visible inside, not hidden under the kernel's empty /tmp."""
+    import subprocess
+    import sys
+
+    if not sandbox.enabled() or sandbox.bwrap_path() is None:
+        pytest.skip("no bubblewrap on this machine")
+    assert str(tmp_path).startswith("/tmp/")  # (pytest's tmp_path: the case to show)
+    (tmp_path / "venv-marker").write_text("x")
+    roots = sandbox._environment_roots()
+    monkeypatch.setattr(sandbox, "_environment_roots", lambda: [*roots, tmp_path])
+    folder = sandbox.KernelFolder()
+    try:
+        conn = folder.path / "kernel.json"
+        conn.write_text("{}")
+        args = sandbox.command([sys.executable, "-c", f"import os; print(os.listdir({str(tmp_path)!r}))"],
+                               folder, conn, 2.0, 16.0, env=sandbox.environment())
+        out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    finally:
+        folder.remove()
+    assert out.returncode == 0, out.stderr
+    assert "venv-marker" in out.stdout, out.stdout
