@@ -50,7 +50,8 @@ from course_utils.validate import check_int, check_real
 
 __all__ = ["MIB", "BUCKET_SIZES", "make_mlp", "make_batch", "param_sizes", "bucket_assignment",
            "bucket_copy_bytes", "bucket_name", "BucketAllReduce", "reference_grads", "grads_worker",
-           "check_grads", "timing_worker", "measure_overlap", "format_table", "simulate",
+           "check_grads", "ddp_buckets_worker", "ddp_buckets", "timing_worker",
+           "measure_overlap", "format_table", "simulate",
            "plot_timeline", "torchrun_worker"]
 
 MIB = 2 ** 20                                  # DDP's bucket_cap_mb counts MiB
@@ -300,6 +301,53 @@ def check_grads(seeds: Sequence[int] = (0, 1), bucket_mbs: Sequence[Any] = (0.01
             lines.append(f"seed {seed}, {bucket_name(bucket_mb)} ({n} bucket{'s' * (n != 1)}): "
                          "by hand == DDP == one process on every rank")
     return lines
+
+
+def _recording_hook(log, bucket):  # (no annotations: DDP checks them, and this module's are strings)
+    """A DDP comm hook (``bucket``: a ``dist.GradBucket``) that notes (bucket index, bytes), then
+    averages the bucket as DDP's default hook does; returns the future DDP waits on."""
+    buffer = bucket.buffer()
+    log.append((bucket.index(), buffer.numel() * buffer.element_size()))
+    world = dist.get_world_size()
+    work = dist.all_reduce(buffer, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0].div_(world))
+
+
+def ddp_buckets_worker(rank: int, world_size: int, bucket_mb: float | None = None,
+                       steps: int = 3, width: int = 256, depth: int = 32) -> list[list[int]]:
+    """Worker: the buckets real ``DistributedDataParallel`` all-reduces at each of ``steps``
+    steps, read by a comm hook (``register_comm_hook``): per step, the bytes of each bucket in
+    the order the hook was called. ``bucket_mb=None``: DDP's defaults (``bucket_cap_mb`` unset).
+    """
+    bucket_mb = _check_bucket_mb(bucket_mb)
+    check_int("steps", steps)
+    dev = backend.device()
+    model = make_mlp(width, depth, seed=0).to(dev)
+    kwargs = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
+    ddp = nn.parallel.DistributedDataParallel(
+        model, device_ids=[dev] if dev.type == "cuda" else None, **kwargs)
+    log: list[tuple[int, int]] = []
+    ddp.register_comm_hook(log, _recording_hook)
+    x, y = make_batch(4, width, seed=rank)
+    out = []
+    for _ in range(steps):
+        log.clear()
+        _loss(ddp, x.to(dev), y.to(dev)).backward()
+        out.append([nbytes for _, nbytes in log])
+    return out
+
+
+def ddp_buckets(bucket_mbs: Sequence[Any] = (None, 1.0), steps: int = 3, width: int = 256,
+                depth: int = 32, timeout_s: float = 90.0) -> dict[str, list[list[int]]]:
+    """Real DDP's buckets on 2 gloo ranks (:func:`ddp_buckets_worker`), per bucket size:
+    ``{"DDP default" or "bucket_cap_mb=1": [[bytes per bucket] per step]}`` (rank 0's)."""
+    sizes = _check_bucket_list(bucket_mbs)
+    out = {}
+    for bucket_mb in sizes:
+        [first, _] = launch.run(ddp_buckets_worker, 2, bucket_mb, steps, width, depth,
+                                timeout_s=timeout_s, show_output=False, backend="gloo")
+        out["DDP default" if bucket_mb is None else f"bucket_cap_mb={bucket_mb:g}"] = first
+    return out
 
 
 # ------------------------------------------------------------------------------------ timing

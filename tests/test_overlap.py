@@ -152,3 +152,20 @@ def test_timing_worker_returns_a_sane_table():
 def test_bad_input_raises_value_error_naming_it(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_real_ddp_buckets_match_the_course_rule_after_its_first_step():
+    """Real DDP's buckets, read by a comm hook on 2 gloo ranks: the first step all-reduces one
+    bucket (DDP buckets by gradient-ready order only after it), then with bucket_cap_mb=1 the
+    buckets are :func:`overlap.bucket_copy_bytes`'s; left unset, the first bucket is capped at
+    ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB) and the rest at 25 MiB: two buckets here."""
+    import torch.distributed as dist
+
+    got = overlap.ddp_buckets((None, 1.0), steps=2)
+    sizes = overlap.param_sizes(overlap.make_mlp(256, 32))
+    total = sum(b for _, b in sizes)
+    assert got["DDP default"][0] == [total] and got["bucket_cap_mb=1"][0] == [total]
+    assert got["bucket_cap_mb=1"][1] == overlap.bucket_copy_bytes(sizes, 1.0)
+    assert dist._DEFAULT_FIRST_BUCKET_BYTES == overlap.MIB
+    first = overlap.bucket_copy_bytes(sizes, 1.0)[0]
+    assert got["DDP default"][1] == [first, total - first] == [1_052_672, 7_368_704]

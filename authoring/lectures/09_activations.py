@@ -291,7 +291,10 @@ for mode in ("none", "attention"):
 # `dist.all_reduce(flat, async_op=True)` starts. The call returns a *work handle* at once and
 # backward goes on while the bucket travels. After backward: `work.wait()` on every handle,
 # divide by D, copy back. That is `overlap.BucketAllReduce(model, bucket_mb=...)`; DDP does the
-# same inside `DistributedDataParallel(model, bucket_cap_mb=...)` (default 25).
+# same inside `DistributedDataParallel(model, bucket_cap_mb=...)`, with two differences shown on
+# real DDP below: its first step all-reduces everything as one bucket and then rebuilds the
+# buckets in the order the gradients became ready, and with `bucket_cap_mb` left unset its first
+# bucket is capped at 1 MiB and the others at 25 MiB.
 #
 # The model: an MLP of 32 layers 256 wide, 8 MiB of fp32 gradients, each layer (weight and
 # bias) just over 0.25 MiB. A bucket closes as soon as it holds at least its size:
@@ -309,6 +312,29 @@ for mb in overlap.BUCKET_SIZES:
 print("the first 1 MiB bucket:", overlap.bucket_assignment(sizes, 1.0)[0])
 
 # %% [markdown]
+# Real DDP on 2 gloo ranks, its buckets read by a comm hook (`ddp.register_comm_hook`: the
+# hook gets each bucket as DDP hands it over) over three steps, in bytes:
+
+# %%
+ddp_runs = overlap.ddp_buckets((None, 1.0), steps=3)      # 2 real gloo ranks, DDP's own buckets
+for name, steps in ddp_runs.items():
+    print(f"{name:>16}: " + " | ".join(f"step {i + 1}: {len(b)} x {b[0] / 2**20:.2f} MiB"
+                                       if len(set(b)) == 1 else
+                                       f"step {i + 1}: " + " + ".join(f"{x / 2**20:.2f}" for x in b)
+                                       + " MiB" for i, b in enumerate(steps)))
+print("the course's 1 MiB buckets:", len(overlap.bucket_copy_bytes(sizes, 1.0)), "x",
+      f"{overlap.bucket_copy_bytes(sizes, 1.0)[0] / 2**20:.2f} MiB")
+print("first-bucket cap when bucket_cap_mb is unset:",
+      torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / 2**20, "MiB")
+
+# %% [markdown]
+# From its second step on, DDP with `bucket_cap_mb=1` all-reduces the same eight buckets as
+# `BucketAllReduce(model, 1.0)` (a test checks the bytes), and its gradients equal one process's
+# (`overlap.check_grads`). Left at its defaults, DDP makes two buckets of this model: the first
+# closes once it holds 1 MiB (the last four layers), the second holds the other 7.03 MiB. The
+# cost model and the timings below use the course's fixed caps.
+
+# %% [markdown]
 # When does the communication end? A cost model (`overlap.simulate`): backward takes 12 ms and
 # produces the gradients at a steady rate; the all-reduce of a bucket takes a fixed latency
 # (0.5 ms: the call, the handshakes) plus its bytes at 1 GB/s; the all-reduces run one at a
@@ -320,8 +346,12 @@ cost = dict(backward_s=12e-3, latency_s=0.5e-3, bytes_per_s=1e9)
 timelines = {overlap.bucket_name(mb): overlap.simulate(grad_bytes, bucket_mb=mb, **cost)
              for mb in overlap.BUCKET_SIZES}
 for name, s in timelines.items():
+    left = sum(end > s["backward"][1] for _, end in s["comm"])   # all-reduces not done yet
     print(f"{name:>15}: step {1e3 * s['step_s']:5.1f} ms, waiting after backward "
-          f"{1e3 * s['exposed_s']:4.1f} ms")
+          f"{1e3 * s['exposed_s']:4.1f} ms; {left:>2} of {len(s['comm']):>2} all-reduces "
+          "unfinished when backward ends")
+print("1 MiB, the last two all-reduces (ms):",
+      [(round(1e3 * a, 2), round(1e3 * b, 2)) for a, b in timelines["1 MiB"]["comm"][-2:]])
 ax = overlap.plot_timeline({k: timelines[k] for k in ("0.25 MiB", "1 MiB", "after backward")})
 _ = ax.set_title("Cost model: backward 12 ms; an all-reduce 0.5 ms + bytes at 1 GB/s")
 plt.tight_layout()
@@ -329,12 +359,15 @@ plt.show()
 
 # %% [markdown]
 # With one all-reduce after backward, all of the communication (8.9 ms) is waited for: 20.9 ms
-# per step. With 1 MiB buckets the first all-reduce starts 1.5 ms into backward and only the
-# last bucket is left when backward ends: 13.9 ms. Smaller is not better: 32 buckets of
-# 0.25 MiB pay the latency 32 times, the all-reduces fall behind backward and the step takes
-# 24.8 ms, worse than no overlap at all. Larger is not better either: a bucket starts only
+# per step. With 1 MiB buckets the first all-reduce starts 1.5 ms into backward; when backward
+# ends at 12 ms the seventh bucket's all-reduce is still running (until 12.37 ms) and the
+# eighth, ready only now, queues behind it: 1.9 ms exposed, a step of 13.9 ms. Smaller is not
+# better: 32 buckets of 0.25 MiB pay the latency 32 times, the all-reduces fall behind backward
+# (17 of them are unfinished when it ends) and the step takes 24.8 ms, worse than no overlap
+# at all. Larger is not better either: a bucket starts only
 # when its last gradient exists, so 4 MiB buckets start halfway through backward (16.7 ms),
-# and 25 MiB, DDP's default, is more than this whole model: one bucket, no overlap.
+# and a 25 MiB cap (DDP's for every bucket after the first) is more than this whole model: one
+# bucket, no overlap.
 #
 # **On real ranks.** `overlap.measure_overlap` runs `overlap.timing_worker` on 2 gloo ranks
 # through `launch.run`. For each bucket size it times, per step, the whole step (forward,
