@@ -1,4 +1,4 @@
-"""PyTorch DDP vs JAX ``jit`` on one pinned workload: step time, compile time, loss after N steps.
+"""PyTorch DDP vs JAX ``jit`` on one pinned workload: step time, compile time, the loss curve.
 
 Runs ``course_utils.framework_compare.compare`` (the protocol lecture 8 uses): the same MLP,
 float32, initial weights, batches, SGD steps and thread settings on both sides; PyTorch as DDP

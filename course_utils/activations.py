@@ -2,7 +2,8 @@
 
 The persistent-state tables of modules 1 and 3 count weights, gradients and optimizer state.
 Training also keeps, from each forward pass until its backward, the tensors backward needs: the
-*saved activations*. They grow with batch and sequence length, not with the parameter count.
+*saved activations*. For a fixed model they grow with batch and sequence length: as s·b·h·L
+(sequence, batch, width, layers), plus a·s²·b·L (heads) where attention's scores are stored.
 
 * **Measured**: :func:`saved_bytes` runs a forward pass under
   ``torch.autograd.graph.saved_tensors_hooks`` and adds up the storage of every tensor autograd
@@ -265,7 +266,8 @@ def korthikanti_bytes(s: int, b: int, h: int, a: int, layers: int = 1, recompute
                       tp: int = 1, sp: bool = False) -> float:
     """Activation bytes of a GPT transformer in 16-bit with dropout (Korthikanti et al. 2022,
     Table 2): s tokens, batch b, hidden h, a heads, tensor parallel ``tp``, sequence parallel
-    ``sp``. No recomputation and tp = 1: s b h (34 + 5 a s / h) per layer."""
+    ``sp``. No recomputation and tp = 1: s b h (34 + 5 a s / h) per layer; full recomputation:
+    2 s b h (the layer's input), 2 s b h / t with SP (the input is split along the sequence)."""
     for name, value in (("s", s), ("b", b), ("h", h), ("a", a), ("layers", layers), ("tp", tp)):
         _check_int(name, value)
     _check_choice("recompute", recompute, RECOMPUTES)
@@ -276,7 +278,8 @@ def korthikanti_bytes(s: int, b: int, h: int, a: int, layers: int = 1, recompute
     sbh, t = s * b * h, tp
     quad = 5 * a * s / h            # the attention scores, softmax, dropout mask and output
     if recompute == "full":
-        per_layer = 2 * sbh         # only each layer's input is kept
+        # only each layer's input is kept: 2 bytes a value, sequence-split over t with SP
+        per_layer = 2 * sbh / t if sp else 2 * sbh
     elif recompute == "attention":
         per_layer = sbh * 34 / t if sp else sbh * (10 + 24 / t)
     else:

@@ -281,19 +281,20 @@ def compare(w: Workload | None = None, timeout_s: float = 120.0) -> dict:
 
 
 def table(result: dict) -> str:
-    """The pinned-workload table: step time, compile / set-up time, loss after N steps, versions."""
+    """The pinned-workload table: step time, compile / set-up time, the loss at the last step N
+    (computed before that step's update: the loss after N - 1 updates), versions."""
     w, m = result["workload"], result["machine"]
     lines = [f"workload: MLP {' -> '.join(map(str, w.sizes))} (tanh), {w.dtype}, global batch "
              f"{w.global_batch}, SGD lr {w.lr}, {w.steps} steps ({w.warmup} warm-up steps "
              f"not timed), seed {w.seed}, {w.workers} workers x {w.threads_per_worker} thread",
              f"machine : {m['cpu']}, {m['cores']} cores, {m['os']}, Python {m['python']}",
              f"{'':<12} {'step (median)':>14} {'compile':>9} {'set-up':>8} "
-             f"{'loss after ' + str(w.steps):>15}  version"]
+             f"{'loss at step ' + str(w.steps):>17}  version"]
     for side in (result["torch"], result["jax"]):
         comp = "-" if side["compile_s"] is None else f"{side['compile_s']:.2f} s"
         setup = "-" if side["setup_s"] is None else f"{side['setup_s']:.2f} s"
         lines.append(f"{side['framework']:<12} {side['step_s_median'] * 1e3:>11.2f} ms "
-                     f"{comp:>9} {setup:>8} {side['losses'][-1]:>15.7f}  {side['version']}")
+                     f"{comp:>9} {setup:>8} {side['losses'][-1]:>17.7f}  {side['version']}")
     lines.append(f"loss curves agree to {result['loss_rel_diff']:.1e} (relative; tolerance "
                  f"{LOSS_RTOL:.0e}); JAX step's collectives: "
                  f"{', '.join(result['jax']['collectives']) or 'none'}")

@@ -91,7 +91,8 @@ def loss_scaling(loss_weight: float = 1e-4, input_scale: float = 1e-4, numel: in
     inputs ``x`` of size ``input_scale``), without and with ``torch.amp.GradScaler``.
 
     Returns the fp32 reference gradient's mean magnitude, the fraction of gradient elements
-    that came out exactly zero without scaling, the largest relative error with scaling, and
+    that came out exactly zero without scaling, the error with scaling as max|error| / max|g|
+    (the largest error against the largest gradient: ``"max relative error with scaling"``), and
     whether the scaled step was taken (no inf/nan) with the scale after ``update()``.
     """
     loss_weight = _check_positive("loss_weight", loss_weight)

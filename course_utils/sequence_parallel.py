@@ -21,9 +21,11 @@ the slice of each LayerNorm output for backward and all-gathers it again there
 1/t of one device's, at the price of one extra all-gather per column-parallel linear in
 backward. With ``regather=False`` the gathered (B, T, C) input is kept instead.
 
-gloo has no reduce-scatter of its own here: :func:`_reduce_scatter_seq` builds it from
-``all_to_all_single`` (rank j receives every rank's j-th chunk and adds them), and the
-all-gather uses ``all_gather``; both are logged with module 4's recorder
+gloo's own reduce-scatter (``reduce_scatter_single``) works, but sends what an all-reduce of the
+whole tensor sends (2(t-1)/t of it, twice a ring reduce-scatter's (t-1)/t:
+:func:`reduce_scatter_bytes` measures both). So :func:`_reduce_scatter_seq` builds the
+reduce-scatter from ``all_to_all_single`` (rank j receives every rank's j-th chunk and adds
+them), which sends a ring's bytes, and the all-gather uses ``all_gather``; both are logged with module 4's recorder
 (:func:`course_utils.tensor_parallel.record_comms`). Dropout is left out, as in module 4's
 layers: with SP each rank would draw the mask of its own tokens, and matching one device would
 need one random stream per token; its masks are split exactly like the LayerNorm inputs.
@@ -61,7 +63,8 @@ __all__ = ["MODES", "SEQ_DIM", "GatherFromSequenceParallel", "ReduceScatterToSeq
            "gather_from_sp", "reduce_scatter_to_sp", "Block", "TensorParallelBlock",
            "SequenceParallelBlock", "sync_sequence_parallel_grads", "reference", "sp_worker",
            "compare", "SPComparison", "saved_terms", "layernorm_part", "predicted_saved_bytes",
-           "ring_bytes_sent", "comm_summary", "report", "conjugate_worker", "demo"]
+           "ring_bytes_sent", "comm_summary", "report", "conjugate_worker",
+           "reduce_scatter_bytes_worker", "reduce_scatter_bytes", "demo"]
 
 MODES = ("tp", "sp")   # TP alone (LayerNorm and residual replicated), TP + SP
 SEQ_DIM = 1            # activations are (B, T, C): the sequence is dim 1
@@ -130,6 +133,44 @@ class ReduceScatterToSequenceParallel(torch.autograd.Function):
 def gather_from_sp(x: torch.Tensor, tp_group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """g: (B, T/t, C) this rank's tokens -> (B, T, C) every token; reduce-scatter backward."""
     return GatherFromSequenceParallel.apply(x, tp_group)
+
+
+def reduce_scatter_bytes_worker(rank: int, world_size: int,
+                                numel: int = 2**20) -> dict[str, float]:
+    """Worker: bytes this rank sends (``measure.bytes_written``) reducing a (1, numel) fp32
+    tensor to its 1/t slice: with gloo's own reduce-scatter (``dist.reduce_scatter_single``,
+    torch 2.13's name for ``reduce_scatter_tensor``) and with the course's ``all_to_all_single``
+    form; each after a warm-up, as a fraction of the tensor's bytes."""
+    from course_utils import measure
+
+    _check_int("numel", numel)
+    if numel % world_size:
+        raise ValueError(f"numel must be divisible by world_size={world_size}; got {numel}")
+    x = torch.ones(1, numel, device=backend.device())                      # (1, n)
+    out = {}
+    for name, fn in (("gloo reduce-scatter", lambda: dist.reduce_scatter_single(
+                         torch.empty(numel // world_size, device=x.device), x.flatten())),
+                     ("course (all_to_all_single)", lambda: _reduce_scatter_seq(x, None, "x"))):
+        fn()  # warm-up: connections and buffers
+        dist.barrier()
+        before = measure.bytes_written()
+        fn()
+        after = measure.bytes_written()
+        out[name] = (math.nan if before is None or after is None
+                     else (after - before) / (4 * numel))
+    return out
+
+
+def reduce_scatter_bytes(world_size: int = 2, numel: int = 2**20,
+                         timeout_s: float = 60.0) -> dict[str, float]:
+    """:func:`reduce_scatter_bytes_worker` on ``world_size`` gloo ranks: the most any rank sent,
+    per form, as a fraction of the tensor's bytes (NaN where the host cannot see the bytes)."""
+    from course_utils import launch
+
+    _check_int("world_size", world_size, 2)
+    runs = launch.run(reduce_scatter_bytes_worker, world_size, numel, timeout_s=timeout_s,
+                      show_output=False, backend="gloo")
+    return {name: max(r[name] for r in runs) for name in runs[0]}
 
 
 def reduce_scatter_to_sp(x: torch.Tensor,

@@ -159,6 +159,8 @@ def test_korthikanti_table_2_with_tensor_and_sequence_parallelism():
     assert activations.korthikanti_bytes(s, b, h, a, tp=t, recompute="attention") == sbh * (10 + 24 / t)
     assert activations.korthikanti_bytes(s, b, h, a, tp=t, sp=True, recompute="attention") == 34 * sbh / t
     assert activations.korthikanti_bytes(s, b, h, a, tp=t, recompute="full") == 2 * sbh
+    # with SP each rank keeps its slice of the sequence of each layer's input
+    assert activations.korthikanti_bytes(s, b, h, a, tp=t, sp=True, recompute="full") == 2 * sbh / t
 
 
 def test_assignment_numbers():
@@ -219,6 +221,10 @@ def test_loss_scaling(seed):
     r = precision.loss_scaling(seed=seed)
     assert r["zero without scaling"] > 0.99
     assert r["max relative error with scaling"] < 1e-3
+    # the lecture's "max|error| / max|g|" and GradScaler's growth, from torch itself
+    scaler = torch.amp.GradScaler("cpu")
+    assert (scaler.get_growth_interval(), scaler.get_growth_factor(),
+            scaler.get_backoff_factor()) == (2000, 2.0, 0.5)
     assert r["step taken"] and r["scale after"] == 2.0**16
     big = precision.loss_scaling(init_scale=2.0**40, seed=seed)
     assert not big["step taken"] and big["scale after"] == 2.0**39

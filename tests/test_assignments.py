@@ -225,6 +225,31 @@ def test_no_graded_answer_is_shown_in_a_lecture(name, reference):
     assert not stale, f"COINCIDENCES entries that no longer match anything: {stale}"
 
 
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_no_graded_answer_is_shown_in_its_own_release(name, reference):
+    """The same scan over the released assignment itself: no question's text, given or visible
+    check shows a graded value of any question (one question's text once gave another's
+    answers), unless listed in COINCIDENCES with why. Same exclusions as the lecture scan."""
+    from grading import judge
+
+    rules = judge.load(name)
+    measured = getattr(rules, "MEASURED", set())
+    drawn = set(getattr(rules, "HIDDEN_CASES", {}))
+    nb = nbformat.read(ROOT / "assignments" / name / f"{name}.ipynb", as_version=4)
+    texts = [(f"{name} cell {i}", cell.source) for i, cell in enumerate(nb.cells)]
+    shown = []
+    for run in reference(name).values():
+        for gid, pairs in run["submissions"].items():
+            for sub_name, value in pairs:
+                if ("(" in sub_name or gid in drawn or sub_name in measured
+                        or not _distinctive(value) or (name, sub_name, float(value)) in COINCIDENCES):
+                    continue
+                where = [w for w, text in texts if _shows(text, float(value))]
+                if where:
+                    shown.append(f"{sub_name} = {value:g} is shown in {', '.join(where[:3])}")
+    assert not shown, "graded answers a student can read in the assignment:\n" + "\n".join(shown)
+
+
 def test_the_lecture_scan_finds_numbers_as_written():
     """The matcher behind test_no_graded_answer_is_shown_in_a_lecture."""
     assert _shows("ZeRO-2 per rank: 26.25 GB", 26.25)

@@ -6,6 +6,7 @@ inserts (or how the HLO names it) fails here, loudly, before the lecture's text 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -270,6 +271,9 @@ def test_pinned_workload_losses_agree_between_frameworks():
     assert result["jax"]["compile_s"] > 0 and result["torch"]["compile_s"] is None
     text = fc.table(result)
     assert "torch " in text and "jax 0.10.2" in text and "cores" in text
+    # each step records its loss before its update: the last one is the loss at step 6 (after
+    # 5 updates), not "after 6"
+    assert "loss at step 6" in text and f"{result['jax']['losses'][-1]:.7f}" in text
 
 
 def test_workload_rejects_bad_settings():
@@ -279,3 +283,24 @@ def test_workload_rejects_bad_settings():
         fc.Workload(steps=3, warmup=3)
     with pytest.raises(ValueError, match="dtype must be 'float32'"):
         fc.Workload(dtype="bfloat16")
+
+
+def test_the_device_count_is_fixed_when_the_cpu_backend_starts_not_at_import():
+    """Lecture 8's setup: XLA_FLAGS set after `import jax` but before the first jax.devices()
+    still gives 8 devices; so does jax.config.update("jax_num_cpu_devices", 8); after the
+    backend has started, the flag is ignored and the config update raises."""
+    def run(code: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.strip()
+
+    flag = "os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'"
+    assert run(f"import os, jax\n{flag}\nprint(len(jax.devices()))") == "8"
+    assert run("import jax\njax.config.update('jax_num_cpu_devices', 8)\n"
+               "print(len(jax.devices()))") == "8"
+    late = run(f"import os, jax\njax.devices()\n{flag}\nprint(len(jax.devices()))\n"
+               "try:\n    jax.config.update('jax_num_cpu_devices', 8)\n"
+               "except RuntimeError as e:\n    print('refused:', e)")
+    assert late.splitlines()[0] == "1" and "before backends are initialized" in late

@@ -507,8 +507,8 @@ None
 # %% [markdown]
 # ## Q7. Selective or full? (2 points, graded by hand)
 #
-# In Q2, selective recomputation fits 2 sequences per micro-batch and full recomputation would
-# fit 32. Explain, with the formulas: which saved tensors selective recomputation drops, and why
+# In Q2, full recomputation would fit a far larger micro-batch than selective recomputation
+# does (your Q2 answer says how large selective's is). Explain, with the formulas: which saved tensors selective recomputation drops, and why
 # recomputing them costs little time; roughly how much longer a step takes with full
 # recomputation, and why; and one reason a team might still choose full recomputation with the
 # larger micro-batch. Does either change the loss or the gradients?

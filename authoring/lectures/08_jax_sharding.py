@@ -25,9 +25,11 @@
 #
 # **Eight devices on one laptop.** XLA can split this one CPU into several "devices"; the flag
 # `--xla_force_host_platform_device_count=8` in the environment variable `XLA_FLAGS` asks for 8.
-# JAX reads it once, when it starts, so the setup cell sets it *before* `import jax`. (Already
-# imported JAX in this kernel without it? `js.require_devices` stops with a message saying so:
-# restart the kernel.) Every "device" runs on the same cores, so nothing here is faster for
+# XLA reads it once, when JAX's CPU backend starts: at the first `jax.devices()` or the first
+# computation, not at `import jax` (`jax.config.update("jax_num_cpu_devices", 8)` before that
+# point does the same; after it, both are too late: a test shows the three cases). The setup
+# cell sets the flag before importing JAX, the simplest safe order. (Already ran JAX in this
+# kernel without it? `js.require_devices` stops with a message saying so: restart the kernel.) Every "device" runs on the same cores, so nothing here is faster for
 # being split: we study *what* is computed and communicated, not speed.
 
 # %%
@@ -50,8 +52,11 @@ print("jax", jax.__version__, "|", len(devices), "devices:", ", ".join(str(d) fo
 # %% [markdown]
 # ## 1. A mesh, a sharding, and where each shard lives
 #
-# `jax.sharding.Mesh` lays devices out on a grid with named axes, exactly like module 6's mesh:
-# row-major, the last axis varying fastest. Here 8 devices form a `2 x 4` mesh with axes
+# `jax.sharding.Mesh` names the axes of a grid of devices, the grid exactly as it is given.
+# The course's `js.make_mesh` fills it row-major from the device list, the last axis varying
+# fastest, like module 6's mesh (`jax.make_mesh` on a TPU orders them by the chips' physical
+# topology instead: its docstring in `jax/_src/sharding_impls.py`). Here 8 devices form a
+# `2 x 4` mesh with axes
 # `"data"` and `"model"`. A `PartitionSpec` says, dim by dim, which mesh axis splits an array's
 # dimension: `P(None, "model")` keeps dim 0 whole and splits dim 1 over the 4 `"model"`
 # devices; an axis it does not name (here `"data"`) **replicates** the array over it.
@@ -119,8 +124,12 @@ print("collectives in the compiled step    :", [str(c) for c in two["collectives
 # Now a small MLP (`16 -> 64 -> 16`, 2,128 parameters) on all 8 devices, a batch of 32 rows
 # (4 per device). The gradient computed with the batch sharded equals the gradient on one
 # device of the whole batch, and the mean of the 8 per-shard gradients; the compiled program
-# holds one all-reduce, of every parameter's gradient at once (`2128 x 4 = 8512` bytes: the
-# compiler fused them into one collective, like DDP's buckets).
+# holds one all-reduce, of every parameter's gradient at once (`2128 x 4 = 8512` bytes): the
+# compiler merged the gradients' all-reduces into one, which can start only when the last
+# gradient exists. That is the opposite of what DDP's buckets are for (starting early, to
+# overlap backward: module 9). On GPU and TPU, whether a collective overlaps compute is decided
+# by the compiler's scheduler and its asynchronous collectives (`all-reduce-start` / `-done`
+# pairs in the program), which this CPU backend does not show.
 
 # %%
 dp = js.dp_step_check(seed=0)
@@ -166,13 +175,14 @@ print(js.layout_table(layouts))
 #   **all-gathers** `W` before the matmul (section 4).
 #
 # The `shard_map` versions are short per-device programs, the JAX counterparts of module 4's
-# autograd functions. Here is each one's last line (`"model"` is the mesh axis the collective
-# runs over):
+# autograd functions. Here is each one's line that holds its collective (`"model"` or
+# `"data"` is the mesh axis it runs over):
 
 # %%
 for name, fn in (("row", js._row_local), ("row, scattered", js._row_scattered_local),
                  ("column, gathered", js._column_gathered_local), ("fsdp", js._fsdp_local)):
-    print(f"{name:<17} {inspect.getsource(fn).strip().splitlines()[-1].strip()}")
+    [line] = [ln for ln in inspect.getsource(fn).splitlines() if "jax.lax." in ln]
+    print(f"{name:<17} {line.strip()}")
 
 # %% [markdown]
 # ## 4. FSDP / ZeRO-3: shard the whole training state over `"data"`
@@ -275,7 +285,9 @@ print(fc.table(result))
 # ## Check yourself
 #
 # * `W` is split by rows over `"model"` and `X` by columns. Which collective does `X @ W`
-#   need, and why is "none" wrong? (An all-reduce: each device holds a partial sum.)
+#   need, and why is "none" wrong? (Each device holds a partial sum of the whole `Y`: an
+#   all-reduce if every device needs all of `Y`; a reduce-scatter if `Y` may stay split, the
+#   "row, scattered" row.)
 # * A `(2048, 1024)` float32 weight has spec `P("model", "data")` on a `2 x 4` mesh. How many
 #   bytes does one device hold? (`2048 x 1024 x 4 / 8`, 1 MiB: the local shard, not the
 #   global 8 MiB.)

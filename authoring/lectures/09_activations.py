@@ -4,8 +4,9 @@
 # Every "does it fit" answer so far counted persistent state: weights, gradients, optimizer
 # state, 16 bytes per parameter in the lesson's layout, 112 GB for a 7B model. Training also
 # keeps, from each forward pass until its backward pass, the tensors backward needs: the
-# **saved activations**. They grow with batch size and sequence length, not with the parameter
-# count, and for long sequences they rival the state. This module
+# **saved activations**. For a fixed model they grow with batch size and sequence length (as
+# s·b·h·L, plus a·s²·b·L where attention's scores are stored), while the state does not; for
+# long sequences they rival it. This module
 #
 # 1. predicts, tensor by tensor, what one block of the course's transformer
 #    (`course_utils.tiny_lm`) saves, and measures it on real runs to the byte;
@@ -228,8 +229,10 @@ for mode, s in times.items():
 # the same bytes as TP's. `sequence_parallel.compare` runs module 4's block (LayerNorm,
 # attention, residual, LayerNorm, MLP, residual; no dropout, so that one device can be matched
 # exactly) as TP and as TP + SP on 2 gloo ranks, counts what each rank saves with
-# `activations.saved_bytes`, logs every collective (gloo's reduce-scatter is built from an
-# all-to-all), and checks every output and gradient against one device, over two seeds:
+# `activations.saved_bytes`, logs every collective, and checks every output and gradient
+# against one device, over two seeds. (Its reduce-scatter is built from `all_to_all_single`:
+# gloo's own `reduce_scatter_single` works, but sends what an all-reduce sends; the cell after
+# the table measures both.)
 
 # %%
 from course_utils import sequence_parallel
@@ -250,7 +253,9 @@ print(sequence_parallel.report(sp_run))
 # masks, in fp32), stays whole on every rank until SP splits it. Predicted and measured agree to
 # the byte. Backward sends more with SP because, as in Megatron, each rank keeps only its slice
 # of the two LayerNorm outputs and all-gathers it again in backward for the weight gradients
-# (Megatron starts that all-gather while it computes the input gradient). Keeping the gathered
+# (in Megatron's `LinearWithGradAccumulationAndAsyncCommunication.backward` that all-gather
+# runs during the input-gradient matmul, and the input gradient's reduce-scatter during the
+# weight-gradient matmul). Keeping the gathered
 # outputs instead costs their bytes and makes backward's bytes equal too:
 
 # %%
@@ -258,6 +263,22 @@ kept = sequence_parallel.compare(tp_size=2, seeds=(0, 1), regather=False, timeou
 backward = sequence_parallel.comm_summary(kept.comms["sp"], 2)["backward"]
 print(f"TP + SP, gathered LayerNorm outputs kept: {kept.saved_bytes['sp'][0]:,} bytes per rank")
 print(f"backward ring sends {backward['ring_bytes']:,.0f} B; equal to one device: {kept.equal}")
+
+# %% [markdown]
+# Why build the reduce-scatter from an all-to-all? Each rank's bytes written to its sockets
+# (`measure.bytes_written`), per form, as a fraction of the tensor reduced (4 MiB of fp32):
+
+# %%
+for t in (2, 4):
+    sent = sequence_parallel.reduce_scatter_bytes(world_size=t)    # t real gloo ranks
+    print(f"t = {t}: " + ", ".join(f"{name} {frac:.3f}" for name, frac in sent.items())
+          + f"   (ring reduce-scatter: (t-1)/t = {(t - 1) / t:.3f})")
+
+# %% [markdown]
+# gloo's `reduce_scatter_single` sends 2(t-1)/t of the tensor, what an all-reduce of all of it
+# sends, and then keeps one slice: twice a ring reduce-scatter's (t-1)/t. The all-to-all form
+# sends each rank's chunk j straight to rank j, (t-1)/t, the ring's bytes, so TP + SP's forward
+# matches TP's all-reduce byte for byte.
 
 # %% [markdown]
 # One more collective is needed: each rank's LayerNorm weights (and the biases added after
@@ -473,17 +494,24 @@ for lr in (1e-3, 1e-4, 1e-5, 1e-6):
 plain = precision.loss_scaling(init_scale=2.0**16)
 print(f"mean |gradient| {plain['mean |gradient|']:.1e}; without scaling "
       f"{plain['zero without scaling']:.1%} of it is exactly zero")
-print(f"with scale 2^16: largest relative error {plain['max relative error with scaling']:.1e}, "
+print(f"with scale 2^16: max|error| / max|gradient| {plain['max relative error with scaling']:.1e}, "
       f"step taken: {plain['step taken']}, scale stays {plain['scale after']:.0f}")
 big = precision.loss_scaling(init_scale=2.0**40)
 print(f"with scale 2^40: step taken: {big['step taken']}, "
       f"scale after x {big['scale after'] / big['scale before']}")
+scaler = torch.amp.GradScaler("cpu")                     # its defaults
+print(f"GradScaler: init_scale {scaler.get_scale():.0f}, x {scaler.get_backoff_factor()} after "
+      f"an inf/nan, x {scaler.get_growth_factor()} after {scaler.get_growth_interval()} "
+      "steps in a row without one")
 
 # %% [markdown]
-# Without scaling, 99.8% of the gradient is zero; scaled by 2¹⁶ it comes back within 0.04% of
-# the fp32 value. Too large a scale overflows to inf: the scaler then skips that step and halves
-# the scale, which is how it finds a good scale by itself. bf16 has fp32's exponent range, so
-# bf16 training needs no loss scaling; its problem is resolution, the master copy's job.
+# Without scaling, 99.8% of the gradient is zero; scaled by 2¹⁶ the largest error is 0.04% of
+# the largest gradient (max|error| / max|g|, against the fp32 gradient). Too large a scale
+# overflows to inf: the scaler then skips that step and halves the scale. Halving alone would
+# only ever shrink it; the scaler also doubles the scale after 2,000 steps in a row without an
+# inf or nan (`growth_interval`), so the scale keeps probing upward and settles just below
+# overflow. bf16 has fp32's exponent range, so bf16 training needs no loss scaling; its problem
+# is resolution, the master copy's job.
 #
 # **Summing gradients (18 vs 16 bytes).** Each addition of two bf16 numbers rounds to 8
 # significant bits. Accumulating micro-batch gradients into a bf16 `.grad`, or all-reducing D
@@ -501,9 +529,12 @@ for n in (1, 8, 64):
 # %% [markdown]
 # In fp32 the error stays at the one final rounding to bf16 (about 1.4e-3) however many terms
 # are summed; in bf16 it grows with the number of terms, to about 5x (accumulation) and 6x
-# (reduction) that at 64 terms. Keeping the gradients in fp32 costs 2 bytes per parameter more: that
-# is the 18-byte row. Reducing in fp32 while storing bf16 (FSDP's `reduce_dtype`) gets most of
-# the benefit for the all-reduce without the extra bytes.
+# (reduction) that at 64 terms. Keeping the gradients in fp32 costs 2 bytes per parameter more:
+# that is the 18-byte row. Only reducing in fp32 (FSDP's `reduce_dtype=torch.float32` beside a
+# bf16 `param_dtype`) is not free either: the reduce-scatter then sends fp32, twice bf16's
+# bytes, through an fp32 buffer; and it removes the reduction's rounding only, not the
+# accumulation's: micro-batches added into a bf16 `.grad` still round at every addition (the
+# left columns).
 #
 # ## Summary
 #
