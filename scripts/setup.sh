@@ -41,6 +41,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
             -r requirements.txt 2>&1 | while IFS= read -r line; do
                 case "$line" in
                     Collecting\ *) say "  ${line%% (*}" ;;
+                    "Installing collected packages"*)
+                        say "  unpacking and installing them all (the longest step, 1-3 minutes, silent)" ;;
                     "Successfully installed"*) say "  installed $(( $(echo "$line" | wc -w) - 2 )) packages" ;;
                     ERROR*|error*|*"No matching distribution"*) echo "$line" >&2 ;;
                 esac

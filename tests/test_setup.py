@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -83,3 +84,40 @@ def test_parallel_groups_keep_shared_state_on_one_worker():
     assert group_of("tests/test_memory.py::test_gb") == ("test", "tests/test_memory.py::test_gb")
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^PARALLEL := -n \$\(TEST_WORKERS\) --dist loadgroup", makefile, flags=re.M)
+
+
+def test_setup_prints_a_timed_line_for_each_step_of_the_install(tmp_path):
+    """scripts/setup.sh on a checkout whose .venv's pip is a stand-in printing what pip prints:
+    one "setup: ... (N s)" line per package collected, one before the long silent install, one
+    with the count installed, then "done"; a second run finds the stamp and prints nothing."""
+    import shutil
+    import subprocess
+
+    for rel in ("scripts/setup.sh", "requirements.txt", "pyproject.toml"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    fake = tmp_path / ".venv" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\n"
+                    "[ \"$1\" = - ] && exit 1\n"  # (the CPU-index probe: no answer)
+                    "case \"$*\" in *\" -e .\"*) exit 0 ;; esac\n"
+                    "echo 'Collecting torch==2.13.0 (from -r requirements.txt (line 1))'\n"
+                    "echo '  Downloading torch-2.13.0.whl (180 MB)'\n"
+                    "echo 'Collecting nbval==0.11.0'\n"
+                    "echo 'Installing collected packages: torch, nbval'\n"
+                    "echo 'Successfully installed nbval-0.11.0 torch-2.13.0'\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "COURSE_TORCH"))}
+    out = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert all(re.fullmatch(r"setup: .* \(\d+ s\)", ln) for ln in lines), lines
+    words = [re.sub(r" \(\d+ s\)$", "", ln) for ln in lines]
+    assert words[1:] == ["setup:   Collecting torch==2.13.0", "setup:   Collecting nbval==0.11.0",
+                         "setup:   unpacking and installing them all (the longest step, 1-3 "
+                         "minutes, silent)", "setup:   installed 2 packages", "setup: done"], words
+    assert words[0].startswith("setup: installing the pinned packages")
+    again = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60, env=env)
+    assert again.returncode == 0 and again.stdout == ""
