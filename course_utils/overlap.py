@@ -304,50 +304,55 @@ def check_grads(seeds: Sequence[int] = (0, 1), bucket_mbs: Sequence[Any] = (0.01
 
 
 def _recording_hook(log, bucket):  # (no annotations: DDP checks them, and this module's are strings)
-    """A DDP comm hook (``bucket``: a ``dist.GradBucket``) that notes (bucket index, bytes), then
-    averages the bucket as DDP's default hook does; returns the future DDP waits on."""
+    """A DDP comm hook (``bucket``: a ``dist.GradBucket``) that notes the bucket's bytes, then
+    averages it as DDP's default hook does; returns the future DDP waits on."""
     buffer = bucket.buffer()
-    log.append((bucket.index(), buffer.numel() * buffer.element_size()))
+    log.append(buffer.numel() * buffer.element_size())
     world = dist.get_world_size()
     work = dist.all_reduce(buffer, async_op=True)
     return work.get_future().then(lambda fut: fut.value()[0].div_(world))
 
 
-def ddp_buckets_worker(rank: int, world_size: int, bucket_mb: float | None = None,
-                       steps: int = 3, width: int = 256, depth: int = 32) -> list[list[int]]:
+def _ddp_name(bucket_mb: float | None) -> str:
+    return "DDP default" if bucket_mb is None else f"bucket_cap_mb={bucket_mb:g}"
+
+
+def ddp_buckets_worker(rank: int, world_size: int, bucket_mbs: Sequence[Any] = (None, 1.0),
+                       steps: int = 3, width: int = 256, depth: int = 32) -> dict[str, list]:
     """Worker: the buckets real ``DistributedDataParallel`` all-reduces at each of ``steps``
-    steps, read by a comm hook (``register_comm_hook``): per step, the bytes of each bucket in
-    the order the hook was called. ``bucket_mb=None``: DDP's defaults (``bucket_cap_mb`` unset).
-    """
-    bucket_mb = _check_bucket_mb(bucket_mb)
+    steps, read by a comm hook (``register_comm_hook``), for each of ``bucket_mbs`` (``None``:
+    DDP's defaults, ``bucket_cap_mb`` unset): ``{"DDP default" or "bucket_cap_mb=1": [[bytes of
+    each bucket, in the order the hook was called] per step]}``."""
+    sizes = _check_bucket_list(bucket_mbs)
     check_int("steps", steps)
     dev = backend.device()
-    model = make_mlp(width, depth, seed=0).to(dev)
-    kwargs = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
-    ddp = nn.parallel.DistributedDataParallel(
-        model, device_ids=[dev] if dev.type == "cuda" else None, **kwargs)
-    log: list[tuple[int, int]] = []
-    ddp.register_comm_hook(log, _recording_hook)
     x, y = make_batch(4, width, seed=rank)
-    out = []
-    for _ in range(steps):
-        log.clear()
-        _loss(ddp, x.to(dev), y.to(dev)).backward()
-        out.append([nbytes for _, nbytes in log])
+    out = {}
+    for bucket_mb in sizes:
+        model = make_mlp(width, depth, seed=0).to(dev)
+        kwargs = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
+        ddp = nn.parallel.DistributedDataParallel(
+            model, device_ids=[dev] if dev.type == "cuda" else None, **kwargs)
+        log: list[int] = []
+        ddp.register_comm_hook(log, _recording_hook)
+        out[_ddp_name(bucket_mb)] = []
+        for _ in range(steps):
+            log.clear()
+            _loss(ddp, x.to(dev), y.to(dev)).backward()
+            out[_ddp_name(bucket_mb)].append(list(log))
     return out
 
 
 def ddp_buckets(bucket_mbs: Sequence[Any] = (None, 1.0), steps: int = 3, width: int = 256,
                 depth: int = 32, timeout_s: float = 90.0) -> dict[str, list[list[int]]]:
-    """Real DDP's buckets on 2 gloo ranks (:func:`ddp_buckets_worker`), per bucket size:
-    ``{"DDP default" or "bucket_cap_mb=1": [[bytes per bucket] per step]}`` (rank 0's)."""
+    """:func:`ddp_buckets_worker` on 2 gloo ranks: their result, which must be the same on both
+    (DDP's buckets are the same on every rank, or its all-reduces would not match)."""
     sizes = _check_bucket_list(bucket_mbs)
-    out = {}
-    for bucket_mb in sizes:
-        [first, _] = launch.run(ddp_buckets_worker, 2, bucket_mb, steps, width, depth,
-                                timeout_s=timeout_s, show_output=False, backend="gloo")
-        out["DDP default" if bucket_mb is None else f"bucket_cap_mb={bucket_mb:g}"] = first
-    return out
+    first, second = launch.run(ddp_buckets_worker, 2, sizes, steps, width, depth,
+                               timeout_s=timeout_s, show_output=False, backend="gloo")
+    if first != second:
+        raise RuntimeError(f"the two ranks saw different DDP buckets: {first} vs {second}")
+    return first
 
 
 # ------------------------------------------------------------------------------------ timing
