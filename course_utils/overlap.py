@@ -348,6 +348,7 @@ def ddp_buckets(bucket_mbs: Sequence[Any] = (None, 1.0), steps: int = 3, width: 
     """:func:`ddp_buckets_worker` on 2 gloo ranks: their result, which must be the same on both
     (DDP's buckets are the same on every rank, or its all-reduces would not match)."""
     sizes = _check_bucket_list(bucket_mbs)
+    check_int("steps", steps)
     first, second = launch.run(ddp_buckets_worker, 2, sizes, steps, width, depth,
                                timeout_s=timeout_s, show_output=False, backend="gloo")
     if first != second:

@@ -168,6 +168,9 @@ def reduce_scatter_bytes(world_size: int = 2, numel: int = 2**20,
     from course_utils import launch
 
     _check_int("world_size", world_size, 2)
+    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1 or numel % world_size:
+        raise ValueError(f"numel must be a positive int divisible by world_size={world_size}; "
+                         f"got {numel!r}")
     runs = launch.run(reduce_scatter_bytes_worker, world_size, numel, timeout_s=timeout_s,
                       show_output=False, backend="gloo")
     return {name: max(r[name] for r in runs) for name in runs[0]}

@@ -147,6 +147,8 @@ def test_timing_worker_returns_a_sane_table():
     (lambda: overlap.bucket_assignment([("w", -4)], 1.0), "sizes"),
     (lambda: overlap.bucket_assignment([("w", 4.5)], 1.0), "sizes"),
     (lambda: overlap.param_sizes("model"), "model"),
+    (lambda: overlap.ddp_buckets((None,), steps=0), "steps"),
+    (lambda: overlap.ddp_buckets([]), "bucket_mbs"),
     (lambda: overlap.BucketAllReduce([torch.zeros(2)], bucket_mb=1.0), "model"),
 ])
 def test_bad_input_raises_value_error_naming_it(call, match):

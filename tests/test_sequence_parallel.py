@@ -200,6 +200,10 @@ def test_bad_arguments_raise_value_error():
         sp.comm_summary([("all_reduce", "forward")], 2)
     with pytest.raises(ValueError, match="events must be"):
         sp.comm_summary(5, 2)
+    with pytest.raises(ValueError, match="numel"):
+        sp.reduce_scatter_bytes(2, numel=7)
+    with pytest.raises(ValueError, match="world_size"):
+        sp.reduce_scatter_bytes(1)
     with pytest.raises(ValueError, match="block must be"):
         sp.TensorParallelBlock(tp.MLP(4, 8))
 
