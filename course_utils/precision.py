@@ -21,18 +21,12 @@ from typing import Any
 
 import torch
 from course_utils.validate import check_int as _check_int
+from course_utils.validate import check_real as _check_positive  # finite, > 0
 
 __all__ = ["DTYPES", "bf16_gap", "repeated_update", "fraction_lost", "loss_scaling",
            "accumulation_error"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-def _check_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-            or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
-    return float(value)
 
 
 def _check_dtype(name: str, value: Any, allowed: tuple[str, ...]) -> torch.dtype:
@@ -52,7 +46,7 @@ def bf16_gap(x: float) -> float:
     x = _check_positive("x", x)
     if x > BF16_MAX:
         raise ValueError(f"x must be at most bf16's largest finite value {BF16_MAX:.4g}, got {x!r}")
-    return 2.0 ** (max(math.floor(math.log2(x)), -126) - 7)
+    return 2.0 ** (math.floor(math.log2(max(x, BF16_MIN_NORMAL))) - 7)
 
 
 def repeated_update(start: float = 1.0, update: float = 1e-3, steps: int = 100) -> dict[str, float]:

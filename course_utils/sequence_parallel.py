@@ -135,6 +135,13 @@ def gather_from_sp(x: torch.Tensor, tp_group: dist.ProcessGroup | None = None) -
     return GatherFromSequenceParallel.apply(x, tp_group)
 
 
+def _check_numel(numel: Any, world_size: int) -> int:
+    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1 or numel % world_size:
+        raise ValueError(f"numel must be a positive int divisible by world_size={world_size}; "
+                         f"got {numel!r}")
+    return numel
+
+
 def reduce_scatter_bytes_worker(rank: int, world_size: int,
                                 numel: int = 2**20) -> dict[str, float]:
     """Worker: bytes this rank sends (``measure.bytes_written``) reducing a (1, numel) fp32
@@ -143,9 +150,7 @@ def reduce_scatter_bytes_worker(rank: int, world_size: int,
     form; each after a warm-up, as a fraction of the tensor's bytes."""
     from course_utils import measure
 
-    _check_int("numel", numel)
-    if numel % world_size:
-        raise ValueError(f"numel must be divisible by world_size={world_size}; got {numel}")
+    _check_numel(numel, world_size)
     x = torch.ones(1, numel, device=backend.device())                      # (1, n)
     out = {}
     for name, fn in (("gloo reduce-scatter", lambda: dist.reduce_scatter_single(
@@ -168,9 +173,7 @@ def reduce_scatter_bytes(world_size: int = 2, numel: int = 2**20,
     from course_utils import launch
 
     _check_int("world_size", world_size, 2)
-    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1 or numel % world_size:
-        raise ValueError(f"numel must be a positive int divisible by world_size={world_size}; "
-                         f"got {numel!r}")
+    _check_numel(numel, world_size)
     runs = launch.run(reduce_scatter_bytes_worker, world_size, numel, timeout_s=timeout_s,
                       show_output=False, backend="gloo")
     return {name: max(r[name] for r in runs) for name in runs[0]}
