@@ -283,9 +283,11 @@ def has_memory_cgroup() -> bool:
 
 def _environment_roots() -> list[Path]:
     """Folders the kernel's Python needs: the interpreter's prefixes (a venv and its base)."""
-    roots = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                          sys.base_exec_prefix)}
-    roots.add(Path(sys.executable).parent.resolve())
+    paths = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                               sys.base_exec_prefix, Path(sys.executable).parent)]
+    # each as it resolves, and as it is spelled (a .venv that is a link to another folder: the
+    # kernel is started by the spelled path, so that path must exist inside too)
+    roots = {p.resolve() for p in paths} | {Path(os.path.abspath(p)) for p in paths}
     # a folder inside another is bound with it
     return sorted(r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots))
 
