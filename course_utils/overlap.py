@@ -78,6 +78,7 @@ def _check_bucket_list(bucket_mbs: Any) -> list[float | None]:
 
 def bucket_name(bucket_mb: float | None) -> str:
     """Words for a bucket size: ``"1 MiB"``, or ``"after backward"`` for None."""
+    bucket_mb = _check_bucket_mb(bucket_mb)
     return "after backward" if bucket_mb is None else f"{bucket_mb:g} MiB"
 
 
@@ -88,6 +89,7 @@ def make_mlp(width: int = 256, depth: int = 32, seed: int = 0) -> nn.Sequential:
     """``depth`` Linear(width, width) layers with ReLU between them, seeded (fp32)."""
     check_int("width", width)
     check_int("depth", depth)
+    check_int("seed", seed, 0)
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     for i in range(depth):
@@ -101,6 +103,7 @@ def make_batch(n: int, width: int = 256, seed: int = 0) -> tuple[torch.Tensor, t
     """A seeded regression batch: inputs (n, width) and targets (n, width)."""
     check_int("n", n)
     check_int("width", width)
+    check_int("seed", seed, 0)
     gen = torch.Generator().manual_seed(1000 + seed)
     x = torch.randn(n, width, generator=gen)                                   # (n, width)
     return x, torch.tanh(x.roll(1, dims=1))                                    # (n, width)
@@ -240,6 +243,7 @@ def _grads_dict(model: nn.Module) -> dict[str, Any]:
 def reference_grads(seed: int = 0, width: int = 64, depth: int = 3,
                     global_batch: int = 8) -> dict[str, torch.Tensor]:
     """One process, the whole batch: the gradients every data-parallel rank must end with."""
+    check_int("global_batch", global_batch)
     model = make_mlp(width, depth, seed)
     x, y = make_batch(global_batch, width, seed)
     _loss(model, x, y).backward()
@@ -287,6 +291,12 @@ def check_grads(seeds: Sequence[int] = (0, 1), bucket_mbs: Sequence[Any] = (0.01
     """Launch :func:`grads_worker` for each seed; assert every rank's hand-made and DDP gradients
     equal one process's (``torch.testing.assert_close``); one line per seed and bucket size."""
     sizes = _check_bucket_list(bucket_mbs)
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__") or not list(seeds):
+        raise ValueError(f"seeds must be a non-empty sequence of ints >= 0; got {seeds!r}")
+    for seed in seeds:
+        check_int("seeds entry", seed, 0)
+    for name, value in (("world_size", world_size), ("width", width), ("depth", depth)):
+        check_int(name, value)
     lines = []
     for seed in seeds:
         runs = launch.run(grads_worker, world_size, seed, sizes, width, depth, 4 * world_size,
@@ -313,43 +323,62 @@ def _recording_hook(log, bucket):  # (no annotations: DDP checks them, and this 
     return work.get_future().then(lambda fut: fut.value()[0].div_(world))
 
 
-def _ddp_name(bucket_mb: float | None) -> str:
-    return "DDP default" if bucket_mb is None else f"bucket_cap_mb={bucket_mb:g}"
+def _ddp_name(bucket_mb: float | None, static_graph: bool = False) -> str:
+    name = "DDP default" if bucket_mb is None else f"bucket_cap_mb={bucket_mb:g}"
+    return name + ", static_graph" if static_graph else name
+
+
+def _check_static(static_graph: Any) -> list[bool]:
+    if (isinstance(static_graph, (str, bytes)) or not hasattr(static_graph, "__iter__")
+            or not list(static_graph) or not all(isinstance(v, bool) for v in static_graph)):
+        raise ValueError(f"static_graph must be a non-empty sequence of bools, e.g. (False, True); "
+                         f"got {static_graph!r}")
+    return list(static_graph)
 
 
 def ddp_buckets_worker(rank: int, world_size: int, bucket_mbs: Sequence[Any] = (None, 1.0),
-                       steps: int = 3, width: int = 256, depth: int = 32) -> dict[str, list]:
+                       steps: int = 3, width: int = 256, depth: int = 32,
+                       static_graph: Sequence[bool] = (False,)) -> dict[str, list]:
     """Worker: the buckets real ``DistributedDataParallel`` all-reduces at each of ``steps``
     steps, read by a comm hook (``register_comm_hook``), for each of ``bucket_mbs`` (``None``:
-    DDP's defaults, ``bucket_cap_mb`` unset): ``{"DDP default" or "bucket_cap_mb=1": [[bytes of
-    each bucket, in the order the hook was called] per step]}``."""
+    DDP's defaults, ``bucket_cap_mb`` unset) and each ``static_graph`` flag: ``{"DDP default"
+    or "bucket_cap_mb=1" (+ ", static_graph"): [[bytes of each bucket, in the order the hook was
+    called] per step]}``."""
     sizes = _check_bucket_list(bucket_mbs)
+    statics = _check_static(static_graph)
     check_int("steps", steps)
     dev = backend.device()
     x, y = make_batch(4, width, seed=rank)
     out = {}
-    for bucket_mb in sizes:
-        model = make_mlp(width, depth, seed=0).to(dev)
-        kwargs = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
-        ddp = nn.parallel.DistributedDataParallel(
-            model, device_ids=[dev] if dev.type == "cuda" else None, **kwargs)
-        log: list[int] = []
-        ddp.register_comm_hook(log, _recording_hook)
-        out[_ddp_name(bucket_mb)] = []
-        for _ in range(steps):
-            log.clear()
-            _loss(ddp, x.to(dev), y.to(dev)).backward()
-            out[_ddp_name(bucket_mb)].append(list(log))
+    for static in statics:
+        for bucket_mb in sizes:
+            model = make_mlp(width, depth, seed=0).to(dev)
+            kwargs = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
+            ddp = nn.parallel.DistributedDataParallel(
+                model, device_ids=[dev] if dev.type == "cuda" else None, static_graph=static,
+                **kwargs)
+            log: list[int] = []
+            ddp.register_comm_hook(log, _recording_hook)
+            name = _ddp_name(bucket_mb, static)
+            out[name] = []
+            for _ in range(steps):
+                log.clear()
+                _loss(ddp, x.to(dev), y.to(dev)).backward()
+                out[name].append(list(log))
     return out
 
 
 def ddp_buckets(bucket_mbs: Sequence[Any] = (None, 1.0), steps: int = 3, width: int = 256,
-                depth: int = 32, timeout_s: float = 90.0) -> dict[str, list[list[int]]]:
+                depth: int = 32, timeout_s: float = 90.0,
+                static_graph: Sequence[bool] = (False,)) -> dict[str, list[list[int]]]:
     """:func:`ddp_buckets_worker` on 2 gloo ranks: their result, which must be the same on both
     (DDP's buckets are the same on every rank, or its all-reduces would not match)."""
     sizes = _check_bucket_list(bucket_mbs)
+    statics = _check_static(static_graph)
     check_int("steps", steps)
-    first, second = launch.run(ddp_buckets_worker, 2, sizes, steps, width, depth,
+    check_int("width", width)
+    check_int("depth", depth)
+    first, second = launch.run(ddp_buckets_worker, 2, sizes, steps, width, depth, statics,
                                timeout_s=timeout_s, show_output=False, backend="gloo")
     if first != second:
         raise RuntimeError(f"the two ranks saw different DDP buckets: {first} vs {second}")
@@ -432,7 +461,10 @@ def measure_overlap(bucket_mbs: Sequence[Any] = BUCKET_SIZES, world_size: int = 
     """Run :func:`timing_worker` on ``world_size`` real ranks; one row per bucket size, each time
     the slowest rank's median (a step ends when every rank has its gradients)."""
     sizes = _check_bucket_list(bucket_mbs)
-    check_int("world_size", world_size)
+    for name, value in (("world_size", world_size), ("steps", steps), ("width", width),
+                        ("depth", depth), ("batch", batch)):
+        check_int(name, value)
+    check_int("warmup", warmup, 0)
     runs = launch.run(timing_worker, world_size, sizes, steps, warmup, width, depth, batch,
                       timeout_s=timeout_s, show_output=False)
     rows = []
@@ -446,6 +478,11 @@ def measure_overlap(bucket_mbs: Sequence[Any] = BUCKET_SIZES, world_size: int = 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows of :func:`measure_overlap` as a text table (milliseconds)."""
+    keys = ("bucket_mb", "n_buckets", "step_ms", "compute_ms", "comm_ms", "wait_ms")
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not all(
+            isinstance(r, dict) and all(k in r for k in keys) for r in rows):
+        raise ValueError(f"rows must be measure_overlap's list of dicts, each with the keys "
+                         f"{list(keys)}; got {rows!r:.80}")
     lines = [f"{'bucket':>15}{'buckets':>9}{'step':>9}{'compute':>9}{'comm':>9}{'wait':>9}"]
     for r in rows:
         lines.append(f"{bucket_name(r['bucket_mb']):>15}{r['n_buckets']:>9}{r['step_ms']:>9.1f}"
@@ -498,6 +535,11 @@ def plot_timeline(schedules: dict[str, dict[str, Any]], ax: Any = None) -> Any:
 
     from course_utils import style
 
+    if not isinstance(schedules, dict) or not schedules or not all(
+            isinstance(v, dict) and {"step_s", "backward", "comm"} <= v.keys()
+            for v in schedules.values()):
+        raise ValueError("schedules must be a non-empty dict {name: simulate(...)'s result} "
+                         "(each with 'step_s', 'backward' and 'comm')")
     if ax is None:
         _, ax = plt.subplots(figsize=(8.5, 0.9 + 0.8 * len(schedules)))
     colors = style.PHASE_COLORS

@@ -11,7 +11,10 @@ Module 1's layouts (:data:`course_utils.memory.LAYOUTS`) differ in exactly these
   sums over micro-batches and ranks round once, not at every addition
   (:func:`accumulation_error`; the all-reduce case is :func:`course_utils.zero.sum_rounding_error`).
 * **fp16** has bf16's 2 bytes but a far smaller range: gradients below about 6e-8 flush to zero
-  unless the loss is scaled up first (:func:`loss_scaling`, ``torch.amp.GradScaler``).
+  unless the loss is scaled up first (:func:`loss_scaling`, ``torch.amp.GradScaler``), and a
+  gradient-norm clip must come after ``unscale_`` (:func:`clip_with_scaler`).
+* **fp8** (1 byte) has so little range that every tensor gets its own scale
+  (:func:`fp8_cast_error`).
 """
 
 from __future__ import annotations
@@ -24,15 +27,19 @@ from course_utils.validate import check_int as _check_int
 from course_utils.validate import check_real as _check_positive  # finite, > 0
 
 __all__ = ["DTYPES", "bf16_gap", "repeated_update", "fraction_lost", "loss_scaling",
-           "accumulation_error"]
+           "clip_with_scaler", "fp8_cast_error", "FP8_DTYPES", "accumulation_error"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def _check_dtype(name: str, value: Any, allowed: tuple[str, ...]) -> torch.dtype:
+    return _check_dtype_map(name, value, {k: DTYPES[k] for k in allowed})
+
+
+def _check_dtype_map(name: str, value: Any, allowed: dict[str, torch.dtype]) -> torch.dtype:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
-    return DTYPES[value]
+    return allowed[value]
 
 
 BF16_MIN_NORMAL = 2.0 ** -126  # below it bf16 is subnormal: a fixed spacing of 2^-133
@@ -125,6 +132,69 @@ def loss_scaling(loss_weight: float = 1e-4, input_scale: float = 1e-4, numel: in
             "max relative error with scaling": rel,
             "step taken": info["scale after"] >= info["scale before"],
             "scale before": info["scale before"], "scale after": info["scale after"]}
+
+
+def clip_with_scaler(max_norm: float = 1.0, init_scale: float = 2.0**16, numel: int = 1000,
+                     seed: int = 0) -> dict[str, float]:
+    """Clip a gradient to ``max_norm`` beside ``torch.amp.GradScaler``, after ``unscale_`` (as
+    PyTorch's AMP recipe says) and before it, and return what each clip saw and did.
+
+    The gradient is that of ``sum(w * x)``, x ~ N(0, 1): norm about sqrt(numel), above
+    ``max_norm``. SGD with lr 1 makes the step equal to the clipped gradient, so the returned
+    step norms say what each order does: ``max_norm`` when clipped after ``unscale_``; when
+    clipped before it, the clip saw the scaled gradient, and unscaling then shrank the already
+    clipped gradient by ``init_scale`` as well."""
+    max_norm = _check_positive("max_norm", max_norm)
+    init_scale = _check_positive("init_scale", init_scale)
+    _check_int("numel", numel)
+    _check_int("seed", seed, 0)
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(seed))   # (numel,)
+    out: dict[str, float] = {}
+    for order in ("after unscale_", "before unscale_"):
+        w = torch.zeros(numel, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=1.0)
+        scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+        scaler.scale((w * x).sum()).backward()              # w.grad = x * scale
+        if order == "before unscale_":
+            seen = torch.nn.utils.clip_grad_norm_([w], max_norm)
+            scaler.unscale_(opt)
+        else:
+            scaler.unscale_(opt)                            # w.grad = x
+            seen = torch.nn.utils.clip_grad_norm_([w], max_norm)
+        scaler.step(opt)
+        scaler.update()
+        out[f"norm seen, clipped {order}"] = seen.item()
+        out[f"step norm, clipped {order}"] = w.detach().norm().item()
+    out["true gradient norm"] = x.norm().item()
+    return out
+
+
+FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def fp8_cast_error(std: float = 1e-3, numel: int = 100_000, fmt: str = "e4m3",
+                   scaled: bool = True, outlier: float | None = None,
+                   seed: int = 0) -> dict[str, float]:
+    """Round a tensor (normal, ``std``; element 0 set to ``outlier`` if given) to fp8 and back,
+    without a scale or with a per-tensor scale (largest finite fp8 value / amax, the "current
+    scaling" recipe). Returns the fraction of the other elements that became zero and their mean
+    relative error |rounded - x| / |x|."""
+    std = _check_positive("std", std)
+    _check_int("numel", numel, 2)
+    dtype = _check_dtype_map("fmt", fmt, FP8_DTYPES)
+    if not isinstance(scaled, bool):
+        raise ValueError(f"scaled must be a bool; got {scaled!r}")
+    if outlier is not None:
+        outlier = _check_positive("outlier", outlier)
+    _check_int("seed", seed, 0)
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(seed)) * std  # (numel,)
+    if outlier is not None:
+        x[0] = outlier
+    scale = torch.finfo(dtype).max / x.abs().max() if scaled else torch.tensor(1.0)
+    back = (x * scale).to(dtype).float() / scale                            # (numel,)
+    rest, x_rest = back[1:], x[1:]
+    return {"scale": scale.item(), "zero": (rest == 0).float().mean().item(),
+            "mean relative error": ((rest - x_rest).abs() / x_rest.abs()).mean().item()}
 
 
 def accumulation_error(n_micro: int, grad_dtype: str = "bf16", features: int = 64,

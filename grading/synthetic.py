@@ -57,9 +57,9 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
                        "TP is not innermost here"),
     "a7_measuring": ("q2", "q2_tokens_per_s = BATCH_PER_RANK * SEQ_LEN / (RUN_A['step_ms'] / 1000)",
                      "the global batch is BATCH_PER_RANK x D sequences"),
-    "a8_jax_sharding": ("q2", 'collective_a = "all-reduce"\ncollective_b = "none"\n'
-                        'collective_c = "all-gather"\nw_bytes_a = 640 * 1536 * 4 // 8\n'
-                        'y_bytes_b = 96 * 1536 * 4\nw_bytes_2d = 768 * 3072 * 4 // 8',
+    "a8_jax_sharding": ("q2", 'collective_a = "all-gather"\ncollective_b = "all-reduce"\n'
+                        'collective_c = "none"\nw_bytes_b = 1536 * 640 * 4 // 8\n'
+                        'y_bytes_c = 96 * 1536 * 4\nw_bytes_2d = 768 * 3072 * 4 // 8',
                         "instead of the local shard"),
     "a9_activations": ("q1", "q1_gpt_gb = 4096 * 2 * 5120 * 34 * 40 / 1e9\n"
                              "q1_block_bytes = 4 * (8 * 4 * 64 * 128 + 2 * 4 * 64 * 512 + 4 * 4 * 64"

@@ -171,15 +171,144 @@ def test_assignment_numbers():
     assert activations.measured_block_bytes(cfg, 4, 64) == 2_625_536
     small = tiny_lm.TinyLMConfig(d_model=32, n_heads=2, d_ff=128, seq_len=16)
     assert activations.measured_block_bytes(small, 2, 16) == 70_144
-    per_seq = {m: activations.korthikanti_bytes(4096, 1, 4096, 32, 32, m) / 1e9
-               for m in activations.RECOMPUTES}
-    assert per_seq["none"] > 40 and 2 * per_seq["attention"] <= 40 < 4 * per_seq["attention"]
+    per_seq = {m: activations.korthikanti_bytes(2048, 1, 6144, 48, 44, m) / 1e9
+               for m in activations.RECOMPUTES}       # Q2: none fits at 1 in 80 GB, not at 2
+    assert per_seq["none"] <= 80 < 2 * per_seq["none"]
+    assert [round(per_seq[m], 1) for m in activations.RECOMPUTES] == [63.1, 18.8, 1.1]
+    assert 4 * per_seq["attention"] <= 80 < 8 * per_seq["attention"] and 16 * per_seq["full"] <= 80
     per_seq = {m: activations.korthikanti_bytes(8192, 1, 2048, 16, 24, m) / 1e9
                for m in activations.RECOMPUTES}
     assert per_seq["attention"] > 10 and 8 * per_seq["full"] <= 10 < 16 * per_seq["full"]
 
 
+def test_korthikanti_fused_attention():
+    """A fused kernel keeps a 4 a s b fp32 log-sum-exp per layer instead of the 5 a s^2 b
+    matrix: 34 s b h + 4 a s b; selective recomputation then only drops the log-sum-exp."""
+    s, b, h, a, t = 2048, 2, 1024, 16, 4
+    sbh = s * b * h
+    fused = activations.korthikanti_bytes(s, b, h, a, attention="fused")
+    assert fused == 34 * sbh + 4 * a * s * b
+    assert activations.korthikanti_bytes(s, b, h, a, recompute="attention",
+                                         attention="fused") == 34 * sbh
+    assert activations.korthikanti_bytes(s, b, h, a, tp=t, sp=True, attention="fused") == \
+        (34 * sbh + 4 * a * s * b) / t
+    kw = dict(s=4096, b=1, h=4096, a=32, layers=32)           # the lecture's 7B figures
+    assert round(activations.korthikanti_bytes(**kw, attention="fused") / 1e9, 2) == 18.27
+    assert round(32 * 4 * 32 * 4096 / 1e6, 1) == 16.8           # the log-sum-exps, MB
+
+
+@pytest.mark.parametrize("cfg", [
+    activations.ModernBlockConfig(),                                     # GQA, 2 groups
+    activations.ModernBlockConfig(d_model=48, n_heads=3, kv_heads=3, d_ff=100),  # multi-head
+    activations.ModernBlockConfig(d_model=32, n_heads=4, kv_heads=1, d_ff=96),   # multi-query
+])
+@pytest.mark.parametrize("norm", activations.NORMS)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_modern_block_prediction_equals_measurement(cfg, norm, dtype):
+    """Margin: zero bytes, at B = 1 (views) and odd lengths too."""
+    for batch, seq in [(1, 1), (2, 64), (3, 17)]:
+        assert activations.measured_modern_bytes(cfg, batch, seq, norm, dtype) == \
+            sum(activations.modern_block_terms(cfg, batch, seq, norm, dtype).values())
+
+
+def test_modern_constants():
+    """The lecture's table: 12 + 4 g/a + 8 F/h per s·b·h with fused norms in 16-bit, 12 more
+    with PyTorch's eager RMSNorm (its fp32 copies), beside the paper's 34."""
+    c = activations.modern_constant
+    assert c(activations.LLAMA2_7B) == 12 + 4 + 8 * 11008 / 4096 == 37.5
+    assert c(activations.LLAMA3_8B) == 12 + 1 + 8 * 14336 / 4096 == 41.0
+    assert c(activations.LLAMA2_7B, "eager") == 49.5 and c(activations.LLAMA3_8B, "eager") == 53.0
+    assert c(activations.LLAMA3_8B, "fused", "fp32") == 2 * 41.0          # fp32 values: 4 B
+    # a held-out case against a hand count: h=64, a=4, g=2, F=160
+    assert c(activations.ModernBlockConfig(), "fused") == 12 + 4 * 2 / 4 + 8 * 160 / 64
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fused_rmsnorm_matches_pytorch(seed):
+    """The course's fused RMSNorm (saves input and 1/rms) gives nn.RMSNorm's output and
+    gradients; the two ModernBlock norms give the same block."""
+    torch.manual_seed(seed)
+    cfg = activations.ModernBlockConfig()
+    eager = activations.ModernBlock(cfg, "eager")
+    fused = activations.ModernBlock(cfg, "fused")
+    fused.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 16, cfg.d_model, requires_grad=True)
+    outs = []
+    for block in (eager, fused):
+        y = block(x)
+        (gx,) = torch.autograd.grad(y.square().sum(), x)
+        outs.append((y, gx, torch.autograd.grad(block(x).square().sum(),
+                                                 block.norm1.weight)[0]))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b)
+
+
+def test_lecture_9_section_2_and_3_figures():
+    """Figures lecture 9 states in its text: partial recomputation of a 4-block TinyLM (B = 4,
+    T = 256), the output layer's log-softmax for Llama 3's vocabulary."""
+    cfg = tiny_lm.TinyLMConfig(seq_len=256, n_layers=4)
+    got = [activations.measured_model_bytes(cfg, 4, 256, "full", layers=k) / 1e6 for k in (0, 1, 4)]
+    assert [round(g, 2) for g in got] == [34.43, 26.29, 1.86]
+    assert round(got[0] - got[1], 2) == 8.14
+    assert round(4 * 4096 * 128_256 / 1e9, 2) == 2.10
+    layer = activations.modern_constant(activations.LLAMA3_8B) * 4096 * 4096 / 1e9
+    assert round(layer, 2) == 0.69 and round(2.10 / layer) == 3
+
+
+def test_partial_recomputation_is_linear_in_the_blocks_recomputed():
+    """Recomputing the first k of 4 blocks: measured == predicted, each block recomputed takes
+    off the same bytes, k = 0 is no recomputation and k = 4 is full."""
+    cfg = tiny_lm.TinyLMConfig(seq_len=128, n_layers=4)
+    got = [activations.measured_model_bytes(cfg, 2, 64, "full", layers=k) for k in range(5)]
+    assert got == [activations.predicted_model_bytes(cfg, 2, 64, "full", layers=k)
+                   for k in range(5)]
+    assert got[0] == activations.measured_model_bytes(cfg, 2, 64)
+    assert got[4] == activations.measured_model_bytes(cfg, 2, 64, "full")
+    steps = {got[k] - got[k + 1] for k in range(4)}
+    assert len(steps) == 1
+    loss, grads = activations.loss_and_grads(cfg, 2, 64)
+    model = tiny_lm.build(cfg, 0)
+    tokens, targets = activations.make_inputs(cfg, 2, 64, 0)
+    logits = activations.forward(model, tokens, "full", layers=2)
+    torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                      targets.reshape(-1)).backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], rtol=0, atol=0)
+
+
 # ------------------------------------------------------------------ precision
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_clip_after_unscale(seed):
+    """Clipped after unscale_, the step is max_norm long; clipped before it, the clip saw the
+    gradient times the scale and the step is max_norm / scale."""
+    r = precision.clip_with_scaler(max_norm=1.0, init_scale=2.0**16, seed=seed)
+    assert r["norm seen, clipped after unscale_"] == pytest.approx(r["true gradient norm"])
+    assert r["norm seen, clipped before unscale_"] == pytest.approx(2**16 * r["true gradient norm"],
+                                                                   rel=1e-4)
+    assert r["step norm, clipped after unscale_"] == pytest.approx(1.0, rel=1e-5)
+    assert r["step norm, clipped before unscale_"] == pytest.approx(2.0**-16, rel=1e-4)
+
+
+def test_fp8_per_tensor_scaling():
+    """The lecture's figures: e4m3's range (448 largest, 2^-6 smallest normal); unscaled
+    gradients of size 1e-3 mostly flush to zero; a per-tensor scale keeps them all within
+    e4m3's rounding (3 fraction bits: at most 2^-4 relative); one outlier costs the rest."""
+    fi = torch.finfo(torch.float8_e4m3fn)
+    assert (fi.max, fi.smallest_normal) == (448.0, 2.0**-6)
+    assert torch.finfo(torch.float8_e5m2).max == 57344.0
+    e4m3 = torch.float8_e4m3fn
+    assert torch.tensor(2.0**-9).to(e4m3).float().item() == 2.0**-9      # smallest subnormal
+    assert torch.tensor(2.0**-11).to(e4m3).float().item() == 0.0
+    plain = precision.fp8_cast_error(scaled=False)
+    scaled = precision.fp8_cast_error(scaled=True)
+    assert round(100 * plain["zero"]) == 67 and scaled["zero"] == 0
+    assert round(100 * scaled["mean relative error"], 1) == 2.3
+    assert scaled["mean relative error"] < 2**-4
+    spike = precision.fp8_cast_error(outlier=10.0)
+    assert round(100 * spike["zero"], 1) == 1.8 and spike["mean relative error"] > 2 * \
+        scaled["mean relative error"]
 
 
 def test_bf16_gap():
@@ -285,6 +414,30 @@ def test_layout_rows_tied_in_the_lecture():
     (lambda: precision.loss_scaling(init_scale=0), "init_scale"),
     (lambda: precision.accumulation_error(4, "fp16"), "grad_dtype"),
     (lambda: precision.accumulation_error(0), "n_micro"),
+    (lambda: activations.measured_block_bytes(CFG, 1, 4, device="nodev"), "device"),
+    (lambda: activations.plot_bytes_vs_seq([1], {"a": ["x"]}), "curve"),
+    (lambda: activations.plot_bytes_vs_seq([1, 2], {"a": [1, 2]}, {"a": [1]}), "measured"),
+    (lambda: activations.korthikanti_bytes(8, 1, 8, 1, attention="flash"), "attention"),
+    (lambda: activations.forward(tiny_lm.build(CFG), torch.zeros(1, 2, dtype=torch.long),
+                                 layers=3), "layers"),
+    (lambda: activations.measured_model_bytes(CFG, 1, 4, "full", layers=-1), "layers"),
+    (lambda: activations.predicted_model_bytes(CFG, 1, 4, "full", layers=2.0), "layers"),
+    (lambda: activations.ModernBlockConfig(n_heads=4, kv_heads=3), "kv_heads"),
+    (lambda: activations.ModernBlockConfig(d_model=30, n_heads=4), "n_heads"),
+    (lambda: activations.ModernBlockConfig(d_ff=0), "d_ff"),
+    (lambda: activations.ModernBlock("cfg"), "cfg"),
+    (lambda: activations.ModernBlock(activations.ModernBlockConfig(), norm="layer"), "norm"),
+    (lambda: activations.modern_block_terms(activations.ModernBlockConfig(), 1, 1,
+                                            dtype="fp16"), "dtype"),
+    (lambda: activations.modern_block_terms(activations.ModernBlockConfig(), 0, 1), "batch"),
+    (lambda: activations.measured_modern_bytes(activations.ModernBlockConfig(), 1, 1,
+                                               seed=-1), "seed"),
+    (lambda: activations.modern_constant(tiny_lm.TinyLMConfig()), "cfg"),
+    (lambda: precision.clip_with_scaler(max_norm=0), "max_norm"),
+    (lambda: precision.fp8_cast_error(fmt="e3m4"), "fmt"),
+    (lambda: precision.fp8_cast_error(scaled=1), "scaled"),
+    (lambda: precision.fp8_cast_error(outlier=-1.0), "outlier"),
+    (lambda: precision.fp8_cast_error(numel=1), "numel"),
 ])
 def test_bad_inputs_name_the_argument(call, words):
     with pytest.raises(ValueError, match=words):

@@ -149,6 +149,17 @@ def test_timing_worker_returns_a_sane_table():
     (lambda: overlap.param_sizes("model"), "model"),
     (lambda: overlap.ddp_buckets((None,), steps=0), "steps"),
     (lambda: overlap.ddp_buckets([]), "bucket_mbs"),
+    (lambda: overlap.ddp_buckets((None,), static_graph=True), "static_graph"),
+    (lambda: overlap.ddp_buckets((None,), static_graph=()), "static_graph"),
+    (lambda: overlap.ddp_buckets((None,), width=0), "width"),
+    (lambda: overlap.make_mlp(seed=-1), "seed"),
+    (lambda: overlap.make_batch(4, seed=2.5), "seed"),
+    (lambda: overlap.reference_grads(global_batch=0), "global_batch"),
+    (lambda: overlap.check_grads(width=0), "width"),          # before any rank is launched
+    (lambda: overlap.check_grads(seeds=[0, -1]), "seeds"),
+    (lambda: overlap.measure_overlap(steps=0), "steps"),
+    (lambda: overlap.measure_overlap(warmup=-1), "warmup"),
+    (lambda: overlap.measure_overlap(batch=2.5), "batch"),
     (lambda: overlap.BucketAllReduce([torch.zeros(2)], bucket_mb=1.0), "model"),
 ])
 def test_bad_input_raises_value_error_naming_it(call, match):
@@ -163,7 +174,7 @@ def test_real_ddp_buckets_match_the_course_rule_after_its_first_step():
     ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB) and the rest at 25 MiB: two buckets here."""
     import torch.distributed as dist
 
-    got = overlap.ddp_buckets((None, 1.0), steps=2)
+    got = overlap.ddp_buckets((None, 1.0), steps=3, static_graph=(False, True))
     sizes = overlap.param_sizes(overlap.make_mlp(256, 32))
     total = sum(b for _, b in sizes)
     assert got["DDP default"][0] == [total] and got["bucket_cap_mb=1"][0] == [total]
@@ -171,3 +182,8 @@ def test_real_ddp_buckets_match_the_course_rule_after_its_first_step():
     assert dist._DEFAULT_FIRST_BUCKET_BYTES == overlap.MIB
     first = overlap.bucket_copy_bytes(sizes, 1.0)[0]
     assert got["DDP default"][1] == [first, total - first] == [1_052_672, 7_368_704]
+    assert got["DDP default"][2] == got["DDP default"][1]
+    # static_graph=True: the first step records the graph, the second still runs one bucket,
+    # the buckets are rebuilt from the third step on (the lecture's figures)
+    assert got["DDP default, static_graph"] == [[total], [total], [first, total - first]]
+    assert got["bucket_cap_mb=1, static_graph"][2] == overlap.bucket_copy_bytes(sizes, 1.0)

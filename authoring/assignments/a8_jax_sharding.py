@@ -83,15 +83,18 @@ print("practice Q1: right. Compiled, the layer holds:", _plan["collectives"])
 
 # %% [markdown]
 # **Graded.** The Megatron MLP block `Y = GELU(X @ W1) @ W2` with `X` of shape `(b, h)`, `W1`
-# `(h, ffn)`, `W2` `(ffn, h)`: the batch split over `"data"`; `W1` **column-parallel** and
-# `W2` **row-parallel** over `"model"` (replicated over `"data"`); `Y` split by batch over
-# `"data"`, whole in its features. Give `spec_x`, `spec_w1`, `spec_w2`, `spec_y`.
+# `(h, ffn)`, `W2` `(ffn, h)`, in a plan the lecture does not show: tensor parallelism **and**
+# FSDP at once. The batch is split over `"data"`; `W1` is **column-parallel** and `W2`
+# **row-parallel** over `"model"`; and each weight is also *stored* split over `"data"`, along
+# the dim that tensor parallelism leaves whole (ZeRO-3: gathered over `"data"` when used). `Y`
+# is split by batch over `"data"`, whole in its features. Give `spec_x`, `spec_w1`, `spec_w2`,
+# `spec_y`.
 
 # %% [answer q1]
 ### BEGIN SOLUTION
 spec_x = P("data", None)
-spec_w1 = P(None, "model")
-spec_w2 = P("model", None)
+spec_w1 = P("data", "model")
+spec_w2 = P("model", "data")
 spec_y = P("data", None)
 ### END SOLUTION
 
@@ -106,9 +109,10 @@ for _name, _value in (("spec_x", spec_x), ("spec_w1", spec_w1), ("spec_w2", spec
 assert js.spec_entries(spec_w1, 2) != js.spec_entries(spec_w2, 2), (
     "spec_w1 and spec_w2 are the same: a column-parallel and a row-parallel layer split "
     "different dims of their weights")
-assert "data" not in js.spec_entries(spec_w1, 2) + js.spec_entries(spec_w2, 2), (
-    "you split a weight over \"data\": mixing up the axis names. The weights are split by "
-    "tensor parallelism, over \"model\", and replicated over \"data\"")
+for _name, _value in (("spec_w1", spec_w1), ("spec_w2", spec_w2)):
+    assert "model" in js.spec_entries(_value, 2), (
+        f"{_name} = {_value} does not name \"model\": tensor parallelism splits each weight "
+        "over \"model\"")
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -189,24 +193,26 @@ for _name, _value, _true, _global in (
 print("practice Q2: all right (checked against the compiled programs and their shards).")
 
 # %% [markdown]
-# **Graded.** A 1-D mesh of 8 devices with axis `"model"`; `X` is `(96, 640)`, `W` is
-# `(640, 1536)`, float32; `Y = X @ W` compiled with `jit` (Auto axes).
+# **Graded.** A 1-D mesh of 8 devices with axis `"model"`; the weight is stored as PyTorch's
+# `nn.Linear` stores it, `(out_features, in_features)`: `X` is `(96, 640)`, `W` is
+# `(1536, 640)`, float32, and the layer computes `Y = X @ W.T`, compiled with `jit` (Auto
+# axes). Work out which of `W`'s dims is contracted before you answer.
 #
-# * `collective_a`: `X: P(None, "model")`, `W: P("model", None)`, `Y: P()`.
-# * `collective_b`: `X: P()`, `W: P(None, "model")`, `Y: P(None, "model")`.
-# * `collective_c`: `X: P()`, `W: P(None, "model")`, `Y: P()`.
-# * `w_bytes_a`: the bytes one device holds of `W` in layout a (an int).
-# * `y_bytes_b`: the bytes one device holds of `Y` in layout b (an int).
+# * `collective_a`: `X: P()`, `W: P("model", None)`, `Y: P()`.
+# * `collective_b`: `X: P(None, "model")`, `W: P(None, "model")`, `Y: P()`.
+# * `collective_c`: `X: P()`, `W: P("model", None)`, `Y: P(None, "model")`.
+# * `w_bytes_b`: the bytes one device holds of `W` in layout b (an int).
+# * `y_bytes_c`: the bytes one device holds of `Y` in layout c (an int).
 # * `w_bytes_2d`: on the `2 x 4` mesh `("data", "model")`, a float32 weight of shape
 #   `(768, 3072)` with spec `P("data", "model")`: bytes per device (an int).
 
 # %% [answer q2]
 ### BEGIN SOLUTION
-collective_a = "all-reduce"
-collective_b = "none"
-collective_c = "all-gather"
-w_bytes_a = 640 * 1536 * 4 // 8
-y_bytes_b = 96 * 1536 * 4 // 8
+collective_a = "all-gather"
+collective_b = "all-reduce"
+collective_c = "none"
+w_bytes_b = 1536 * 640 * 4 // 8
+y_bytes_c = 96 * 1536 * 4 // 8
 w_bytes_2d = 768 * 3072 * 4 // 8
 ### END SOLUTION
 
@@ -216,19 +222,20 @@ for _name, _value in (("collective_a", collective_a), ("collective_b", collectiv
                       ("collective_c", collective_c)):
     assert isinstance(_value, str) and _value in COLLECTIVES, (
         f"{_name} should be one of {COLLECTIVES}; got {_value!r}")
-assert collective_a != "none", (
-    "collective_a = 'none': sharding the contraction dim (W's rows) and expecting no "
-    "collective is the typical mistake; what does each device hold after its matmul?")
-assert collective_b != collective_c, (
-    "layouts b and c differ only in Y's layout, and they need different communication")
-for _name, _value in (("w_bytes_a", w_bytes_a), ("y_bytes_b", y_bytes_b),
+assert collective_b != "none", (
+    "collective_b = 'none': in layout b, W.T's rows are split, the contraction dim: sharding it "
+    "and expecting no collective is the typical mistake; what does each device hold after its "
+    "matmul?")
+assert collective_a != collective_c, (
+    "layouts a and c differ only in Y's layout, and they need different communication")
+for _name, _value in (("w_bytes_b", w_bytes_b), ("y_bytes_c", y_bytes_c),
                       ("w_bytes_2d", w_bytes_2d)):
     checks.check_number(_name, _value, unit="bytes")
     assert float(_value) == int(_value), f"{_name} should be a whole number"
-checks.check_number("w_bytes_a", w_bytes_a, unit="bytes", mistakes=[
-    (640 * 1536 * 4, "that is the global W: count the bytes of one device's shard (its own "
+checks.check_number("w_bytes_b", w_bytes_b, unit="bytes", mistakes=[
+    (1536 * 640 * 4, "that is the global W: count the bytes of one device's shard (its own "
                      "block), as addressable_shards does"),
-    (640 * 1536 / 8, "that is a count of elements; each float32 is 4 bytes")])
+    (1536 * 640 / 8, "that is a count of elements; each float32 is 4 bytes")])
 checks.check_number("w_bytes_2d", w_bytes_2d, unit="bytes", mistakes=[
     (768 * 3072 * 4, "that is the global array: count one device's shard"),
     (768 * 3072 * 4 / 4, "the spec names both mesh axes: the array is split 2 x 4 ways, not "
@@ -237,15 +244,15 @@ checks.check_number("w_bytes_2d", w_bytes_2d, unit="bytes", mistakes=[
 from course_utils.checks import submit
 
 for _name, _value in (("collective_a", collective_a), ("collective_b", collective_b),
-                      ("collective_c", collective_c), ("w_bytes_a", w_bytes_a),
-                      ("y_bytes_b", y_bytes_b), ("w_bytes_2d", w_bytes_2d)):
+                      ("collective_c", collective_c), ("w_bytes_b", w_bytes_b),
+                      ("y_bytes_c", y_bytes_c), ("w_bytes_2d", w_bytes_2d)):
     submit(_name, _value)
 _m8 = js.make_mesh((8,), ("model",))
-_mm = lambda x, w: x @ w  # noqa: E731
-_shapes = {"x": (96, 640), "w": (640, 1536)}
-for _k, _specs, _out in (("a", {"x": P(None, "model"), "w": P("model", None)}, P()),
-                         ("b", {"x": P(), "w": P(None, "model")}, P(None, "model")),
-                         ("c", {"x": P(), "w": P(None, "model")}, P())):
+_mm = lambda x, w: x @ w.T  # noqa: E731   (nn.Linear's layout: W is (out, in))
+_shapes = {"x": (96, 640), "w": (1536, 640)}
+for _k, _specs, _out in (("a", {"x": P(), "w": P("model", None)}, P()),
+                         ("b", {"x": P(None, "model"), "w": P(None, "model")}, P()),
+                         ("c", {"x": P(), "w": P("model", None)}, P(None, "model"))):
     _plan = js.compile_plan(_m8, _mm, _shapes, _specs, _out)
     submit(f"compiled {_k}: collectives", _plan["collectives"])
     submit(f"compiled {_k}: W bytes on a device", _plan["bytes"]["w"])

@@ -76,19 +76,23 @@ def q1_test(got, ref):
 
 
 def q2_test(got, ref):
-    check_choice("q2_recompute", got["q2_recompute"], "selective", Q2_RECOMPUTES, mistakes={
-        "none": "without recomputation one sequence saves 4096 x 4096 x (34 + 160) x 32 = "
-                "104.2 GB: over 40 GB even at micro-batch 1. Leaving out the attention term "
-                "(34 alone: 18.3 GB per sequence) would wrongly make it fit.",
-        "full": "full recomputation fits, but selective recomputation already fits (18.3 GB per "
-                "sequence) with far less recomputed: the rule asks for the least recomputation.",
+    # h = 6144, a = 48, 44 layers, s = 2048, budget 80 GB: per sequence, no recomputation
+    # 63.1 GB (34 + 80 per s b h), selective 18.8 GB, full 1.1 GB
+    check_choice("q2_recompute", got["q2_recompute"], "none", Q2_RECOMPUTES, mistakes={
+        "selective": "selective recomputation fits, but without recomputation one sequence "
+                     "keeps 2048 x 6144 x (34 + 80) x 44 = 63.1 GB, under 80 GB: the rule takes "
+                     "the least recomputation that fits first.",
+        "full": "full recomputation fits, but without recomputation one sequence (63.1 GB) "
+                "already fits: the rule takes the least recomputation first.",
     })
-    check_number("q2_micro_batch", got["q2_micro_batch"], 2, mistakes=[
-        (4, "4 sequences with selective recomputation keep 4 x 18.3 = 73 GB: over 40 GB."),
-        (1, "one sequence fits, but two fit too (36.5 GB): take the largest that fits."),
-        (16, "that is the largest that fits with full recomputation (about 1.07 GB per "
-             "sequence), but selective recomputation fits, and the rule puts it first."),
-        (8, "8 sequences with selective recomputation keep 146 GB."),
+    check_number("q2_micro_batch", got["q2_micro_batch"], 1, mistakes=[
+        (2, "two sequences without recomputation keep 2 x 63.1 = 126 GB: over 80 GB."),
+        (4, "4 sequences fit only if the attention term 5 a s / h = 80 is left out (34 s b h: "
+            "18.8 GB a sequence) or with selective recomputation; without recomputation each "
+            "sequence keeps 63.1 GB."),
+        (16, "that is what full recomputation fits (1.1 GB a sequence), but the rule puts less "
+             "recomputation first."),
+        (8, "8 sequences would need 505 GB without recomputation."),
     ])
 
 
