@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course_utils import backend
-from course_utils.validate import check_int
+from course_utils.validate import check_int, check_real
 
 __all__ = ["LOSS_RTOL", "Workload", "init_params", "batches", "dp_rank_worker", "run_torch",
            "run_jax", "compare", "table", "machine"]
@@ -80,13 +80,27 @@ class Workload:
             raise ValueError(f"dtype must be 'float32' (the only one pinned); got {self.dtype!r}")
         if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool) or self.lr <= 0:
             raise ValueError(f"lr must be a positive number; got {self.lr!r}")
+        check_real("lr", self.lr)  # (finite, too)
+        check_int("seed", self.seed, 0)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
 
 
+def _check_workload(w: object) -> Workload:
+    if not isinstance(w, Workload):
+        raise TypeError(f"w must be a Workload (framework_compare.Workload(...)); got "
+                        f"{type(w).__name__}")
+    return w
+
+
+def _check_timeout(timeout_s: object) -> float:
+    return check_real("timeout_s", timeout_s)
+
+
 def init_params(w: Workload) -> list[np.ndarray]:
     """Initial weights (``Y = X W`` layout) and biases, float32, from ``w.seed``."""
+    _check_workload(w)
     rng = np.random.default_rng(w.seed)
     params = []
     for fan_in, fan_out in zip(w.sizes[:-1], w.sizes[1:]):
@@ -97,6 +111,7 @@ def init_params(w: Workload) -> list[np.ndarray]:
 
 def batches(w: Workload) -> tuple[np.ndarray, np.ndarray]:
     """Inputs (steps, global_batch, in) and targets (steps, global_batch, out), float32."""
+    _check_workload(w)
     rng = np.random.default_rng(10_000 + w.seed)
     x = rng.standard_normal((w.steps, w.global_batch, w.sizes[0])).astype(np.float32)
     y = rng.standard_normal((w.steps, w.global_batch, w.sizes[-1])).astype(np.float32)
@@ -116,6 +131,13 @@ def _summary(losses: list[float], times: list[float], w: Workload) -> dict:
 def dp_rank_worker(rank: int, world_size: int, workload: dict) -> dict:
     """One DDP rank of the pinned workload: its rows of every batch; per-step local loss and
     step time (after a barrier), and the time to build the model and DDP."""
+    check_int("world_size", world_size)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an int from 0 to world_size - 1 = {world_size - 1}; "
+                         f"got {rank!r}")
+    if not isinstance(workload, dict):
+        raise TypeError(f"workload must be a dict (dataclasses.asdict of a Workload); got "
+                        f"{type(workload).__name__}")
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -158,6 +180,8 @@ def dp_rank_worker(rank: int, world_size: int, workload: dict) -> dict:
 def run_torch(w: Workload, timeout_s: float = 120.0) -> dict:
     """The PyTorch side: DDP on ``w.workers`` gloo ranks. Per step: the mean of the ranks'
     losses (equal shards: the global batch's loss) and the slowest rank's time."""
+    _check_workload(w)
+    _check_timeout(timeout_s)
     import functools
 
     import torch
@@ -232,6 +256,8 @@ def _jax_main(w: Workload) -> dict:
 
 def run_jax(w: Workload, timeout_s: float = 120.0) -> dict:
     """The JAX side in a fresh Python process with the workload's XLA_FLAGS."""
+    _check_workload(w)
+    _check_timeout(timeout_s)
     env = dict(os.environ, XLA_FLAGS=_jax_flags(w), OMP_NUM_THREADS=str(w.threads_per_worker),
                JAX_PLATFORMS="cpu")
     start = time.perf_counter()
@@ -270,6 +296,7 @@ def compare(w: Workload | None = None, timeout_s: float = 120.0) -> dict:
     w = Workload() if w is None else w
     if not isinstance(w, Workload):
         raise TypeError(f"w must be a Workload; got {type(w).__name__}")
+    _check_timeout(timeout_s)
     torch_side, jax_side = run_torch(w, timeout_s), run_jax(w, timeout_s)
     rel = max(abs(a - b) / max(abs(b), 1e-12)
               for a, b in zip(torch_side["losses"], jax_side["losses"]))
@@ -283,6 +310,11 @@ def compare(w: Workload | None = None, timeout_s: float = 120.0) -> dict:
 def table(result: dict) -> str:
     """The pinned-workload table: step time, compile / set-up time, the loss at the last step N
     (computed before that step's update: the loss after N - 1 updates), versions."""
+    keys = {"workload", "torch", "jax", "loss_rel_diff", "machine"}
+    if not isinstance(result, dict) or not keys <= set(result):
+        raise ValueError(f"result must be compare()'s dict, with keys {sorted(keys)}; got "
+                         f"{sorted(result) if isinstance(result, dict) else type(result).__name__}")
+    _check_workload(result["workload"])
     w, m = result["workload"], result["machine"]
     lines = [f"workload: MLP {' -> '.join(map(str, w.sizes))} (tanh), {w.dtype}, global batch "
              f"{w.global_batch}, SGD lr {w.lr}, {w.steps} steps ({w.warmup} warm-up steps "

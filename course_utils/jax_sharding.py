@@ -18,15 +18,30 @@ What is here, in the order of lecture 8:
   layouts of ``Y = X W`` compiled by ``jit`` and written by hand with ``shard_map``
   (:data:`LAYOUTS`, :func:`jit_linear`, :func:`shard_map_linear`, :func:`compare_layouts`),
   FSDP/ZeRO-3 style sharded training state (:func:`fsdp_state`), and a 2-D (data x model) MLP
-  block (:func:`mlp_2d`).
+  block (:func:`mlp_2d`);
+* beyond Auto propagation: Explicit axes and the illegal layout (:func:`both_dims_on_one_axis`),
+  ``with_sharding_constraint`` (:func:`constrained_mlp`), what the CPU backend emits instead of
+  a reduce-scatter (:func:`op_counts`), a ring step with ``ppermute`` (:func:`ring_step`,
+  :func:`ring_reduce_scatter`), the compiler's memory figures (:func:`fsdp_memory`) and
+  ``jax.checkpoint`` policies (:func:`saved_residuals`);
+* what the collectives cost: module 2's alpha-beta ring model applied to the collectives read
+  from the HLO (:func:`ring_cost`, :func:`cost_table`), and when FSDP's or TP's communication
+  fits inside its matmul (:func:`hides_behind_matmul`, with published accelerator figures in
+  :data:`ACCELERATORS`).
+
+Every public function checks its arguments before any JAX work: a bad one raises ValueError or
+TypeError naming it and saying what is allowed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -36,6 +51,8 @@ DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
 def with_device_flag(flags: str, n: int) -> str:
     """``flags`` (an ``XLA_FLAGS`` value) with the host device count set to ``n``."""
+    if not isinstance(flags, str):
+        raise TypeError(f"flags must be a str (an XLA_FLAGS value); got {type(flags).__name__}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an int >= 1 (the number of CPU devices); got {n!r}")
     kept = [f for f in flags.split() if not f.startswith(DEVICE_FLAG + "=")]
@@ -49,8 +66,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import shard_map  # noqa: E402
+from jax.ad_checkpoint import print_saved_residuals  # noqa: E402
 from jax.sharding import AxisType, Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from course_utils.validate import check_int, check_real  # noqa: E402
 
 __all__ = ["DEVICES", "DEVICE_FLAG", "COLLECTIVES", "LAYOUTS", "Collective", "Layout", "P",
            "with_device_flag", "require_devices", "make_mesh", "place", "shard_table",
@@ -58,7 +78,10 @@ __all__ = ["DEVICES", "DEVICE_FLAG", "COLLECTIVES", "LAYOUTS", "Collective", "La
            "collective_names", "draw_sharding", "lesson_two_replicas", "init_mlp", "mlp_apply",
            "mse", "dp_step_check", "jit_linear", "shard_map_linear", "linear_inputs",
            "compare_layouts", "layout_table", "fsdp_state", "mlp_2d", "spec_entries",
-           "compile_plan", "row_parallel_harness"]
+           "compile_plan", "row_parallel_harness", "both_dims_on_one_axis", "constrained_mlp",
+           "op_counts", "partitioner", "ring_step", "ring_reduce_scatter", "fsdp_memory",
+           "POLICIES", "saved_residuals", "RING_OPS", "ring_cost", "cost_table", "ACCELERATORS",
+           "hides_behind_matmul"]
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -93,23 +116,101 @@ def make_mesh(shape: Sequence[int], names: Sequence[str]) -> Mesh:
                 axis_types=(AxisType.Auto,) * len(shape))
 
 
+def _check_mesh(mesh: Any, name: str = "mesh") -> Mesh:
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"{name} must be a jax.sharding.Mesh (js.make_mesh(...)); got "
+                        f"{type(mesh).__name__}")
+    return mesh
+
+
+def _check_callable(name: str, fn: Any) -> Callable:
+    if not callable(fn):
+        raise TypeError(f"{name} must be a function (a callable); got {type(fn).__name__}")
+    return fn
+
+
+def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints >= 1 (an array's dims); else ValueError naming ``name``."""
+    if (isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or any(
+            isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in shape)):
+        raise ValueError(f"{name} must be a sequence of ints >= 1 (an array's dims); got "
+                         f"{shape!r}")
+    return tuple(int(d) for d in shape)
+
+
+def _check_sizes(sizes: Any, name: str = "sizes") -> tuple[int, ...]:
+    """Layer widths of an MLP: at least 2 ints >= 1."""
+    if (isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) < 2
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)):
+        raise ValueError(f"{name} must be a sequence of at least 2 ints >= 1 (layer widths); "
+                         f"got {sizes!r}")
+    return tuple(sizes)
+
+
+def _check_devices(devices: Any, name: str = "devices") -> int:
+    """A device count from 1 to the CPU devices JAX has."""
+    check_int(name, devices)
+    have = len(jax.devices("cpu"))
+    if devices > have:
+        raise ValueError(f"{name} must be at most the {have} CPU devices JAX has; got {devices}")
+    return devices
+
+
+def _check_numeric(name: str, x: Any) -> Any:
+    """``x`` (a jax.Array, or as a numpy array) if it holds numbers; else TypeError."""
+    arr = x if isinstance(x, jax.Array) else None
+    if arr is None:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as e:  # ragged nested lists
+            raise TypeError(f"{name} must be an array of numbers; got {type(x).__name__} "
+                            f"({e})") from None
+    if not (jnp.issubdtype(arr.dtype, jnp.number) or jnp.issubdtype(arr.dtype, jnp.bool_)):
+        raise TypeError(f"{name} must be an array of numbers; got dtype {arr.dtype}")
+    return arr
+
+
+def _spec_axes(entry: Any) -> tuple:
+    return entry if isinstance(entry, tuple) else (entry,)
+
+
 def _check_spec(mesh: Mesh, spec: Any, ndim: int, name: str = "spec") -> None:
     if not isinstance(spec, P):
         raise TypeError(f"{name} must be a PartitionSpec (P(...)); got {type(spec).__name__}")
     if len(spec) > ndim:
         raise ValueError(f"{name} {spec} has {len(spec)} entries for an array of {ndim} dims")
+    used: list = []
     for entry in spec:
-        for axis in (entry if isinstance(entry, tuple) else (entry,)):
-            if axis is not None and axis not in mesh.axis_names:
+        for axis in _spec_axes(entry):
+            if axis is None:
+                continue
+            if not isinstance(axis, str):
+                raise TypeError(f"{name} {spec}: each entry must be None, a mesh axis name or a "
+                                f"tuple of them; got {axis!r}")
+            if axis not in mesh.axis_names:
                 raise ValueError(f"{name} {spec} names axis {axis!r}; the mesh's axes are "
                                  f"{list(mesh.axis_names)}")
+            if axis in used:
+                raise ValueError(f"{name} {spec} names axis {axis!r} twice: a mesh axis can "
+                                 "split at most one dim of an array")
+            used.append(axis)
+
+
+def _check_divisible(mesh: Mesh, spec: P, shape: tuple[int, ...], name: str = "spec") -> None:
+    for dim, (size, entry) in enumerate(zip(shape, spec)):
+        parts = math.prod(mesh.shape[a] for a in _spec_axes(entry) if a is not None)
+        if size % parts:
+            raise ValueError(f"{name} {spec} splits dim {dim} (size {size}) of shape {shape} "
+                             f"{parts} ways: the size must be divisible by {parts}")
 
 
 def place(x: Any, mesh: Mesh, spec: P) -> jax.Array:
     """``x`` on ``mesh``, split as ``spec`` says (``jax.device_put`` with a NamedSharding)."""
-    x = jnp.asarray(x)
-    _check_spec(mesh, spec, x.ndim)
-    return jax.device_put(x, NamedSharding(mesh, spec))
+    _check_mesh(mesh)
+    arr = _check_numeric("x", x)
+    _check_spec(mesh, spec, arr.ndim)
+    _check_divisible(mesh, spec, tuple(arr.shape))
+    return jax.device_put(jnp.asarray(arr), NamedSharding(mesh, spec))
 
 
 def _slice_text(index: tuple, shape: tuple[int, ...]) -> str:
@@ -153,6 +254,15 @@ def local_bytes(shape: Sequence[int], spec: P, mesh_shape: dict[str, int],
                 itemsize: int = 4) -> int:
     """Bytes of one device's block of an array of ``shape`` split by ``spec`` over a mesh whose
     axis sizes are ``mesh_shape`` (a prediction, no devices needed)."""
+    shape = _check_shape("shape", shape)
+    if not isinstance(spec, P):
+        raise TypeError(f"spec must be a PartitionSpec (P(...)); got {type(spec).__name__}")
+    if not isinstance(mesh_shape, Mapping) or not mesh_shape or any(
+            not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1
+            for k, v in mesh_shape.items()):
+        raise ValueError(f"mesh_shape must map each axis name to its size (an int >= 1), like "
+                         f"dict(mesh.shape); got {mesh_shape!r}")
+    check_int("itemsize", itemsize)
     if len(spec) > len(shape):
         raise ValueError(f"spec {spec} has more entries than shape {tuple(shape)} has dims")
     n = math.prod(shape) * itemsize
@@ -172,11 +282,15 @@ def local_bytes(shape: Sequence[int], spec: P, mesh_shape: dict[str, int],
 
 def global_bytes(tree: Any) -> int:
     """Bytes of the whole (global) arrays in ``tree``, as if on one device."""
+    leaves = jax.tree.leaves(tree)
+    if not leaves or not all(isinstance(a, (jax.Array, np.ndarray)) for a in leaves):
+        raise TypeError("tree must hold arrays (jax.Array or numpy; a pytree of them)")
     return sum(int(a.size) * a.dtype.itemsize for a in jax.tree.leaves(tree))
 
 
 def compiled_text(fn: Callable, *args: Any, out_shardings: Any = None) -> str:
     """The HLO text of ``jit(fn)`` compiled for ``args`` (after XLA's partitioning passes)."""
+    _check_callable("fn", fn)
     jitted = jax.jit(fn) if out_shardings is None else jax.jit(fn, out_shardings=out_shardings)
     return jitted.lower(*args).compile().as_text()
 
@@ -265,6 +379,11 @@ def draw_sharding(x: jax.Array, name: str = "W", ax: Any = None) -> Any:
     if not isinstance(x, jax.Array) or not isinstance(x.sharding, NamedSharding):
         raise TypeError("x must be a jax.Array placed with a NamedSharding (course_utils."
                         "jax_sharding.place)")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str (the array's label); got {type(name).__name__}")
+    from matplotlib.axes import Axes
+    if ax is not None and not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes or None; got {type(ax).__name__}")
     mesh = x.sharding.mesh
     shape = tuple(mesh.devices.shape)
     rows, cols = (shape[0], math.prod(shape[1:])) if len(shape) > 1 else (1, shape[0])
@@ -311,12 +430,14 @@ def lesson_two_replicas(grads: Sequence[Sequence[float]] = ((2.0, 4.0), (6.0, 0.
     """Module 2's two-replica example on a 2-device ``"data"`` mesh: replica ``r``'s loss is
     ``g_r . w`` (so its local gradient is ``g_r``); ``jit`` of the mean loss's gradient with the
     rows sharded over ``"data"`` gives the mean gradient, and one SGD step."""
-    g = np.asarray(grads, dtype=np.float32)  # (replicas, params)
-    if g.ndim != 2 or g.shape[0] < 1:
+    g = np.asarray(_check_numeric("grads", grads), dtype=np.float32)  # (replicas, params)
+    if g.ndim != 2 or g.shape[0] < 1 or g.shape[1] < 1:
         raise ValueError(f"grads must be a list of equal-length gradients; got {grads!r}")
-    w = np.asarray(w0, dtype=np.float32)  # (params,)
+    _check_devices(g.shape[0], "the number of gradients (replicas, one per device) in grads")
+    w = np.asarray(_check_numeric("w0", w0), dtype=np.float32)  # (params,)
     if w.shape != (g.shape[1],):
         raise ValueError(f"w0 must have {g.shape[1]} entries, like each gradient; got {w0!r}")
+    check_real("lr", lr)
     mesh = make_mesh((g.shape[0],), ("data",))
     g_sharded = place(g, mesh, P("data"))      # replica r holds row r
     w_repl = place(w, mesh, P())               # every replica holds all of w
@@ -338,6 +459,8 @@ def lesson_two_replicas(grads: Sequence[Sequence[float]] = ((2.0, 4.0), (6.0, 0.
 
 def init_mlp(seed: int, sizes: Sequence[int] = (16, 64, 16)) -> list[np.ndarray]:
     """Weights and biases of an MLP (numpy, float32): W_k ~ N(0, 1/fan_in), biases 0."""
+    check_int("seed", seed, 0)
+    sizes = _check_sizes(sizes)
     rng = np.random.default_rng(seed)
     params = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
@@ -348,6 +471,10 @@ def init_mlp(seed: int, sizes: Sequence[int] = (16, 64, 16)) -> list[np.ndarray]
 
 def mlp_apply(params: Sequence[Any], x: Any) -> Any:
     """``x`` through Linear, tanh, ..., Linear (``Y = X W + b`` layout)."""
+    if not isinstance(params, (list, tuple)) or not params or len(params) % 2:
+        raise ValueError("params must be a list [W_1, b_1, W_2, b_2, ...] (init_mlp's), an even "
+                         f"number of arrays; got {type(params).__name__} of "
+                         f"{len(params) if isinstance(params, (list, tuple)) else '?'}")
     n = len(params) // 2
     for k in range(n):
         x = x @ params[2 * k] + params[2 * k + 1]
@@ -365,6 +492,13 @@ def dp_step_check(seed: int = 0, devices: int = DEVICES, batch: int = 32,
                   sizes: Sequence[int] = (16, 64, 16)) -> dict:
     """One data-parallel gradient: batch split over ``"data"``, params replicated; compared with
     the same gradient on one device and with the mean of per-shard gradients."""
+    check_int("seed", seed, 0)
+    _check_devices(devices)
+    check_int("batch", batch)
+    sizes = _check_sizes(sizes)
+    if batch % devices:
+        raise ValueError(f"batch = {batch} must be divisible by devices = {devices} (equal "
+                         "shards of the batch)")
     rng = np.random.default_rng(1000 + seed)
     x = rng.standard_normal((batch, sizes[0])).astype(np.float32)   # (batch, in)
     y = rng.standard_normal((batch, sizes[-1])).astype(np.float32)  # (batch, out)
@@ -420,9 +554,22 @@ def _layout(name: str) -> Layout:
     return LAYOUTS[name]
 
 
+def _layout_on(name: str, mesh: Any) -> Layout:
+    """The layout ``name``, checked against ``mesh`` (it must have the layout's axis)."""
+    lay = _layout(name)
+    _check_mesh(mesh)
+    if lay.axis not in mesh.axis_names:
+        raise ValueError(f"mesh must have the axis {lay.axis!r} that layout {name!r} splits "
+                         f"over; its axes are {list(mesh.axis_names)}")
+    return lay
+
+
 def linear_inputs(seed: int, tokens: int = 16, h_in: int = 32, h_out: int = 64
                   ) -> tuple[np.ndarray, np.ndarray]:
     """X (tokens, h_in) and W (h_in, h_out), float32, from ``seed``."""
+    check_int("seed", seed, 0)
+    for name, value in (("tokens", tokens), ("h_in", h_in), ("h_out", h_out)):
+        check_int(name, value)
     rng = np.random.default_rng(seed)
     return (rng.standard_normal((tokens, h_in)).astype(np.float32),
             rng.standard_normal((h_in, h_out)).astype(np.float32))
@@ -435,7 +582,7 @@ def _linear(x, w):
 def jit_linear(layout: str, mesh: Mesh) -> Callable:
     """``jit(X @ W)`` whose output is laid out as the layout's Y spec (the compiler decides the
     communication)."""
-    lay = _layout(layout)
+    lay = _layout_on(layout, mesh)
     return jax.jit(_linear, out_shardings=NamedSharding(mesh, lay.y))
 
 
@@ -469,7 +616,7 @@ def shard_map_linear(layout: str, mesh: Mesh) -> Callable:
     """The same layer written per device with ``shard_map``: each device's block in, its block
     of Y out, the collective named explicitly (``jax.lax.psum`` / ``all_gather`` /
     ``psum_scatter``)."""
-    lay = _layout(layout)
+    lay = _layout_on(layout, mesh)
     # An all-gather's result is the same on every device, but shard_map's replication check
     # cannot prove it for the gathered output: the check is turned off for that layout only.
     check = layout != "column, gathered"
@@ -480,6 +627,11 @@ def shard_map_linear(layout: str, mesh: Mesh) -> Callable:
 def compare_layouts(seed: int = 0, devices: int = DEVICES) -> list[dict]:
     """Every layout of :data:`LAYOUTS` on a ``devices``-wide 1-D mesh: the collectives in the
     ``jit`` and the ``shard_map`` programs, and both results (as numpy) with one device's."""
+    check_int("seed", seed, 0)
+    _check_devices(devices)
+    if 16 % devices:
+        raise ValueError(f"devices must divide 16 (linear_inputs' tokens; h_in 32 and h_out 64 "
+                         f"are split too): 1, 2, 4 or 8; got {devices}")
     x, w = linear_inputs(seed)
     one = np.asarray(jax.jit(_linear)(*_on_one_device(x, w)))
     rows = []
@@ -501,6 +653,12 @@ def compare_layouts(seed: int = 0, devices: int = DEVICES) -> list[dict]:
 def layout_table(rows: Sequence[dict]) -> str:
     """:func:`compare_layouts`'s rows as a table: specs, the collective each program holds, and
     whether both results equal one device's (to 1e-5)."""
+    keys = {"layout", "x", "w", "y", "jit", "shard_map", "y_jit", "y_shard_map", "y_one_device"}
+    if (isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence) or not rows
+            or not all(isinstance(r, Mapping) and keys <= set(r) for r in rows)):
+        raise ValueError("rows must be compare_layouts()'s list of dicts (each with keys "
+                         f"{sorted(keys)})")
+
     def names(cs: Sequence[Collective]) -> str:
         return ", ".join(c.op for c in cs) or "none"
 
@@ -523,6 +681,12 @@ def fsdp_state(sizes: Sequence[int] = (64, 256, 64), seed: int = 0,
     first dim of every array: bytes per device read from the shards; the collectives of the
     compiled forward pass (each weight gathered for its matmul) and of one SGD step of a single
     sharded linear layer (gather forward, gradient summed over ``"data"`` backward)."""
+    sizes = _check_sizes(sizes)
+    check_int("seed", seed, 0)
+    _check_devices(devices)
+    if any(s % devices for s in sizes):
+        raise ValueError(f"every entry of sizes must be divisible by devices = {devices} (each "
+                         f"weight and bias is split by its first dim); got {sizes}")
     mesh = make_mesh((devices,), ("data",))
     params = [place(p, mesh, P("data")) for p in init_mlp(seed, sizes)]
     def zeros():  # a new buffer on every device each call (the three states are distinct)
@@ -556,6 +720,14 @@ def mlp_2d(seed: int = 0, data: int = 2, model: int = 4, batch: int = 8, h: int 
     ``"data"``, W1 by columns and W2 by rows over ``"model"`` (Megatron), replicated over
     ``"data"``. One SGD step of ``mean((Y - X)^2)`` compiled; bytes per device and
     collectives, and the result compared with one device."""
+    check_int("seed", seed, 0)
+    for name, value in (("data", data), ("model", model), ("batch", batch), ("h", h),
+                        ("ffn", ffn)):
+        check_int(name, value)
+    _check_devices(data * model, "data x model (the mesh's devices)")
+    if batch % data or ffn % model:
+        raise ValueError(f"batch = {batch} must be divisible by data = {data} and ffn = {ffn} by "
+                         f"model = {model} (equal shards)")
     mesh = make_mesh((data, model), ("data", "model"))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, h)).astype(np.float32)                          # (b, h)
@@ -593,6 +765,7 @@ def spec_entries(spec: Any, ndim: int) -> list:
     say the same for a 2-D array), tuples as lists: plain data to submit and compare."""
     if not isinstance(spec, P):
         raise TypeError(f"spec must be a PartitionSpec (P(...)); got {type(spec).__name__}")
+    check_int("ndim", ndim, 0)
     if len(spec) > ndim:
         raise ValueError(f"spec {spec} has {len(spec)} entries for an array of {ndim} dims")
     out = [list(e) if isinstance(e, tuple) else e for e in spec]
@@ -604,12 +777,21 @@ def compile_plan(mesh: Mesh, fn: Callable, shapes: dict[str, tuple[int, ...]],
     """Compile ``fn`` (positional arguments in the order of ``shapes``) for float32 arrays of
     ``shapes`` placed as ``specs``, its output laid out as ``out_spec``; return the collectives
     read from the compiled HLO and the bytes device 0 holds of each input and of the output."""
-    if set(shapes) != set(specs):
+    _check_mesh(mesh)
+    _check_callable("fn", fn)
+    if not isinstance(shapes, Mapping) or not shapes:
+        raise TypeError(f"shapes must be a dict {{name: shape}} of fn's arguments; got "
+                        f"{type(shapes).__name__}")
+    if not isinstance(specs, Mapping) or set(shapes) != set(specs):
         raise ValueError(f"specs must give one spec per array of shapes {list(shapes)}; got "
-                         f"{list(specs)}")
+                         f"{list(specs) if isinstance(specs, Mapping) else type(specs).__name__}")
+    for name, shape in shapes.items():
+        _check_spec(mesh, specs[name], len(_check_shape(f"shapes[{name!r}]", shape)),
+                    f"specs[{name!r}]")
+        _check_divisible(mesh, specs[name], tuple(shape), f"specs[{name!r}]")
+    _check_spec(mesh, out_spec, len(out_spec) if isinstance(out_spec, P) else 0, "out_spec")
     args = [place(np.zeros(shape, np.float32), mesh, specs[name]) for name, shape in
             shapes.items()]
-    _check_spec(mesh, out_spec, len(out_spec) if isinstance(out_spec, P) else 0, "out_spec")
     jitted = jax.jit(fn, out_shardings=NamedSharding(mesh, out_spec))
     out = jitted(*args)
     return {"collectives": collective_names(jitted.lower(*args).compile().as_text()),
@@ -624,12 +806,429 @@ def row_parallel_harness(fn: Callable, x: Any, w: Any, b: Any, devices: int = DE
     numpy and the collectives of the compiled program."""
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(x_local, w_local, b); got {type(fn).__name__}")
+    _check_devices(devices)
+    x = np.asarray(_check_numeric("x", x), np.float32)  # (tokens, h_in)
+    w = np.asarray(_check_numeric("w", w), np.float32)  # (h_in, h_out)
+    b = np.asarray(_check_numeric("b", b), np.float32)  # (h_out,)
+    if x.ndim != 2 or w.ndim != 2 or w.shape[0] != x.shape[1]:
+        raise ValueError(f"x must be (tokens, h_in) and w (h_in, h_out); got shapes {x.shape} "
+                         f"and {w.shape}")
+    if x.shape[1] % devices:
+        raise ValueError(f"h_in = {x.shape[1]} (x's dim 1, w's dim 0) must be divisible by "
+                         f"devices = {devices}: both are split over \"model\"")
+    if b.ndim > 1 or b.size not in (1, w.shape[1]):
+        raise ValueError(f"b must be the bias, shape (h_out,) = ({w.shape[1]},); got {b.shape}")
     mesh = make_mesh((devices,), ("model",))
-    xs = place(np.asarray(x, np.float32), mesh, P(None, "model"))
-    ws = place(np.asarray(w, np.float32), mesh, P("model", None))
-    bs = place(np.asarray(b, np.float32), mesh, P())
+    xs = place(x, mesh, P(None, "model"))
+    ws = place(w, mesh, P("model", None))
+    bs = place(b, mesh, P())
     layer = jax.jit(shard_map(fn, mesh=mesh, in_specs=(P(None, "model"), P("model", None), P()),
                               out_specs=P(), check_vma=False))
     y = layer(xs, ws, bs)
     return {"y": np.asarray(y), "collectives": collective_names(
         layer.lower(xs, ws, bs).compile().as_text())}
+
+
+# ------------------------------------------------------------- beyond Auto: Explicit axes
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0]}"
+
+
+def both_dims_on_one_axis(devices: int = DEVICES, tokens: int = 16, h_in: int = 32,
+                          h_out: int = 64) -> dict:
+    """``Y = X W`` with X split by rows and W by columns over the same ``"model"`` axis, both
+    non-contracting dims on one axis: what Explicit axes say (the sharding in the type, the
+    error, ``out_sharding=``) and what Auto axes compile to instead."""
+    _check_devices(devices)
+    for name, value in (("tokens", tokens), ("h_in", h_in), ("h_out", h_out)):
+        check_int(name, value)
+    if tokens % devices or h_out % devices:
+        raise ValueError(f"tokens = {tokens} and h_out = {h_out} must be divisible by devices = "
+                         f"{devices} (X's rows and W's columns are split over \"model\")")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((tokens, h_in)).astype(np.float32)   # (tokens, h_in)
+    w = rng.standard_normal((h_in, h_out)).astype(np.float32)    # (h_in, h_out)
+    explicit = jax.make_mesh((devices,), ("model",), axis_types=(AxisType.Explicit,),
+                             devices=jax.devices("cpu")[:devices])
+    xe = jax.device_put(x, NamedSharding(explicit, P("model", None)))
+    we = jax.device_put(w, NamedSharding(explicit, P(None, "model")))
+    out: dict = {"x_type": str(jax.typeof(xe)), "w_type": str(jax.typeof(we)),
+                 "axis_types": str(explicit.axis_types)}
+    try:
+        jnp.matmul(xe, we)
+        out["no_out_sharding"] = "no error"
+    except Exception as e:  # noqa: BLE001 (JAX's own error type is the point)
+        out["no_out_sharding"] = _first_line(e)
+    try:
+        NamedSharding(explicit, P("model", "model"))
+        out["duplicate_spec"] = "no error"
+    except Exception as e:  # noqa: BLE001
+        out["duplicate_spec"] = _first_line(e)
+    out["out_sharding"] = {}
+    for spec in (P("model", None), P(None, "model")):
+        target = NamedSharding(explicit, spec)
+
+        def f(a, b, target=target):
+            return jnp.matmul(a, b, out_sharding=target)   # (tokens, h_out), laid out as asked
+
+        fn = jax.jit(f)
+        y = fn(xe, we)
+        out["out_sharding"][str(spec)] = {
+            "type": str(jax.typeof(y)), "equal": bool(np.allclose(np.asarray(y), x @ w,
+                                                                  rtol=1e-5, atol=1e-4)),
+            "collectives": collectives(fn.lower(xe, we).compile().as_text())}
+    auto = make_mesh((devices,), ("model",))
+    xa, wa = place(x, auto, P("model", None)), place(w, auto, P(None, "model"))
+    fn = jax.jit(_linear)
+    y = fn(xa, wa)
+    out["auto"] = {"x_type": str(jax.typeof(xa)), "y_spec": str(y.sharding.spec),
+                   "equal": bool(np.allclose(np.asarray(y), x @ w, rtol=1e-5, atol=1e-4)),
+                   "collectives": collectives(fn.lower(xa, wa).compile().as_text())}
+    return out
+
+
+def constrained_mlp(devices: int = DEVICES, seed: int = 0, tokens: int = 16, h: int = 32,
+                    ffn: int = 128) -> list[dict]:
+    """The Megatron pair ``tanh(X W1) W2`` (W1 by columns, W2 by rows over ``"model"``) compiled
+    with and without ``jax.lax.with_sharding_constraint`` on the hidden activation: one row per
+    constraint, its collectives, and whether Y equals the unconstrained Y."""
+    _check_devices(devices)
+    check_int("seed", seed, 0)
+    for name, value in (("tokens", tokens), ("h", h), ("ffn", ffn)):
+        check_int(name, value)
+    if tokens % devices or ffn % devices:
+        raise ValueError(f"tokens = {tokens} and ffn = {ffn} must be divisible by devices = "
+                         f"{devices} (the constraints split them over \"model\")")
+    mesh = make_mesh((devices,), ("model",))
+    rng = np.random.default_rng(seed)
+    x = place(rng.standard_normal((tokens, h)).astype(np.float32), mesh, P())     # (t, h)
+    w1 = place(rng.standard_normal((h, ffn)).astype(np.float32), mesh, P(None, "model"))
+    w2 = place(rng.standard_normal((ffn, h)).astype(np.float32), mesh, P("model", None))
+    replicated = NamedSharding(mesh, P())
+    rows, reference = [], None
+    for spec in (None, P(None, "model"), P(), P("model", None)):
+        def block(x, w1, w2, spec=spec):
+            hidden = jnp.tanh(x @ w1)                                   # (tokens, ffn)
+            if spec is not None:
+                hidden = jax.lax.with_sharding_constraint(hidden, NamedSharding(mesh, spec))
+            return hidden @ w2                                          # (tokens, h)
+
+        fn = jax.jit(block, out_shardings=replicated)
+        y = np.asarray(fn(x, w1, w2))
+        reference = y if reference is None else reference
+        rows.append({"constraint": "none" if spec is None else str(spec),
+                     "collectives": collectives(fn.lower(x, w1, w2).compile().as_text()),
+                     "equal": bool(np.allclose(y, reference, rtol=1e-5, atol=1e-4))})
+    return rows
+
+
+def op_counts(hlo: str, ops: Sequence[str]) -> dict[str, int]:
+    """How many instructions of each op name in ``ops`` the HLO text holds (fused computations
+    included): ``{op: count}``."""
+    if not isinstance(hlo, str):
+        raise TypeError(f"hlo must be the HLO text (a str); got {type(hlo).__name__}")
+    if (isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence) or not ops
+            or not all(isinstance(o, str) and re.fullmatch(r"[a-z][a-z0-9-]*", o) for o in ops)):
+        raise ValueError(f"ops must be a list of HLO op names, like ['all-reduce', "
+                         f"'dynamic-slice']; got {ops!r}")
+    pattern = re.compile(r"=\s*.+?\s+(" + "|".join(map(re.escape, ops)) + r")\(")
+    counts = dict.fromkeys(ops, 0)
+    for line in hlo.splitlines():
+        m = pattern.search(line)
+        if m:
+            counts[m.group(1)] += 1
+    return counts
+
+
+def partitioner(layout: str = "row", devices: int = DEVICES) -> dict:
+    """Which partitioner this JAX lowers to: the ``jax_use_shardy_partitioner`` flag, and the
+    Shardy (``sdy.``) attributes in the lowered (StableHLO) text of a layout's ``jit``."""
+    lay = _layout(layout)
+    _check_devices(devices)
+    if 16 % devices:
+        raise ValueError(f"devices must divide 16 (linear_inputs' tokens; h_in 32 and h_out 64 "
+                         f"are split too): 1, 2, 4 or 8; got {devices}")
+    mesh = make_mesh((devices,), (lay.axis,))
+    x, w = linear_inputs(0)
+    text = jit_linear(layout, mesh).lower(place(x, mesh, lay.x), place(w, mesh, lay.w)).as_text()
+    mesh_line = next((ln.strip() for ln in text.splitlines() if ln.lstrip().startswith(
+        "sdy.mesh")), None)
+    return {"shardy": bool(jax.config.jax_use_shardy_partitioner),
+            "attributes": sorted(set(re.findall(r"\b(sdy\.[a-z_]+)", text))),
+            "gspmd_attributes": sorted(set(re.findall(r"\b(mhlo\.sharding)\b", text))),
+            "mesh_line": mesh_line}
+
+
+# ---------------------------------------------------------------------- a ring with ppermute
+
+
+def _ring_perm(devices: int) -> list[tuple[int, int]]:
+    return [(i, (i + 1) % devices) for i in range(devices)]  # device i sends to i + 1
+
+
+def ring_step(devices: int = DEVICES) -> dict:
+    """One step of a ring in ``shard_map``: ``jax.lax.ppermute`` sends each device's block to
+    the next device. Returns what each device holds before and after, and the collectives."""
+    _check_devices(devices)
+    mesh = make_mesh((devices,), ("model",))
+    x = place(np.arange(devices, dtype=np.float32).reshape(devices, 1), mesh, P("model"))
+
+    def step(block):                                    # (1, 1): this device's block
+        return jax.lax.ppermute(block, "model", perm=_ring_perm(devices))
+
+    fn = jax.jit(shard_map(step, mesh=mesh, in_specs=P("model"), out_specs=P("model")))
+    after = fn(x)
+    return {"before": np.asarray(x).reshape(-1).tolist(),
+            "after": np.asarray(after).reshape(-1).tolist(),
+            "collectives": collectives(fn.lower(x).compile().as_text())}
+
+
+def ring_reduce_scatter(devices: int = DEVICES, chunk: int = 2, seed: int = 0) -> dict:
+    """Module 2's ring reduce-scatter written with ``ppermute`` in ``shard_map``: D - 1 steps,
+    each sending one chunk to the next device and adding the chunk received. Compared with
+    ``jax.lax.psum_scatter`` and with numpy; the collectives of both programs."""
+    _check_devices(devices)
+    check_int("chunk", chunk)
+    check_int("seed", seed, 0)
+    mesh = make_mesh((devices,), ("model",))
+    rng = np.random.default_rng(seed)
+    full = rng.standard_normal((devices, devices * chunk)).astype(np.float32)  # row r: device r
+    x = place(full, mesh, P("model", None))
+
+    def ring(vector):                                   # (1, D * chunk): this device's vector
+        r = jax.lax.axis_index("model")
+        chunks = vector.reshape(devices, chunk)         # (D, chunk)
+        msg = chunks[r]                                 # step 0 sends chunk r
+        for s in range(devices - 1):                    # step s receives chunk (r - s - 1) % D
+            msg = jax.lax.ppermute(msg, "model", perm=_ring_perm(devices))
+            msg = msg + chunks[(r - s - 1) % devices]
+        return msg[None]                                # (1, chunk): reduced chunk (r + 1) % D
+
+    def builtin(vector):                                # (1, D * chunk)
+        return jax.lax.psum_scatter(vector.reshape(devices, chunk), "model",
+                                    scatter_dimension=0, tiled=True)    # (1, chunk): chunk r
+
+    spec = P("model", None)
+    ring_fn = jax.jit(shard_map(ring, mesh=mesh, in_specs=spec, out_specs=spec))
+    builtin_fn = jax.jit(shard_map(builtin, mesh=mesh, in_specs=spec, out_specs=spec))
+    total = full.sum(axis=0).reshape(devices, chunk)    # (D, chunk): the summed chunks
+    got = np.asarray(ring_fn(x))                        # row r: reduced chunk (r + 1) % D
+    return {"ring": got, "expected": np.roll(total, -1, axis=0),
+            "psum_scatter": np.asarray(builtin_fn(x)), "summed": total,
+            "ring_collectives": collectives(ring_fn.lower(x).compile().as_text()),
+            "psum_scatter_collectives": collectives(builtin_fn.lower(x).compile().as_text())}
+
+
+# ------------------------------------------------------------------ what the compiler allocates
+
+
+def _adam_step(state: dict, lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999,
+               eps: float = 1e-8) -> dict:
+    """One Adam update of ``{"weights", "grads", "adam_m", "adam_v"}``: the new weights and
+    moments (the gradients are consumed)."""
+    m = [b1 * m + (1 - b1) * g for m, g in zip(state["adam_m"], state["grads"])]
+    v = [b2 * v + (1 - b2) * g * g for v, g in zip(state["adam_v"], state["grads"])]
+    w = [w - lr * mm / (jnp.sqrt(vv) + eps) for w, mm, vv in zip(state["weights"], m, v)]
+    return {"weights": w, "adam_m": m, "adam_v": v}
+
+
+def _memory_fields(compiled: Any) -> dict[str, int]:
+    stats = compiled.memory_analysis()
+    return {k: int(getattr(stats, k)) for k in sorted(dir(stats))
+            if k.endswith("_in_bytes") and not k.startswith("_")}
+
+
+def fsdp_memory(sizes: Sequence[int] = (64, 256, 64), seed: int = 0,
+                devices: int = DEVICES) -> dict:
+    """``compiled.memory_analysis()`` of one Adam step on :func:`fsdp_state`'s sharded state,
+    compiled plain and with the state donated: every ``*_in_bytes`` field it reports (bytes
+    per device), beside ZeRO-3's ``16 N / D``; and the step's collectives."""
+    sizes = _check_sizes(sizes)
+    check_int("seed", seed, 0)
+    _check_devices(devices)
+    if any(s % devices for s in sizes):
+        raise ValueError(f"every entry of sizes must be divisible by devices = {devices} (each "
+                         f"weight and bias is split by its first dim); got {sizes}")
+    mesh = make_mesh((devices,), ("data",))
+    params = [place(p, mesh, P("data")) for p in init_mlp(seed, sizes)]
+
+    def zeros() -> list:
+        return [place(np.zeros(p.shape, np.float32), mesh, P("data")) for p in params]
+
+    state = {"weights": params, "grads": zeros(), "adam_m": zeros(), "adam_v": zeros()}
+    n_params = sum(int(p.size) for p in params)
+    plain = jax.jit(_adam_step).lower(state).compile()
+    donated = jax.jit(_adam_step, donate_argnums=0).lower(state).compile()
+    return {"n_params": n_params, "zero3_bytes": 16 * n_params // devices,
+            "shard_bytes": bytes_per_device(state)[0], "n_outputs": 3 * len(params),
+            "plain": _memory_fields(plain), "donated": _memory_fields(donated),
+            "collectives": collectives(plain.as_text())}
+
+
+# ----------------------------------------------------------------- recomputation (module 9)
+
+POLICIES = ("no checkpoint", "nothing_saveable", "dots_saveable", "everything_saveable")
+
+
+def _dtype_bytes(text: str) -> int:
+    m = re.match(r"([a-z]+[0-9]*)\[([0-9,]*)\]", text)
+    if not m or m.group(1) not in _ITEMSIZE:
+        return 0
+    return math.prod(int(d) for d in m.group(2).split(",") if d) * _ITEMSIZE[m.group(1)]
+
+
+def saved_residuals(policy: str, sizes: Sequence[int] = (16, 64, 64, 16), batch: int = 8,
+                    seed: int = 0) -> dict:
+    """What the backward pass of an MLP's mean-squared loss keeps from the forward pass, under
+    ``jax.checkpoint`` with one of :data:`POLICIES` (``"no checkpoint"``: plain ``jax.grad``),
+    as ``jax.ad_checkpoint.print_saved_residuals`` lists it; and the gradient, to compare."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {list(POLICIES)}; got {policy!r}")
+    sizes = _check_sizes(sizes)
+    check_int("batch", batch)
+    check_int("seed", seed, 0)
+    params = [jnp.asarray(p) for p in init_mlp(seed, sizes)]
+    x = jnp.asarray(np.random.default_rng(seed).standard_normal((batch, sizes[0]), np.float32))
+
+    def loss(params, x):
+        return jnp.mean(mlp_apply(params, x) ** 2)
+
+    fn = loss if policy == "no checkpoint" else jax.checkpoint(
+        loss, policy=getattr(jax.checkpoint_policies, policy))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        print_saved_residuals(fn, params, x)
+    residuals = []
+    for line in printed.getvalue().splitlines():
+        kind, _, what = line.partition(" ")
+        if " from the argument " not in what:
+            what = what.split(" from ")[0]  # drop the source location (file:line)
+        residuals.append((kind, what))
+    computed = [r for r in residuals if "from the argument" not in r[1]]
+    counts: dict[str, int] = {}
+    for _, what in computed:
+        counts[what] = counts.get(what, 0) + 1
+    return {"policy": policy, "residuals": residuals, "computed": computed,
+            "summary": ", ".join(f"{k} x {what}" for what, k in counts.items()),
+            "computed_bytes": sum(_dtype_bytes(k) for k, _ in computed),
+            "grads": [np.asarray(g) for g in jax.grad(fn)(params, x)]}
+
+
+# ------------------------------------------------------------- what the collectives cost
+
+RING_OPS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute")
+
+
+def ring_cost(c: Collective, alpha_s: float, bandwidth_bytes_per_s: float) -> dict:
+    """Module 2's alpha-beta time of one compiled collective on a ring of its group.
+
+    Units: seconds; bytes. ``alpha_s`` is the fixed latency of each message, and
+    ``bandwidth_bytes_per_s`` (beta) what one device's link sends per second. An all-reduce of
+    n bytes over D devices is ``ring_allreduce.ring_time_s``: 2(D - 1) steps of n / D bytes.
+    An all-gather (n = its result) and a reduce-scatter (n = its input, D x its result) are
+    one of that ring's two phases, D - 1 steps of n / D: half of it. A collective-permute
+    sends its buffer once: alpha + n / beta. Returns the steps, the bytes each device sends,
+    and the latency, bandwidth and total time.
+    """
+    if not isinstance(c, Collective):
+        raise TypeError(f"c must be a Collective (from js.collectives(hlo)); got "
+                        f"{type(c).__name__}")
+    if c.op not in RING_OPS:
+        raise ValueError(f"c.op must be one of {list(RING_OPS)} (the ring model has no "
+                         f"all-to-all); got {c.op!r}")
+    alpha = check_real("alpha_s", alpha_s, 0, strict=False)
+    beta = check_real("bandwidth_bytes_per_s", bandwidth_bytes_per_s)
+    from course_utils.ring_allreduce import ring_bytes_per_rank, ring_time_s  # (imports torch)
+
+    if c.op == "collective-permute":
+        steps, sent, group = 1, float(c.nbytes), c.group_size
+        total = alpha + c.nbytes / beta
+    else:
+        if c.group_size is None:
+            raise ValueError(f"c.group_size is unknown for this {c.op}: the ring model needs D")
+        group = c.group_size
+        n = c.nbytes * group if c.op == "reduce-scatter" else c.nbytes
+        sent = ring_bytes_per_rank(n, group, element_size=1)
+        total = ring_time_s(n, group, alpha_s=alpha, bandwidth_bytes_per_s=beta)
+        steps = 2 * (group - 1)
+        if c.op != "all-reduce":                       # one phase of the ring: half of it
+            sent, total, steps = sent / 2, total / 2, group - 1
+    return {"op": c.op, "group": group, "steps": steps, "sent_bytes": sent,
+            "latency_s": steps * alpha, "bandwidth_s": total - steps * alpha, "time_s": total}
+
+
+def cost_table(programs: Mapping[str, Sequence[Collective]], alpha_s: float,
+               bandwidth_bytes_per_s: float) -> str:
+    """One line per collective of each program: bytes in the HLO, bytes each device sends, and
+    :func:`ring_cost`'s latency, bandwidth and total time (microseconds)."""
+    if not isinstance(programs, Mapping) or not programs or not all(
+            isinstance(k, str) and isinstance(v, Sequence) for k, v in programs.items()):
+        raise ValueError("programs must map a program's name to its list of Collectives "
+                         "(js.collectives(hlo))")
+    lines = [f"{'program':<22} {'collective':<19} {'D':>2} {'HLO bytes':>9} {'sent/device':>11} "
+             f"{'latency':>9} {'bandwidth':>10} {'total':>9}"]
+    for name, found in programs.items():
+        for c in found:
+            r = ring_cost(c, alpha_s, bandwidth_bytes_per_s)
+            group = "-" if r["group"] is None else r["group"]
+            lines.append(f"{name:<22} {c.op:<19} {group:>2} {c.nbytes:>9} "
+                         f"{r['sent_bytes']:>11.0f} {r['latency_s'] * 1e6:>6.2f} us "
+                         f"{r['bandwidth_s'] * 1e6:>7.3f} us {r['time_s'] * 1e6:>6.2f} us")
+    return "\n".join(lines)
+
+
+# Published figures, as stated by their sources (per chip; bytes/s one way per link).
+ACCELERATORS: dict[str, dict[str, Any]] = {
+    "TPU v5e": {"flops_per_s": 1.97e14, "link_bytes_per_s": 4.5e10,
+                "source": "HTSYM tpus.md (jax-ml/scaling-book 0819a7d, lines 182, 192): "
+                          "1.97e14 bf16 FLOP/s per chip; 4.5e10 B/s one way per ICI link "
+                          "(9e10 bidirectional)"},
+    "H100": {"flops_per_s": 9.9e14, "link_bytes_per_s": 4.5e11,
+             "source": "HTSYM gpus.md (jax-ml/scaling-book 1a55377): 9.9e14 bf16 FLOP/s; "
+                       "NVLink 4, 18 links x 25 GB/s = 450 GB/s each way per GPU"},
+}
+_PLANS = {"fsdp": "tokens per device", "tp": "d_ff per device"}
+
+
+def hides_behind_matmul(plan: str, tokens_per_device: int, d_model: int, d_ff: int,
+                        devices: int, flops_per_s: float, link_bytes_per_s: float,
+                        itemsize: int = 2) -> dict:
+    """Does the plan's collective fit in its local matmul's time (FLOPs / C vs bytes sent / W)?
+
+    Units: seconds; FLOP/s; bytes/s (one device's link, one way, a one-way ring); itemsize in
+    bytes (2: bf16). ``"fsdp"``: ``(tokens_per_device, d_model) @ (d_model, d_ff)`` needs the
+    whole W all-gathered over ``devices``, (D - 1)/D x d_model d_ff itemsize bytes sent per
+    device; the FLOPs grow with the tokens, the bytes do not. ``"tp"``: the Megatron pair
+    ``(tokens, d_model) @ (d_model, d_ff / D) @ (d_ff / D, d_model)`` all-reduces its
+    ``(tokens, d_model)`` output, 2 (D - 1)/D x tokens d_model itemsize bytes; the FLOPs grow
+    with d_ff / D, the bytes do not. Both fit when that width (tokens per device, d_ff per
+    device) is at least ``threshold`` = C / W x itemsize / 2 x (D - 1)/D, about C / W in bf16.
+    The backward pass doubles both sides, so the rule holds for a training step. Latency
+    (alpha) is left out: these messages are large.
+    """
+    if plan not in _PLANS:
+        raise ValueError(f"plan must be one of {list(_PLANS)}; got {plan!r}")
+    for name, value in (("tokens_per_device", tokens_per_device), ("d_model", d_model),
+                        ("d_ff", d_ff), ("devices", devices), ("itemsize", itemsize)):
+        check_int(name, value)
+    c = check_real("flops_per_s", flops_per_s)
+    w = check_real("link_bytes_per_s", link_bytes_per_s)
+    if plan == "tp" and d_ff % devices:
+        raise ValueError(f"d_ff = {d_ff} must be divisible by devices = {devices} (tensor "
+                         "parallelism splits it)")
+    from course_utils.ring_allreduce import ring_time_s  # (imports torch)
+
+    if plan == "fsdp":
+        flops = 2 * tokens_per_device * d_model * d_ff          # (T, d) @ (d, f)
+        comm = ring_time_s(d_model * d_ff * itemsize, devices, 0.0, w) / 2  # all-gather of W
+        width = tokens_per_device
+    else:
+        flops = 2 * 2 * tokens_per_device * d_model * (d_ff // devices)   # two matmuls
+        comm = ring_time_s(tokens_per_device * d_model * itemsize, devices, 0.0, w)  # all-reduce
+        width = d_ff // devices
+    threshold = c / w * itemsize / 2 * (devices - 1) / devices
+    compute = flops / c
+    return {"plan": plan, "width_name": _PLANS[plan], "width": width, "threshold": threshold,
+            "compute_s": compute, "comm_s": comm, "hidden": compute >= comm}

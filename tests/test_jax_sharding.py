@@ -304,3 +304,361 @@ def test_the_device_count_is_fixed_when_the_cpu_backend_starts_not_at_import():
                "try:\n    jax.config.update('jax_num_cpu_devices', 8)\n"
                "except RuntimeError as e:\n    print('refused:', e)")
     assert late.splitlines()[0] == "1" and "before backends are initialized" in late
+
+
+# ---------------------------------------------------------------- beyond Auto propagation
+
+
+def test_explicit_axes_refuse_both_dims_on_one_axis_and_auto_gathers_x():
+    out = js.both_dims_on_one_axis()
+    assert out["axis_types"] == "(Explicit,)"
+    assert (out["x_type"], out["w_type"]) == ("float32[16@model,32]", "float32[32,64@model]")
+    assert out["no_out_sharding"].startswith("ShardingTypeError: ")
+    assert "illegally sharded result: f32[16@model,64@model]" in out["no_out_sharding"]
+    assert out["duplicate_spec"].startswith("DuplicateSpecError: ")
+    by = out["out_sharding"]
+    assert by["P('model', None)"]["type"] == "float32[16@model,64]"
+    assert [(c.op, c.nbytes) for c in by["P('model', None)"]["collectives"]] == [
+        ("all-gather", 32 * 64 * 4)]                                  # W gathered
+    assert [(c.op, c.nbytes) for c in by["P(None, 'model')"]["collectives"]] == [
+        ("all-gather", 16 * 32 * 4)]                                  # X gathered
+    assert all(r["equal"] for r in by.values())
+    auto = out["auto"]
+    assert auto["x_type"] == "float32[16,32]" and auto["y_spec"] == "P(None, 'model')"
+    assert [(c.op, c.nbytes) for c in auto["collectives"]] == [("all-gather", 16 * 32 * 4)]
+    assert auto["equal"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_with_sharding_constraint_changes_the_collectives(seed):
+    rows = {r["constraint"]: r for r in js.constrained_mlp(seed=seed)}
+    ops = {k: [(c.op, c.nbytes) for c in r["collectives"]] for k, r in rows.items()}
+    assert ops["none"] == ops["P(None, 'model')"] == [("all-reduce", 16 * 32 * 4)]
+    assert ops["P()"] == [("all-gather", 16 * 128 * 4), ("all-reduce", 16 * 32 * 4)]
+    assert ops["P('model', None)"] == [("all-gather", 128 * 32 * 4), ("all-gather", 32 * 128 * 4),
+                                       ("all-gather", 16 * 32 * 4)]
+    assert all(r["equal"] for r in rows.values())
+
+
+def test_cpu_all_reduces_then_slices_where_shard_map_reduce_scatters():
+    x, w = js.linear_inputs(0)
+    mesh = js.make_mesh((8,), ("model",))
+    lay = js.LAYOUTS["row, scattered"]
+    xs, ws = js.place(x, mesh, lay.x), js.place(w, mesh, lay.w)
+    ops = ["all-reduce", "dynamic-slice", "reduce-scatter"]
+    jit_hlo = js.jit_linear("row, scattered", mesh).lower(xs, ws).compile().as_text()
+    map_hlo = js.shard_map_linear("row, scattered", mesh).lower(xs, ws).compile().as_text()
+    assert js.op_counts(jit_hlo, ops) == {"all-reduce": 1, "dynamic-slice": 1,
+                                          "reduce-scatter": 0}
+    assert js.op_counts(map_hlo, ops) == {"all-reduce": 0, "dynamic-slice": 0,
+                                          "reduce-scatter": 1}
+
+
+def test_the_partitioner_is_shardy():
+    out = js.partitioner()
+    assert out["shardy"] is True
+    assert out["attributes"] == ["sdy.mesh", "sdy.sharding"] and out["gspmd_attributes"] == []
+    assert out["mesh_line"].startswith('sdy.mesh @mesh = <["model"=8]>')
+
+
+def test_ppermute_ring_step_moves_each_block_to_the_next_device():
+    out = js.ring_step()
+    assert out["after"] == [7.0] + [float(i) for i in range(7)]
+    assert [(c.op, c.nbytes, c.group_size) for c in out["collectives"]] == [
+        ("collective-permute", 4, None)]
+
+
+@pytest.mark.parametrize("devices, chunk, seed", [(8, 2, 0), (8, 3, 1), (4, 5, 2)])
+def test_ring_reduce_scatter_with_ppermute_equals_psum_scatter(devices, chunk, seed):
+    out = js.ring_reduce_scatter(devices=devices, chunk=chunk, seed=seed)
+    np.testing.assert_allclose(out["ring"], out["expected"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["psum_scatter"], out["summed"], rtol=1e-5, atol=1e-5)
+    assert [(c.op, c.nbytes) for c in out["ring_collectives"]] == [
+        ("collective-permute", chunk * 4)] * (devices - 1)
+    assert [(c.op, c.group_size) for c in out["psum_scatter_collectives"]] == [
+        ("reduce-scatter", devices)]
+
+
+def test_memory_analysis_of_the_zero3_adam_step():
+    out = js.fsdp_memory()
+    n, d = out["n_params"], 8
+    assert out["zero3_bytes"] == 16 * n // d == out["shard_bytes"] == memory.zero_state_bytes(
+        n, d, 3, "fp32_adam")["total"]
+    for kind in ("plain", "donated"):
+        m = out[kind]
+        assert m["argument_size_in_bytes"] == 16 * n // d
+        assert m["output_size_in_bytes"] == 12 * n // d + 8 * out["n_outputs"]
+        assert m["temp_size_in_bytes"] == 0
+        assert m["peak_memory_in_bytes"] == (m["argument_size_in_bytes"]
+                                             + m["output_size_in_bytes"]
+                                             - m["alias_size_in_bytes"])
+        assert all(v == 0 for k, v in m.items() if k.startswith("host_"))
+    assert out["plain"]["alias_size_in_bytes"] == 0
+    assert out["donated"]["alias_size_in_bytes"] == 12 * n // d
+    assert out["n_outputs"] == 12 and out["collectives"] == []
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 16])
+def test_output_size_counts_8_bytes_per_output_of_a_tuple(k):
+    """The lecture's reading of output_size_in_bytes: the arrays plus 8 B per output when the
+    result is a tuple (none for a single output)."""
+    import jax
+
+    mesh = js.make_mesh((8,), ("data",))
+    xs = [js.place(np.zeros((64, 8), np.float32), mesh, js.P("data")) for _ in range(k)]
+    fn = (lambda xs: [x * 2 for x in xs]) if k > 1 else (lambda xs: xs[0] * 2)
+    stats = jax.jit(fn).lower(xs).compile().memory_analysis()
+    per_device = 64 * 8 * 4 // 8
+    assert stats.argument_size_in_bytes == k * per_device
+    assert stats.output_size_in_bytes == k * per_device + (8 * k if k > 1 else 0)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_checkpoint_policies_keep_different_residuals_and_the_same_gradients(seed):
+    kept = {p: js.saved_residuals(p, seed=seed) for p in js.POLICIES}
+    plain = kept["no checkpoint"]
+    assert kept["everything_saveable"]["computed"] == plain["computed"]
+    assert [w for _, w in plain["computed"]] == ["output of tanh", "output of sub"] * 2 + [
+        "output of mul"]
+    assert kept["nothing_saveable"]["computed"] == []
+    assert all("from the argument" in w for _, w in kept["nothing_saveable"]["residuals"])
+    assert [w for _, w in kept["dots_saveable"]["computed"]] == ["output of dot_general"] * 3
+    # (8, 64) x 4 + (8, 16) floats; (8, 64) x 2 + (8, 16)
+    assert plain["computed_bytes"] == (4 * 8 * 64 + 8 * 16) * 4
+    assert kept["dots_saveable"]["computed_bytes"] == (2 * 8 * 64 + 8 * 16) * 4
+    for r in kept.values():
+        for got, want in zip(r["grads"], plain["grads"]):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------------- the cost model
+
+
+def test_ring_cost_by_hand():
+    """alpha 2 us, beta 1e9 B/s: cases the lecture does not print."""
+    a, b = 2e-6, 1e9
+    ag = js.ring_cost(js.Collective("all-gather", ((32, 64),), 8192, 8), a, b)
+    assert ag["steps"] == 7 and ag["sent_bytes"] == 7 / 8 * 8192
+    assert ag["time_s"] == pytest.approx(7 * 2e-6 + 7168 / 1e9)
+    rs = js.ring_cost(js.Collective("reduce-scatter", ((1, 2),), 8, 8), a, b)
+    assert rs["sent_bytes"] == 7 / 8 * 64 and rs["time_s"] == pytest.approx(14e-6 + 56e-9)
+    ar = js.ring_cost(js.Collective("all-reduce", ((16, 64),), 4096, 4), a, b)
+    assert ar["steps"] == 6 and ar["sent_bytes"] == 2 * 3 / 4 * 4096
+    assert ar["time_s"] == pytest.approx(6 * 2e-6 + 6144 / 1e9)
+    assert ar["latency_s"] + ar["bandwidth_s"] == pytest.approx(ar["time_s"])
+    cp = js.ring_cost(js.Collective("collective-permute", ((2,),), 8, None), a, b)
+    assert (cp["steps"], cp["sent_bytes"]) == (1, 8) and cp["time_s"] == pytest.approx(
+        2e-6 + 8e-9)
+    # all-reduce == reduce-scatter + all-gather of the same n (module 2's two phases)
+    n, d = 1 << 20, 8
+    whole = js.ring_cost(js.Collective("all-reduce", ((n // 4,),), n, d), a, b)["time_s"]
+    halves = (js.ring_cost(js.Collective("reduce-scatter", ((n // 4 // d,),), n // d, d), a,
+                           b)["time_s"]
+              + js.ring_cost(js.Collective("all-gather", ((n // 4,),), n, d), a, b)["time_s"])
+    assert whole == pytest.approx(halves)
+
+
+def test_hides_behind_matmul_by_hand():
+    """Two cases the lecture does not print, computed by hand."""
+    tp = js.hides_behind_matmul("tp", tokens_per_device=512, d_model=4096, d_ff=16384,
+                                devices=4, flops_per_s=1e14, link_bytes_per_s=5e10)
+    assert tp["compute_s"] == pytest.approx(4 * 512 * 4096 * 4096 / 1e14)   # 3.436e-4 s
+    assert tp["comm_s"] == pytest.approx(2 * 3 / 4 * 512 * 4096 * 2 / 5e10)  # 1.258e-4 s
+    assert tp["threshold"] == pytest.approx(1500.0) and tp["width"] == 4096 and tp["hidden"]
+    fsdp = js.hides_behind_matmul("fsdp", tokens_per_device=1000, d_model=1024, d_ff=4096,
+                                  devices=2, flops_per_s=2e13, link_bytes_per_s=1e10,
+                                  itemsize=4)
+    assert fsdp["compute_s"] == pytest.approx(2 * 1000 * 1024 * 4096 / 2e13)  # 4.194e-4 s
+    assert fsdp["comm_s"] == pytest.approx(1 / 2 * 1024 * 4096 * 4 / 1e10)   # 8.389e-4 s
+    assert fsdp["threshold"] == pytest.approx(2000.0) and not fsdp["hidden"]
+    # the threshold is where the two sides meet
+    edge = js.hides_behind_matmul("fsdp", tokens_per_device=2000, d_model=1024, d_ff=4096,
+                                  devices=2, flops_per_s=2e13, link_bytes_per_s=1e10,
+                                  itemsize=4)
+    assert edge["compute_s"] == pytest.approx(edge["comm_s"])
+
+
+def test_the_accelerator_figures_are_the_published_ones():
+    assert js.ACCELERATORS["TPU v5e"]["flops_per_s"] == 1.97e14
+    assert js.ACCELERATORS["TPU v5e"]["link_bytes_per_s"] == 4.5e10
+    assert js.ACCELERATORS["H100"]["flops_per_s"] == 9.9e14
+    assert js.ACCELERATORS["H100"]["link_bytes_per_s"] == 18 * 25e9
+    assert all("HTSYM" in a["source"] for a in js.ACCELERATORS.values())
+
+
+def test_the_lectures_collectives_are_latency_bound_on_a_v5e_link():
+    """Lecture 8, section 7: with alpha = 1 us and beta = 4.5e10 B/s, every collective of the
+    lecture's programs spends more time on latency than on bandwidth."""
+    dp = js.dp_step_check(seed=0)
+    found = dp["collectives"] + js.mlp_2d(seed=0)["step"] + js.ring_step()["collectives"]
+    for c in found:
+        r = js.ring_cost(c, 1e-6, 4.5e10)
+        assert r["bandwidth_s"] < 0.5e-6 < r["latency_s"], c
+
+
+# ------------------------------------------------------------------------- bad arguments
+
+
+def _bad_input_cases():
+    mesh = js.make_mesh((4,), ("model",))
+    ones = np.ones((8, 8), np.float32)
+    ag = js.Collective("all-gather", ((8,),), 32, 8)
+    w = js.place(ones, mesh, js.P("model"))
+    ok = dict(tokens_per_device=8, d_model=8, d_ff=8, devices=2, flops_per_s=1.0,
+              link_bytes_per_s=1.0)
+    return [
+        ("with_device_flag", lambda: js.with_device_flag(None, 8), TypeError, "flags must be"),
+        ("require_devices", lambda: js.require_devices(0), ValueError, "n must be"),
+        ("make_mesh", lambda: js.make_mesh((2, 2), ("data",)), ValueError, "names must"),
+        ("place mesh", lambda: js.place(ones, "mesh", js.P()), TypeError, "mesh must be"),
+        ("place x", lambda: js.place(object(), mesh, js.P()), TypeError, "x must be an array"),
+        ("place x ragged", lambda: js.place([[1.0], [1.0, 2.0]], mesh, js.P()), TypeError,
+         "x must be an array"),
+        ("place twice", lambda: js.place(ones, mesh, js.P("model", "model")), ValueError,
+         "names axis 'model' twice"),
+        ("place entry", lambda: js.place(ones, mesh, js.P(3)), TypeError, "each entry must"),
+        ("place divisible", lambda: js.place(np.ones(6), mesh, js.P("model")), ValueError,
+         r"splits dim 0 \(size 6\)"),
+        ("place rank", lambda: js.place(np.ones(8), mesh, js.P("model", None)), ValueError,
+         "spec .* has 2 entries for an array of 1 dims"),
+        ("shard_table", lambda: js.shard_table(ones), TypeError, "x must be a jax.Array"),
+        ("bytes_per_device", lambda: js.bytes_per_device([1]), TypeError, "tree must hold"),
+        ("local_bytes shape", lambda: js.local_bytes((8, -4), js.P(), {"model": 4}),
+         ValueError, "shape must be"),
+        ("local_bytes spec", lambda: js.local_bytes((8, 4), ("model",), {"model": 4}),
+         TypeError, "spec must be a PartitionSpec"),
+        ("local_bytes mesh_shape", lambda: js.local_bytes((8, 4), js.P(), {"model": 0}),
+         ValueError, "mesh_shape must map"),
+        ("local_bytes itemsize", lambda: js.local_bytes((8, 4), js.P(), {"model": 4}, 0),
+         ValueError, "itemsize must be"),
+        ("global_bytes", lambda: js.global_bytes([1, 2]), TypeError, "tree must hold arrays"),
+        ("compiled_text", lambda: js.compiled_text(3, ones), TypeError, "fn must be a function"),
+        ("collectives", lambda: js.collectives(b"hlo"), TypeError, "hlo must be"),
+        ("collective_names", lambda: js.collective_names(None), TypeError, "hlo must be"),
+        ("draw_sharding x", lambda: js.draw_sharding(ones), TypeError, "x must be a jax.Array"),
+        ("draw_sharding name", lambda: js.draw_sharding(w, name=3), TypeError, "name must be"),
+        ("draw_sharding ax", lambda: js.draw_sharding(w, ax="axes"), TypeError, "ax must be"),
+        ("lesson_two_replicas grads",
+         lambda: js.lesson_two_replicas(grads=[[1.0]] * 9, w0=[1.0]), ValueError,
+         "grads must be at most the 8 CPU devices"),
+        ("lesson_two_replicas grads ragged",
+         lambda: js.lesson_two_replicas(grads=[[1.0], [1.0, 2.0]]), TypeError,
+         "grads must be an array"),
+        ("lesson_two_replicas lr", lambda: js.lesson_two_replicas(lr=-0.1), ValueError,
+         "lr must be"),
+        ("init_mlp seed", lambda: js.init_mlp(-1), ValueError, "seed must be"),
+        ("init_mlp sizes", lambda: js.init_mlp(0, (16,)), ValueError, "sizes must be"),
+        ("mlp_apply", lambda: js.mlp_apply([ones], ones), ValueError, "params must be"),
+        ("mse", lambda: js.mse("params", ones, ones), ValueError, "params must be"),
+        ("dp_step_check batch", lambda: js.dp_step_check(batch=30), ValueError,
+         "batch = 30 must be divisible by devices = 8"),
+        ("dp_step_check devices", lambda: js.dp_step_check(devices=9), ValueError,
+         "devices must be at most"),
+        ("jit_linear mesh", lambda: js.jit_linear("row", None), TypeError, "mesh must be"),
+        ("jit_linear axis", lambda: js.jit_linear("fsdp", mesh), ValueError,
+         "mesh must have the axis 'data'"),
+        ("shard_map_linear", lambda: js.shard_map_linear("diagonal", mesh), ValueError,
+         "layout must be one of"),
+        ("linear_inputs", lambda: js.linear_inputs(0, tokens=0), ValueError, "tokens must be"),
+        ("compare_layouts", lambda: js.compare_layouts(devices=3), ValueError,
+         "devices must divide 16"),
+        ("layout_table", lambda: js.layout_table([{"layout": "row"}]), ValueError,
+         "rows must be compare_layouts"),
+        ("fsdp_state", lambda: js.fsdp_state(sizes=(60, 256, 64)), ValueError,
+         "every entry of sizes must be divisible by devices = 8"),
+        ("mlp_2d devices", lambda: js.mlp_2d(data=4, model=4), ValueError,
+         "data x model .* must be at most"),
+        ("mlp_2d ffn", lambda: js.mlp_2d(ffn=62), ValueError, "ffn = 62 by model = 4"),
+        ("spec_entries", lambda: js.spec_entries(js.P(), -1), ValueError, "ndim must be"),
+        ("compile_plan mesh", lambda: js.compile_plan(None, js.mlp_apply, {"x": (4,)},
+                                                      {"x": js.P()}, js.P()),
+         TypeError, "mesh must be"),
+        ("compile_plan fn", lambda: js.compile_plan(mesh, "x @ w", {"x": (4,)}, {"x": js.P()},
+                                                    js.P()), TypeError, "fn must be"),
+        ("compile_plan shapes", lambda: js.compile_plan(mesh, abs, {"x": (4, 0)},
+                                                        {"x": js.P()}, js.P()),
+         ValueError, r"shapes\['x'\] must be"),
+        ("compile_plan specs", lambda: js.compile_plan(mesh, abs, {"x": (6,)},
+                                                       {"x": js.P("model")}, js.P()),
+         ValueError, r"specs\['x'\] .* splits dim 0"),
+        ("compile_plan out_spec", lambda: js.compile_plan(mesh, abs, {"x": (4,)},
+                                                          {"x": js.P()}, "P()"),
+         TypeError, "out_spec must be a PartitionSpec"),
+        ("row_parallel_harness shapes", lambda: js.row_parallel_harness(
+            _row_parallel, np.ones((4, 16)), np.ones((8, 5)), np.ones(5)), ValueError,
+         "x must be \\(tokens, h_in\\) and w"),
+        ("row_parallel_harness h_in", lambda: js.row_parallel_harness(
+            _row_parallel, np.ones((4, 12)), np.ones((12, 5)), np.ones(5)), ValueError,
+         "h_in = 12 .* divisible by devices = 8"),
+        ("row_parallel_harness b", lambda: js.row_parallel_harness(
+            _row_parallel, np.ones((4, 16)), np.ones((16, 5)), np.ones(4)), ValueError,
+         "b must be the bias"),
+        ("row_parallel_harness devices", lambda: js.row_parallel_harness(
+            _row_parallel, np.ones((4, 16)), np.ones((16, 5)), np.ones(5), devices=0),
+         ValueError, "devices must be"),
+        ("both_dims_on_one_axis", lambda: js.both_dims_on_one_axis(tokens=12), ValueError,
+         "tokens = 12 and h_out = 64 must be divisible"),
+        ("constrained_mlp", lambda: js.constrained_mlp(devices=0), ValueError,
+         "devices must be"),
+        ("op_counts ops", lambda: js.op_counts("", "all-reduce"), ValueError, "ops must be"),
+        ("op_counts hlo", lambda: js.op_counts(None, ["all-reduce"]), TypeError,
+         "hlo must be"),
+        ("partitioner layout", lambda: js.partitioner(layout="diagonal"), ValueError,
+         "layout must be one of"),
+        ("partitioner devices", lambda: js.partitioner(devices=3), ValueError,
+         "devices must divide 16"),
+        ("ring_step", lambda: js.ring_step(devices=True), ValueError, "devices must be"),
+        ("ring_reduce_scatter", lambda: js.ring_reduce_scatter(chunk=0), ValueError,
+         "chunk must be"),
+        ("fsdp_memory", lambda: js.fsdp_memory(devices=16), ValueError,
+         "devices must be at most"),
+        ("saved_residuals policy", lambda: js.saved_residuals("dots"), ValueError,
+         "policy must be one of"),
+        ("saved_residuals batch", lambda: js.saved_residuals("dots_saveable", batch=0),
+         ValueError, "batch must be"),
+        ("ring_cost c", lambda: js.ring_cost("all-gather", 1e-6, 1e9), TypeError,
+         "c must be a Collective"),
+        ("ring_cost op", lambda: js.ring_cost(js.Collective("all-to-all", ((8,),), 32, 8),
+                                              1e-6, 1e9), ValueError, "c.op must be one of"),
+        ("ring_cost alpha", lambda: js.ring_cost(ag, -1.0, 1e9), ValueError, "alpha_s must be"),
+        ("ring_cost beta", lambda: js.ring_cost(ag, 1e-6, 0), ValueError,
+         "bandwidth_bytes_per_s must be"),
+        ("ring_cost group", lambda: js.ring_cost(js.Collective("all-gather", ((8,),), 32,
+                                                               None), 1e-6, 1e9),
+         ValueError, "c.group_size is unknown"),
+        ("cost_table", lambda: js.cost_table([ag], 1e-6, 1e9), ValueError,
+         "programs must map"),
+        ("hides_behind_matmul plan", lambda: js.hides_behind_matmul("dp", **ok), ValueError,
+         "plan must be one of"),
+        ("hides_behind_matmul tokens",
+         lambda: js.hides_behind_matmul("fsdp", **{**ok, "tokens_per_device": 0}),
+         ValueError, "tokens_per_device must be"),
+        ("hides_behind_matmul flops",
+         lambda: js.hides_behind_matmul("fsdp", **{**ok, "flops_per_s": -1.0}),
+         ValueError, "flops_per_s must be"),
+        ("hides_behind_matmul link",
+         lambda: js.hides_behind_matmul("tp", **{**ok, "link_bytes_per_s": "fast"}),
+         ValueError, "link_bytes_per_s must be"),
+        ("hides_behind_matmul d_ff", lambda: js.hides_behind_matmul("tp", **{**ok, "d_ff": 9}),
+         ValueError, "d_ff = 9 must be divisible by devices = 2"),
+        ("hides_behind_matmul itemsize",
+         lambda: js.hides_behind_matmul("tp", **ok, itemsize=0), ValueError,
+         "itemsize must be"),
+    ]
+
+
+_BAD = _bad_input_cases()
+
+
+@pytest.mark.parametrize("fn, error, match", [c[1:] for c in _BAD], ids=[c[0] for c in _BAD])
+def test_every_public_function_names_its_bad_argument(fn, error, match):
+    with pytest.raises(error, match=match):
+        fn()
+
+
+def test_the_sweep_covers_every_public_function():
+    import inspect
+
+    swept = {case[0].split()[0] for case in _BAD}
+    public = {name for name in js.__all__ if inspect.isfunction(getattr(js, name))}
+    assert public - swept == set()

@@ -265,7 +265,7 @@ for d in [2, 8, 64, 1024, 8192]:
     bandwidth = model(n_bytes=n_bytes, world_size=d, alpha_s=0)
     print(f"{d:>5}  {sent / 1e9:>10.3f} GB  {latency * 1e3:>9.2f} ms  {bandwidth * 1e3:>11.2f} ms  "
           f"{(latency + bandwidth) * 1e3:>6.1f} ms  {latency / (latency + bandwidth):>13.0%}")
-bucket = 25 * 2**20  # DDP's default bucket size, in bytes
+bucket = 25 * 2**20  # DDP's default cap (bucket_cap_mb=25) for every bucket but the first, in bytes
 crossover = next(d for d in range(2, 10**5) if model(n_bytes=0, world_size=d, alpha_s=alpha)
                  > model(n_bytes=bucket, world_size=d, alpha_s=0))
 print(f"25 MiB bucket: the latency term is the larger one from D = {crossover}")
@@ -336,9 +336,11 @@ plt.show()
 
 # %% [markdown]
 # Small tensors are dominated by the fixed cost of each message (latency), large ones by
-# bandwidth. That is why DDP packs gradients into buckets (25 MiB by default) instead of
-# all-reducing each parameter on its own, and starts each bucket's all-reduce as soon as its
-# gradients are ready, overlapping communication with the rest of the backward pass.
+# bandwidth. That is why DDP packs gradients into buckets (by default the first capped at
+# 1 MiB and the others at 25 MiB, `bucket_cap_mb`: module 9 reads real DDP's buckets) instead
+# of all-reducing each parameter on its own, and (from its second step on) starts each
+# bucket's all-reduce as soon as its gradients are ready, overlapping communication with the
+# rest of the backward pass.
 #
 # ## 6. A data-parallel loop from scratch, DDP, and one process
 #

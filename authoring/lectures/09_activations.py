@@ -181,7 +181,9 @@ for name, block in (("Llama 2 7B", activations.LLAMA2_7B), ("Llama 3 8B", activa
 # %% [markdown]
 # Today's blocks keep **more** per s·b·h than the paper's 34, not less: dropping dropout saves
 # 2, but SwiGLU's four F-wide tensors cost more than GELU's two 4h-wide ones (8F/h = 21.5 and
-# 28, against 16), and grouped-query attention saves only on K and V (4 down to 1). The
+# 28, against 16), and grouped-query attention saves only on K and V (4 down to 1). (SwiGLU
+# here runs as plain operations; a fused SwiGLU kernel that recomputes SiLU(gate) in backward
+# keeps three of the four.) The
 # "eager" rows are PyTorch's own `nn.RMSNorm` in bf16: it computes in fp32 and autograd keeps
 # fp32 copies of its input and of the normalized input, 12 bytes per s·b·h more than a fused
 # kernel. The counts are measured, not assumed, on small blocks of both kinds, in fp32 and
@@ -202,7 +204,7 @@ for name, n in activations.modern_block_terms(small, 2, 64, "eager", "bf16").ite
 # **The output layer.** The loss keeps the log-softmax of the logits, (s·b, V) in fp32
 # (TinyLM's `predicted_model_bytes` counts it, and the measurement of section 1 matched): with
 # Llama 3's vocabulary of V = 128,256 tokens that is 4·s·V = 2.10 GB per 4096-token sequence,
-# three layers' worth (one layer: 41 s·b·h = 0.69 GB), held once, at the last pipeline stage.
+# three layers' worth (one layer: 41 s·b·h = 0.69 GB), on the last pipeline stage only.
 # Kernels that fuse the output projection with the loss and work through the tokens in chunks
 # never hold it whole.
 
@@ -277,7 +279,7 @@ for mode, s in times.items():
 #
 # **Partial recomputation.** Between none and full there is every number of blocks in
 # between: checkpoint only the first k of L blocks and keep the rest (Megatron's
-# `--recompute-num-layers`). Each checkpointed block takes the same bytes off, so the budget can
+# `--recompute-method block --recompute-num-layers k`). Each checkpointed block takes the same bytes off, so the budget can
 # be met with the fewest recomputed blocks. `forward(..., recompute="full", layers=k)`, a
 # 4-block TinyLM, B = 4, T = 256, math attention:
 
