@@ -510,7 +510,12 @@ MECHANICS = frozenset({
     "patch_isclose", "patch_sys_modules", "patch_builtins", "shadow_course_utils",
     "reads_expected", "hidden_payload", "reads_solutions", "writes_library",
     "writes_course_data", "late_process", "huge_output", "memory_hog", "stderr_noise"})
-MECHANICS_ON = ("a1_training_state", "a2_data_parallel")
+# every kind on a1; on a2 (answers that launch real ranks) the kinds about processes and
+# limits, which could meet rank processes: loops, interrupts, a process outliving its kernel,
+# memory and output limits
+MECHANICS_ON = {"a1_training_state": MECHANICS,
+                "a2_data_parallel": frozenset({"infinite_loop", "swallows_interrupt",
+                                               "late_process", "memory_hog", "huge_output"})}
 
 
 def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Case, dict]]:
@@ -542,13 +547,16 @@ def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Cas
         slow=True)
     add("edited_tests", 0.0, _notebook(model, wrong, edit_tests=True), flags=["was edited"])
     add("deleted_tests", 0.0, _notebook(model, wrong, drop_tests=True), flags=["was deleted"])
-    # the answer's own code runs first (so every name exists), then its values are replaced
-    add("always_equal", 0.0, _notebook(model, _answer_codes(
-        model, lambda g, c: f"{c}\n{_ALWAYS_EQUAL}\n{_apply(assigned_names(c), '_syn_fake')}")),
-        flags=["defines __eq__"])
-    add("lying_float", 0.0, _notebook(model, _answer_codes(
-        model, lambda g, c: f"{c}\n{_LYING_FLOAT}\n{_apply(assigned_names(c), '_syn_fake')}")),
-        flags=["subclasses float"])
+    # values that lie to comparisons: the answer's own code runs first (so every name exists),
+    # then its values are replaced, the graded answers taking turns between an object equal to
+    # everything and a float subclass equal to everything (one kernel run, and every judge
+    # function of the assignment meets one of the two)
+    graded = [g for g in model.answers if model.points_of(g) > 0]
+    fake = {g: (_ALWAYS_EQUAL, _LYING_FLOAT)[graded.index(g) % 2] if g in graded
+            else _ALWAYS_EQUAL for g in model.answers}
+    add("fake_values", 0.0, _notebook(model, _answer_codes(
+        model, lambda g, c: f"{c}\n{fake[g]}\n{_apply(assigned_names(c), '_syn_fake')}")),
+        flags=["defines __eq__"] + (["subclasses float"] if len(graded) > 1 else []))
     add("patch_isclose", 0.0, _notebook(model, {g: _PATCH_ISCLOSE + c for g, c in wrong.items()}),
         flags=["assigns to math.isclose"])
     add("patch_sys_modules", 0.0,
@@ -878,13 +886,19 @@ def write(cases: list[tuple[Case, dict]], submitted: Path, assignment: str,
     return written
 
 
+def mechanics_of(assignment: str) -> frozenset:
+    """The :data:`MECHANICS` kinds graded on ``assignment`` in the test suite."""
+    return MECHANICS_ON.get(assignment, frozenset())
+
+
 def build(assignment: str, submitted: Path, references: dict | None = None,
           prefix: str = "", kinds: set[str] | None = None,
-          mechanics: bool = True) -> list[Case]:
-    """Write the synthetic submissions of ``assignment`` (optionally only ``kinds``; without
-    the :data:`MECHANICS` kinds unless ``mechanics``)."""
+          mechanics: bool | frozenset = True) -> list[Case]:
+    """Write the synthetic submissions of ``assignment`` (optionally only ``kinds``), with
+    every :data:`MECHANICS` kind (``mechanics=True``), none (False) or those in the set given."""
+    keep = MECHANICS if mechanics is True else (mechanics or frozenset())
     cases = [(c, f) for c, f in cases_for(assignment, references)
-             if (kinds is None or c.kind in kinds) and (mechanics or c.kind not in MECHANICS)]
+             if (kinds is None or c.kind in kinds) and (c.kind not in MECHANICS or c.kind in keep)]
     return write(cases, submitted, assignment, prefix)
 
 
@@ -899,6 +913,6 @@ def clone(assignment: str, submitted: Path, kind: str, n: int, references: dict 
     return students
 
 
-__all__ = ["Case", "HOST_ATTACKS", "Host", "MECHANICS", "MECHANICS_ON", "TYPICAL_MISTAKES",
-           "UNIT_MISTAKES", "assigned_names", "build", "cases_for", "clone", "host_cases_for", "load",
+__all__ = ["Case", "HOST_ATTACKS", "Host", "MECHANICS", "MECHANICS_ON", "mechanics_of",
+           "TYPICAL_MISTAKES", "UNIT_MISTAKES", "assigned_names", "build", "cases_for", "clone", "host_cases_for", "load",
            "solution_code", "write"]

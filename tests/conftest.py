@@ -153,9 +153,9 @@ def graded(tmp_path_factory):
     """``graded(name) -> GradedRun``, made once per assignment per test session.
 
     One autograde (2 workers) grades the correct, blank, typical-mistake, wrong-unit and
-    adversarial submissions (the attacks on the grader's machinery only on
-    ``synthetic.MECHANICS_ON``: see ``synthetic.MECHANICS``); then feedback and the report. The tests of
-    ``test_assignments.py`` and ``test_grading_integrity.py`` assert on the shared result.
+    adversarial submissions (the attacks on the grader's machinery only where
+    ``synthetic.MECHANICS_ON`` says: see ``synthetic.MECHANICS``); then feedback and the report.
+    The tests of ``test_assignments.py`` and ``test_grading_integrity.py`` assert on the shared result.
     """
     from grading import integrity, synthetic, workflow
 
@@ -167,7 +167,7 @@ def graded(tmp_path_factory):
         data = tmp_path_factory.mktemp(f"grading-{name}")
         reference = integrity.reference_run(name, data, cache=REFERENCE_CACHE)
         cases = synthetic.build(name, data / "submitted", reference,
-                                mechanics=name in synthetic.MECHANICS_ON)
+                                mechanics=synthetic.mechanics_of(name))
         # The loop cases cost one cell timeout each: short, but well above the reference's
         # slowest cell on a loaded machine.
         slowest = max(r["max_cell_s"] for r in reference.values())
