@@ -219,6 +219,12 @@ def test_modern_constants():
     assert c(activations.LLAMA3_8B) == 12 + 1 + 8 * 14336 / 4096 == 41.0
     assert c(activations.LLAMA2_7B, "eager") == 49.5 and c(activations.LLAMA3_8B, "eager") == 53.0
     assert c(activations.LLAMA3_8B, "fused", "fp32") == 2 * 41.0          # fp32 values: 4 B
+    # the statistics left out of the constant: 2 x 4 B of 1/rms + 4 a B of log-sum-exp per
+    # token per layer, 136 B at a = 32 (the lecture's "under 0.1%")
+    for block in (activations.LLAMA2_7B, activations.LLAMA3_8B):
+        terms = activations.modern_block_terms(block, 1, 1)
+        stats = sum(v for k, v in terms.items() if "1/rms" in k or "log-sum-exp" in k)
+        assert stats == 136 and stats / sum(terms.values()) < 1e-3
     # a held-out case against a hand count: h=64, a=4, g=2, F=160
     assert c(activations.ModernBlockConfig(), "fused") == 12 + 4 * 2 / 4 + 8 * 160 / 64
 
