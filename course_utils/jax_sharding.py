@@ -675,12 +675,10 @@ def layout_table(rows: Sequence[dict]) -> str:
 # ------------------------------------------------------------------------------ FSDP / ZeRO-3
 
 
-def fsdp_state(sizes: Sequence[int] = (64, 256, 64), seed: int = 0,
-               devices: int = DEVICES) -> dict:
-    """FP32 Adam training state (weights, gradients, two moments) sharded over ``"data"`` by the
-    first dim of every array: bytes per device read from the shards; the collectives of the
-    compiled forward pass (each weight gathered for its matmul) and of one SGD step of a single
-    sharded linear layer (gather forward, gradient summed over ``"data"`` backward)."""
+def _sharded_adam_state(sizes: Any, seed: Any, devices: Any) -> tuple[Mesh, list, dict]:
+    """(mesh, weights, state): an MLP's FP32 weights, gradients and two Adam moments, every
+    array split by its first dim over a ``"data"`` axis of ``devices``; the three zero states
+    are distinct buffers (a new one on every device for each)."""
     sizes = _check_sizes(sizes)
     check_int("seed", seed, 0)
     _check_devices(devices)
@@ -689,10 +687,21 @@ def fsdp_state(sizes: Sequence[int] = (64, 256, 64), seed: int = 0,
                          f"weight and bias is split by its first dim); got {sizes}")
     mesh = make_mesh((devices,), ("data",))
     params = [place(p, mesh, P("data")) for p in init_mlp(seed, sizes)]
-    def zeros():  # a new buffer on every device each call (the three states are distinct)
+
+    def zeros() -> list:
         return [place(np.zeros(p.shape, np.float32), mesh, P("data")) for p in params]
 
-    state = {"weights": params, "grads": zeros(), "adam_m": zeros(), "adam_v": zeros()}
+    return mesh, params, {"weights": params, "grads": zeros(), "adam_m": zeros(),
+                          "adam_v": zeros()}
+
+
+def fsdp_state(sizes: Sequence[int] = (64, 256, 64), seed: int = 0,
+               devices: int = DEVICES) -> dict:
+    """FP32 Adam training state (weights, gradients, two moments) sharded over ``"data"`` by the
+    first dim of every array: bytes per device read from the shards; the collectives of the
+    compiled forward pass (each weight gathered for its matmul) and of one SGD step of a single
+    sharded linear layer (gather forward, gradient summed over ``"data"`` backward)."""
+    mesh, params, state = _sharded_adam_state(sizes, seed, devices)
     rng = np.random.default_rng(seed)
     batch = 8 * devices
     x = place(rng.standard_normal((batch, sizes[0])).astype(np.float32), mesh, P("data"))
@@ -1045,19 +1054,7 @@ def fsdp_memory(sizes: Sequence[int] = (64, 256, 64), seed: int = 0,
     """``compiled.memory_analysis()`` of one Adam step on :func:`fsdp_state`'s sharded state,
     compiled plain and with the state donated: every ``*_in_bytes`` field it reports (bytes
     per device), beside ZeRO-3's ``16 N / D``; and the step's collectives."""
-    sizes = _check_sizes(sizes)
-    check_int("seed", seed, 0)
-    _check_devices(devices)
-    if any(s % devices for s in sizes):
-        raise ValueError(f"every entry of sizes must be divisible by devices = {devices} (each "
-                         f"weight and bias is split by its first dim); got {sizes}")
-    mesh = make_mesh((devices,), ("data",))
-    params = [place(p, mesh, P("data")) for p in init_mlp(seed, sizes)]
-
-    def zeros() -> list:
-        return [place(np.zeros(p.shape, np.float32), mesh, P("data")) for p in params]
-
-    state = {"weights": params, "grads": zeros(), "adam_m": zeros(), "adam_v": zeros()}
+    mesh, params, state = _sharded_adam_state(sizes, seed, devices)
     n_params = sum(int(p.size) for p in params)
     plain = jax.jit(_adam_step).lower(state).compile()
     donated = jax.jit(_adam_step, donate_argnums=0).lower(state).compile()
