@@ -104,11 +104,17 @@ def settle(page) -> None:
 
 
 def press(page, control: str, key: str, times: int) -> None:
-    """Move an IntSlider with the keyboard, one step per key press."""
+    """Move an IntSlider with the keyboard, one step per key press: each press waits until the
+    slider shows a new value (a press landing while the widget redraws was once lost, and the
+    slider stopped one step short), focusing the handle again first."""
     handle = page.locator(f".pg-in-{control} [role=slider]")
-    handle.focus()
     for _ in range(times):
+        before = handle.get_attribute("aria-valuenow")
+        handle.focus()
         handle.press(key)
+        page.wait_for_function(
+            "([sel, v]) => document.querySelector(sel).getAttribute('aria-valuenow') !== v",
+            arg=[f".pg-in-{control} [role=slider]", before], timeout=10_000)
 
 
 def test_playground_in_jupyterlab(lab_server, lab_page):  # noqa: F811
