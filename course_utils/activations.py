@@ -361,6 +361,12 @@ LLAMA2_7B = ModernBlockConfig(d_model=4096, n_heads=32, kv_heads=32, d_ff=11008)
 LLAMA3_8B = ModernBlockConfig(d_model=4096, n_heads=32, kv_heads=8, d_ff=14336)
 
 
+def _check_modern_cfg(cfg: Any) -> ModernBlockConfig:
+    if not isinstance(cfg, ModernBlockConfig):
+        raise ValueError(f"cfg must be an activations.ModernBlockConfig; got {type(cfg).__name__}")
+    return cfg
+
+
 class _FusedRMSNorm(torch.autograd.Function):
     """RMSNorm as one kernel would run it: saves its input and the (B, T, 1) fp32 1/rms only,
     and recomputes the normalized input in backward."""
@@ -390,10 +396,7 @@ class ModernBlock(nn.Module):
 
     def __init__(self, cfg: ModernBlockConfig, norm: str = "fused") -> None:
         super().__init__()
-        if not isinstance(cfg, ModernBlockConfig):
-            raise ValueError(f"cfg must be an activations.ModernBlockConfig; got "
-                             f"{type(cfg).__name__}")
-        self.cfg, self.norm = cfg, _check_choice("norm", norm, NORMS)
+        self.cfg, self.norm = _check_modern_cfg(cfg), _check_choice("norm", norm, NORMS)
         d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
         self.norm1, self.norm2 = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)
         self.wq = nn.Linear(d, d, bias=False)
@@ -423,8 +426,7 @@ class ModernBlock(nn.Module):
 
 
 def _check_modern(cfg: Any, norm: Any, dtype: Any) -> torch.dtype:
-    if not isinstance(cfg, ModernBlockConfig):
-        raise ValueError(f"cfg must be an activations.ModernBlockConfig; got {type(cfg).__name__}")
+    _check_modern_cfg(cfg)
     _check_choice("norm", norm, NORMS)
     return _DTYPES[_check_choice("dtype", dtype, tuple(_DTYPES))]
 
