@@ -26,7 +26,8 @@ import math as _math
 import numpy as _np
 
 __all__ = ["CheckFailed", "SUBMIT_MIME", "Sealed", "TRACE_MIME", "as_number", "check_number", "check_choice",
-           "check_sequence", "encode", "hidden_cases", "seal", "sealed_mistakes", "submit"]
+           "check_sequence", "encode", "hidden_cases", "seal", "sealed_mistakes", "sealed_name",
+           "submit"]
 
 SUBMIT_MIME = "application/vnd.course.submission+json"
 TRACE_MIME = "application/vnd.course.check-trace+json"  # what a visible check saw (release build)
@@ -218,24 +219,34 @@ def _number_verdict(got: float, expected: float, mistakes, rel: float, abs_tol: 
     return f"{shown} is not right. {hint}".strip()
 
 
+def sealed_name(name: str, variant: str = "") -> str:
+    """The name a check's sealed mistakes are kept under: with a ``variant`` (the student's own
+    givens, ``Givens.key``), only the mistakes sealed for those numbers apply."""
+    return _str(name) if not variant else _str(name) + "@" + _str(variant)
+
+
 def check_number(name: str, value: Any, expected: float | None = None, *,
                  mistakes: Iterable[tuple[float, str]] = (), rel: float = 1e-3,
-                 abs_tol: float = 0.0, hint: str = "", unit: str = "") -> None:
+                 abs_tol: float = 0.0, hint: str = "", unit: str = "",
+                 variant: str = "") -> None:
     """Assert ``value`` is close to ``expected``; if it matches a known mistake, say which.
 
     ``mistakes`` pairs a wrong value with the misconception it reveals, e.g.
     ``(24.45, "that is GiB; the question asks for GB (10**9 bytes)")``.
     With ``expected=None`` (visible tests) the type is checked and the listed mistakes are
-    rejected; nothing reveals the right value.
+    rejected; nothing reveals the right value. ``variant``: the givens the question uses
+    (``G.key("n_params")``): the release's sealed mistakes are those of these numbers.
     """
     got = as_number(name, value)
     shown = f"{name} = {got:g}{(' ' + unit) if unit else ''}"
     if expected is None:  # practice: reject the known wrong answers, say nothing of the right one
         mistakes = [mistakes] if _type(mistakes) is Sealed else _list(mistakes)
-        _trace("number", name, got, mistakes, unit=unit, rel=rel, abs_tol=abs_tol)
-        for item in [*mistakes, *_SEALED.get(_str(name), [])]:
+        _trace("number", name, got, mistakes, unit=unit, rel=rel, abs_tol=abs_tol,
+               variant=_str(variant))
+        key = sealed_name(name, variant)
+        for item in [*mistakes, *_SEALED.get(key, [])]:
             if _type(item) is Sealed:
-                message = item.message(name, got)
+                message = item.message(key, got)
                 if message is not None:
                     raise CheckFailed(f"{shown}: {message}")
                 continue
@@ -254,7 +265,7 @@ def _choice_key(value: Any) -> Any:
 
 
 def _choice_verdict(name: str, value: Any, expected: Any, allowed: Sequence[Any],
-                    mistakes: dict | None, hint: str) -> str | None:
+                    mistakes: dict | None, hint: str, variant: str = "") -> str | None:
     """None if ``value`` is an allowed choice equal to ``expected`` (when given), else why not."""
     if not _one_of(value, (_str, _bool, _int)):
         return f"{name} should be one of {_list(allowed)}, got {_type(value).__name__}."
@@ -263,13 +274,15 @@ def _choice_verdict(name: str, value: Any, expected: Any, allowed: Sequence[Any]
     if not any(_type(key) is _type(a) and key == a for a in allowed_keys):
         return f"{name} should be one of {_list(allowed)}, got {value!r}."
     if expected is None:  # practice: reject the known wrong choices only
-        _trace("choice", name, value, mistakes if _type(mistakes) is dict else None)
+        _trace("choice", name, value, mistakes if _type(mistakes) is dict else None,
+               variant=_str(variant))
+        seal_key = sealed_name(name, variant)
         if _type(mistakes) is Sealed:
-            message = mistakes.message(name, value)
+            message = mistakes.message(seal_key, value)
         else:
             message = (mistakes or {}).get(key) or (mistakes or {}).get(value)
-        for sealed in _SEALED.get(_str(name), []):
-            message = message or sealed.message(name, value)
+        for sealed in _SEALED.get(seal_key, []):
+            message = message or sealed.message(seal_key, value)
         return f"{name} = {value!r} is not right. {message}" if message else None
     want = _choice_key(expected)
     if not (_type(key) is _type(want) and key == want):
@@ -279,13 +292,13 @@ def _choice_verdict(name: str, value: Any, expected: Any, allowed: Sequence[Any]
 
 
 def check_choice(name: str, value: Any, expected: Any, allowed: Sequence[Any], *,
-                 mistakes: dict | None = None, hint: str = "") -> None:
+                 mistakes: dict | None = None, hint: str = "", variant: str = "") -> None:
     """Assert ``value`` is one of ``allowed`` and equals ``expected`` (compared as plain str/bool).
 
     With ``expected=None`` (visible tests) membership in ``allowed`` is checked and the choices
-    listed in ``mistakes`` are rejected.
+    listed in ``mistakes`` are rejected; ``variant`` as for :func:`check_number`.
     """
-    message = _choice_verdict(name, value, expected, allowed, mistakes, hint)
+    message = _choice_verdict(name, value, expected, allowed, mistakes, hint, variant)
     if message is not None:
         raise CheckFailed(message)
     return None

@@ -32,6 +32,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ from pathlib import Path
 import nbformat
 
 from course_utils.checks import SUBMIT_MIME
-from grading import judge
+from grading import expected, judge
 from grading.files import NotRegular, entry_kind, read_regular, write_private
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,6 +108,43 @@ def release_notebook(assignment: str | None, notebook: str | None):
     return nbformat.read(path, as_version=4) if path.exists() else None
 
 
+def variants_on(assignment: str) -> bool | None:
+    """The instructor's switch for ``assignment``'s per-student numbers, read from the committed
+    release (the ``on=`` of its ``variants.givens(...)`` cell, never from a submission); None
+    when the assignment has no givens."""
+    from course_utils import variants
+
+    for name in notebook_names(assignment):
+        release = release_notebook(assignment, name)
+        if release is None:  # building the first release: the solution holds the same cell
+            release = nbformat.read(ROOT / "solutions" / assignment / name, as_version=4)
+        for cell in release.cells:
+            if cell.cell_type == "code":
+                switch = variants.switch_of(cell.source)
+                if switch is not None:
+                    return switch
+    return None
+
+
+VARIANTS_ENV = "COURSE_VARIANTS"  # "off": everyone on the base numbers (make check, no identity)
+
+
+def givens_for(assignment: str, student: str | None):
+    """The numbers ``student`` is judged on (``course_utils.variants.Givens``): drawn here from
+    nbgrader's student id, with the release's switch; the base numbers for no student or with
+    variants off (the release's switch, or ``COURSE_VARIANTS=off``: a self-learner's ``make
+    check`` without an identity); None for an assignment without givens."""
+    from course_utils import variants
+
+    switch = variants_on(assignment)
+    if switch is None:
+        return None
+    if os.environ.get(VARIANTS_ENV, "on").lower() == "off":  # make check without an identity
+        switch = False
+    return variants.givens(assignment, on=switch, student=student) if student else \
+        variants.givens(assignment, on=False)
+
+
 def restore_metadata(nb, release) -> list[str]:
     """Put back, in ``nb``, the nbgrader metadata and the type of every cell the release marks
     (graded, answer or locked), from the release; strip nbgrader metadata the release does not
@@ -172,6 +210,7 @@ def reference_cache_path(assignment: str, notebook: str, cache: Path) -> Path:
     """Where the reference run of one notebook is cached: the name carries its content key."""
     src = ROOT / "solutions" / assignment / notebook
     key = run_key(src, judge.JUDGES / f"{assignment}.py", ROOT / "grading" / "judge.py",
+                  ROOT / "grading" / "integrity.py",
                   *sorted((ROOT / "course_utils").rglob("*.py")))
     return cache / assignment / f"{Path(notebook).stem}.{key}.json"
 
@@ -245,9 +284,10 @@ def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
     return out
 
 
-def sandboxed_client(nb, hidden_cases: dict | None = None, **kw):
+def sandboxed_client(nb, hidden_cases: dict | None = None, student: str | None = None, **kw):
     """An nbclient ``NotebookClient`` for ``nb`` whose kernel runs in the grading sandbox with
-    ``hidden_cases`` (``{grade_id: cases}``) as the submission's hidden inputs."""
+    ``hidden_cases`` (``{grade_id: cases}``) as the submission's hidden inputs and ``student``
+    as its ``COURSE_STUDENT`` (the givens it draws; None: not set)."""
     from nbclient import NotebookClient
 
     from grading import sandbox
@@ -258,6 +298,7 @@ def sandboxed_client(nb, hidden_cases: dict | None = None, **kw):
         def create_kernel_manager(self):
             km = super().create_kernel_manager()
             km.hidden_cases = json.dumps(hidden_cases or {})
+            km.student = student
             return km
 
     return SandboxedClient(nb, kernel_manager_class=sandbox.SandboxedKernelManager, **kw)
@@ -272,8 +313,15 @@ def _run_reference(assignment: str, name: str, timeout: int) -> dict:
     # (and the visible checks say what they saw: the release's sealed mistakes come from it)
     with _environ({"COURSE_LAUNCH_PRELOAD": "light", "COURSE_TRACE_CHECKS": "1"}):
         with tempfile.TemporaryDirectory() as tmp:
-            sandboxed_client(nb, cases, timeout=timeout, kernel_name="python3",
-                             allow_errors=True, resources={"metadata": {"path": tmp}}).execute()
+            client = sandboxed_client(nb, cases, student="", timeout=timeout,
+                                      kernel_name="python3", allow_errors=True,
+                                      resources={"metadata": {"path": tmp}})
+            with client.setup_kernel():
+                for index, cell in enumerate(nb.cells):
+                    client.execute_cell(cell, index)
+                visible = visible_traces(nb)
+                for gid, traces in variant_traces(client, nb, assignment).items():
+                    visible[gid] += traces
     subs = submissions_by_cell(nb)
     failed = []
     for cell in nb.cells:
@@ -281,14 +329,64 @@ def _run_reference(assignment: str, name: str, timeout: int) -> dict:
             gid = _meta(cell)["grade_id"]
             v = judge.judge_cell(rules, gid, [tuple(p) for p in subs[gid]],
                                  [tuple(p) for p in subs[gid]], judge.kernel_error(cell),
-                                 cases.get(gid), cases.get(gid))
+                                 cases.get(gid), cases.get(gid), givens_for(assignment, None))
             if not v.passed:
                 failed.append(f"{gid}: {v.message}")
     if failed:
         raise RuntimeError(f"the reference solution of {assignment} fails its judge: "
                            + "; ".join(failed))
     return {"submissions": subs, "max_cell_s": _max_cell_seconds(nb), "problems": _problems(nb),
-            "visible": visible_traces(nb)}
+            "visible": visible}
+
+
+def variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
+    """The visible checks' traces under every other variant of each check's givens (issue 26):
+    for a test cell whose checks name a ``variant=`` (``G.key(...)``), every combination of
+    those givens' options (``variants.every_variant``) is set as ``G`` in the reference's
+    kernel, then the cell's answer cells and the cell itself run again. The release seals each
+    variant's mistakes under its own key, so a student meets those of their own numbers."""
+    saved = list(nb.cells)  # nbclient puts each cell it runs into nb.cells[index]: restored
+    try:
+        return _variant_traces(client, nb, assignment)
+    finally:
+        nb.cells = saved
+
+
+def _variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
+    from course_utils import variants
+
+    done = visible_traces(nb)
+    answers_of: dict[str, list[int]] = {}
+    pending: list[int] = []
+    for index, cell in enumerate(nb.cells):
+        if is_answer_cell(cell):
+            pending.append(index)
+        elif is_test_cell(cell):
+            answers_of[_meta(cell)["grade_id"]] = pending
+            pending = []
+    out: dict[str, list[dict]] = {}
+    for index, cell in enumerate(nb.cells):
+        gid = _meta(cell).get("grade_id")
+        if not is_test_cell(cell):
+            continue
+        keys = {t.get("variant", "") for t in done.get(gid, [])} - {""}
+        groups = sorted({tuple(part.split("=", 1)[0] for part in key.split(";")) for key in keys})
+        if not groups:
+            continue
+        # each check's own givens vary, the others stay at their base
+        tour = [v for names in groups for v in variants.every_variant(assignment, names)[1:]]
+        for values in tour:
+            setup = nbformat.v4.new_code_cell(f"G = G.replaced(**{values!r})")
+            client.execute_cell(setup, index)
+            for a in answers_of[gid]:
+                client.execute_cell(nbformat.from_dict(copy.deepcopy(nb.cells[a])), a)
+            again = nbformat.from_dict(copy.deepcopy(cell))
+            client.execute_cell(again, index)
+            out.setdefault(gid, []).extend(visible_traces(
+                nbformat.v4.new_notebook(cells=[again]))[gid])
+        client.execute_cell(nbformat.v4.new_code_cell(
+            f"G = G.replaced(**{variants.base(assignment)!r})"), index)
+    return out
 
 
 @contextlib.contextmanager
@@ -850,6 +948,7 @@ def _verify_student(assignment: str, student: str, data: Path) -> StudentResult:
             return result
         result.flags += scan_notebook(submitted, release,
                                       getattr(rules, "HELPERS_NOT_ALLOWED", {}))
+        result.flags += identity_flags(assignment, student, submitted)
         if entry_kind(auto / name) != "file":
             result.status = "not graded: autograde failed (see the autograde log)"
             return result
@@ -873,9 +972,111 @@ def _verify_student(assignment: str, student: str, data: Path) -> StudentResult:
 
 def verify_assignment(assignment: str, data: Path | None = None,
                       students: list[str] | None = None) -> list[StudentResult]:
-    """Verified results of every student on the roster (or of ``students``)."""
+    """Verified results of every student on the roster (or of ``students``), with the
+    copied-answer evidence (:func:`copied_answers`) among them."""
     data = data or data_dir()
-    return [verify_student(assignment, s, data) for s in (students or _roster(assignment, data))]
+    results = [verify_student(assignment, s, data) for s in (students or _roster(assignment, data))]
+    for result, flags in zip(results, copied_answers(assignment, results, data)):
+        result.flags += flags
+    return results
+
+
+# ------------------------------------------------------------------------------ variants
+
+_WORKED_AS = re.compile(r"Your numbers for \S+ \((?:student (?P<who>[A-Za-z0-9][A-Za-z0-9._@+-]"
+                        r"{0,63})|(?P<base>the base numbers))\)")
+
+
+def worked_as(nb) -> str | None:
+    """Whose numbers the submitted notebook showed when the student ran it, read from the
+    output of its ``variants.givens`` cell: an identity, ``""`` for the base numbers, None when
+    the cell has no such output (outputs cleared). Hostile text: only this pattern is read."""
+    from course_utils import variants
+
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code" or variants.switch_of(cell.get("source", "")) is None:
+            continue
+        for out in cell.get("outputs", [])[:5]:
+            text = out.get("data", {}).get("text/plain", "") if isinstance(out, dict) else ""
+            text = "".join(text)[:500] if isinstance(text, (list, str)) else ""
+            m = _WORKED_AS.match(text)
+            if m:
+                return m.group("who") or ""
+        return None
+    return None
+
+
+def identity_flags(assignment: str, student: str, submitted) -> list[str]:
+    """A flag when the submitted notebook was worked with numbers other than the student's own
+    (another identity typed, or none set); the grade is on the student's own either way."""
+    own = givens_for(assignment, student)
+    if own is None or own.student is None:
+        return []  # no givens, or variants off: everyone has the base numbers
+    shown = worked_as(submitted)
+    if shown is None or shown == student:
+        return []
+    whose = f"{shown}'s numbers (the identity it ran under)" if shown else \
+        "the base numbers (no identity was set where it ran)"
+    return [f"the notebook was worked with {whose}, not {student}'s own; graded on "
+            f"{student}'s own numbers"]
+
+
+def _informative(rules, assignment: str, samples: int = 100) -> dict[str, bool]:
+    """Per test cell judged by checks alone: whether its right answer takes at least 5 values
+    over ``samples`` students' numbers (a True/False or a stage number does not: matching
+    another student's variant there is chance, not evidence)."""
+    from course_utils import variants
+
+    seen: dict[str, set] = {}
+    for i in range(samples):
+        g = variants.givens(assignment, student=f"sample{i:03d}")
+        for gid, values in expected.right_values(rules, g).items():
+            seen.setdefault(gid, set()).add(repr(sorted(values.items())))
+    return {gid: len(answers) >= 5 for gid, answers in seen.items()}
+
+
+def copied_answers(assignment: str, results: list[StudentResult],
+                   data: Path) -> list[list[str]]:
+    """Per student (in ``results``' order): the evidence that an answer was copied, one line per
+    failed test cell whose values, wrong for the student's own numbers, pass that cell's judge
+    with another student's numbers ("q1_test: the answer is right for bob's numbers, not
+    carol's own"). Evidence for the instructor, never a score. Left out: cells whose right
+    answer takes few values (:func:`_informative`) and cells with hidden cases drawn per
+    submission (a copied function is not a copied number)."""
+    if givens_for(assignment, None) is None or len(results) < 2:
+        return [[] for _ in results]
+    rules = judge.load(assignment)
+    skip = set(getattr(rules, "HIDDEN_CASES", {}))
+    skip |= {gid for gid, yes in _informative(rules, assignment).items() if not yes}
+    own = {r.student: givens_for(assignment, r.student) for r in results if r.graded}
+    reference = {gid: pairs for run in reference_run(assignment, data).values()
+                 for gid, pairs in run["submissions"].items()}
+    failed: dict[str, dict[str, list]] = {}
+    for r in results:
+        if not r.graded:
+            continue
+        for name in notebook_names(assignment):
+            path = judge.log_path(data, assignment, r.student, name)
+            if entry_kind(path) == "file":
+                failed.setdefault(r.student, {}).update(judge.read_values(path)[1])
+    out = []
+    for r in results:
+        lines = []
+        for gid, pairs in failed.get(r.student, {}).items():
+            if gid in skip or not any(c.grade_id == gid for c in r.failed_cells):
+                continue
+            mine = own[r.student]
+            ref = [tuple(p) for p in reference.get(gid, [])]
+            peers = [p for p, g in own.items() if p != r.student and dict(g) != dict(mine)
+                     and judge.judge_cell(rules, gid, pairs, ref, givens=g).passed]
+            if peers:
+                named = ", ".join(peers[:3]) + (f" and {len(peers) - 3} more" if len(peers) > 3
+                                                else "")
+                lines.append(f"{gid}: the answer is right for the numbers of {named}, not "
+                             f"{r.student}'s own (evidence of a copied answer, not a score: "
+                             "docs/instructor.md)")
+        out.append(lines)
+    return out
 
 
 def report(assignment: str, data: Path | None = None,

@@ -67,17 +67,20 @@ class Verdict:
 
 class Values(dict):
     """``{name: value}`` submitted by one test cell, in order; a missing name says which.
-    ``cases``: the hidden inputs the grader drew for this cell (``HIDDEN_CASES``), or None."""
+    ``cases``: the hidden inputs the grader drew for this cell (``HIDDEN_CASES``), or None.
+    ``givens``: the student's own numbers (``course_utils.variants.Givens``), drawn by the
+    grader from nbgrader's student id (never read from the notebook), or None."""
 
     cases: Any = None
+    givens: Any = None
 
     def __missing__(self, name: str):
         raise AssertionError(f"no value was submitted for {name!r}")
 
 
-def _values(pairs, cases) -> Values:
+def _values(pairs, cases, givens=None) -> Values:
     out = Values((n, decode(v)) for n, v in pairs)
-    out.cases = cases
+    out.cases, out.givens = cases, givens
     return out
 
 
@@ -167,7 +170,7 @@ def _shown(names: list[str]) -> str:
 
 def judge_cell(judge: ModuleType | Callable, grade_id: str, got: list[tuple[str, Any]],
                ref: list[tuple[str, Any]], error: tuple[str, str] | None = None,
-               cases: Any = None, ref_cases: Any = None) -> Verdict:
+               cases: Any = None, ref_cases: Any = None, givens: Any = None) -> Verdict:
     """Decide one test cell from what it submitted (``got``) and what the reference did.
 
     ``judge``: the assignment's judge module (its function ``grade_id`` is called as
@@ -176,15 +179,17 @@ def judge_cell(judge: ModuleType | Callable, grade_id: str, got: list[tuple[str,
     ``ref_cases``: the hidden inputs drawn for the submission and for the reference. Whatever
     the values are (nested a million deep, huge, malformed), the verdict is a Verdict: an
     error while judging is this cell's 0 with the reason, never the grader's crash.
+    ``givens``: the student's own numbers (``got.givens`` in the judge function; the
+    reference's, run with the base numbers, are ``ref.givens``).
     """
     try:
-        return _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases)
+        return _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases, givens)
     except Exception as err:  # noqa: BLE001 - RecursionError, MemoryError on hostile data
         return Verdict(grade_id, False, f"the grader could not judge this cell "
                        f"({type(err).__name__}); it scores 0", 0)
 
 
-def _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases) -> Verdict:
+def _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases, givens) -> Verdict:
     fn = judge if callable(judge) else getattr(judge, grade_id, None)
     if fn is None:
         return Verdict(grade_id, False, f"the grader has no judge for test cell {grade_id}")
@@ -208,13 +213,20 @@ def _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases) -> Verdict:
                    else "the test submitted its values out of order")
         return Verdict(grade_id, False, why, len(got))
     try:
-        fn(_values(got, cases), _values(ref, ref_cases))
+        base = None if givens is None else _base_givens(givens)
+        fn(_values(got, cases, givens), _values(ref, ref_cases, base))
     except AssertionError as err:
         return Verdict(grade_id, False, str(err).strip() or "not right", len(got))
     except Exception as err:  # noqa: BLE001 - a value the judge could not read is not right
         return Verdict(grade_id, False, f"a submitted value could not be judged "
                        f"({type(err).__name__}: {str(err)[:200]})", len(got))
     return Verdict(grade_id, True, "", len(got))
+
+
+def _base_givens(givens):
+    from course_utils import variants
+
+    return variants.Givens(givens.assignment, variants.base(givens.assignment), None)
 
 
 # ------------------------------------------------------------------------------ hidden cases
@@ -265,13 +277,23 @@ def log_path(data: Path, assignment: str, student: str, notebook: str) -> Path:
     return data / "judge" / assignment / student / f"{Path(notebook).stem}.json"
 
 
+MAX_LOGGED_VALUES = 20_000  # bytes of JSON kept per failed cell, for the copied-answer check
+
+
 def write_log(path: Path, verdicts: list[Verdict], isolation: str,
-              limits: list[str] | None = None) -> None:
+              limits: list[str] | None = None, values: dict | None = None,
+              variant: str | None = None) -> None:
     """Write the judge log of one notebook (atomic replace): the verdicts, how the kernel was
-    isolated and each limit that fired while it ran (``limits``: one line each)."""
+    isolated, each limit that fired while it ran (``limits``: one line each), and, for the
+    report's copied-answer evidence (issue 26), the student's ``variant`` and the values of
+    each failed cell (``values``: ``{grade_id: [(name, encoded value)]}``, a cell's kept only
+    up to ``MAX_LOGGED_VALUES`` bytes)."""
+    kept = {gid: pairs for gid, pairs in (values or {}).items()
+            if len(json.dumps(pairs)) <= MAX_LOGGED_VALUES}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_private(path, json.dumps({"isolation": isolation, "limits": list(limits or []),
-                                    "cells": [v.as_dict() for v in verdicts]}, indent=1))
+                                    "cells": [v.as_dict() for v in verdicts],
+                                    "variant": variant, "values": kept}, indent=1))
 
 
 MAX_LOG_BYTES = 50_000_000
@@ -280,6 +302,15 @@ MAX_LOG_BYTES = 50_000_000
 def read_log(path: Path) -> dict[str, Verdict]:
     """``{grade_id: Verdict}`` from a judge log."""
     return {c["grade_id"]: Verdict(**c) for c in _log(path)["cells"]}
+
+
+def read_values(path: Path) -> tuple[str | None, dict[str, list[tuple[str, Any]]]]:
+    """``(variant, {grade_id: [(name, encoded value)]})`` of the failed cells of a judge log."""
+    log = _log(path)
+    values = log.get("values") if isinstance(log.get("values"), dict) else {}
+    return log.get("variant"), {str(g): [tuple(p) for p in pairs if isinstance(p, list)
+                                         and len(p) == 2 and isinstance(p[0], str)]
+                                for g, pairs in values.items() if isinstance(pairs, list)}
 
 
 def read_limits(path: Path) -> list[str]:

@@ -113,7 +113,8 @@ class RecoveringExecute(Execute):
     max_recoveries = Int(3, config=True,
                          help="kernel restarts per submission before the rest is not run")
     max_submission_s = Float(600.0, config=True,
-                             help="seconds for a whole submission before the rest is not run")
+                             help="seconds for a whole submission, from its first kernel's "
+                                  "start, before the rest is not run")
     max_cell_output_mb = Float(4.0, config=True,
                                help="output kept per cell as it arrives (MB)")
     max_notebook_output_mb = Float(20.0, config=True,
@@ -134,7 +135,7 @@ class RecoveringExecute(Execute):
         self._skip: set[int] = set()
         self._recoveries = 0
         self._stopped: str | None = None
-        self._deadline = time.monotonic() + self.max_submission_s
+        self._deadline: float | None = None  # set when the first kernel is ready
         self._verdicts: list[judge.Verdict] = []
         self._limits: list[str] = []
         self._notebook_bytes = 0
@@ -146,7 +147,8 @@ class RecoveringExecute(Execute):
         finally:
             self._unwatch()
         if self._log is not None:
-            judge.write_log(self._log, self._verdicts, description(), self._limits)
+            judge.write_log(self._log, self._verdicts, description(), self._limits,
+                            self._values, getattr(self._givens, "variant", None))
         return out
 
     def _setup_judge(self, nb, resources: dict) -> None:
@@ -157,7 +159,7 @@ class RecoveringExecute(Execute):
         info = resources.get("nbgrader", {})
         assignment, notebook = info.get("assignment"), info.get("notebook")
         self._judge, self._reference, self._log = None, {}, None
-        self._cases, self._ref_cases = {}, {}
+        self._cases, self._ref_cases, self._givens, self._values = {}, {}, None, {}
         if not assignment or not notebook:
             return  # not an nbgrader autograde (a plain nbconvert run): nothing to judge
         data = integrity.data_dir()
@@ -167,6 +169,8 @@ class RecoveringExecute(Execute):
         self._judge = judge.load(assignment)
         self._ref_cases = judge.hidden_cases(self._judge, judge.REFERENCE_KEY)
         student = info.get("student")
+        # the student's own numbers, drawn here from nbgrader's student id (issue 26)
+        self._givens = integrity.givens_for(assignment, student)
         if student:
             self._log = judge.log_path(data, assignment, student, notebook)
             key = judge.submission_key(data, assignment, student,
@@ -179,10 +183,14 @@ class RecoveringExecute(Execute):
             import json
 
             km.hidden_cases = json.dumps(self._cases)
+        if hasattr(km, "student"):  # the kernel draws the same numbers the judge uses
+            km.student = getattr(self._givens, "student", None) or ""
         return km
 
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
+        if self._deadline is None:  # (a kernel's start under load is not the student's time)
+            self._deadline = time.monotonic() + self.max_submission_s
         self._watch()
         return kc
 
@@ -202,10 +210,13 @@ class RecoveringExecute(Execute):
         if self._judge is not None and _is_test(cell):
             gid = cell.metadata["nbgrader"]["grade_id"]
             error = judge.kernel_error(cell)
-            verdict = judge.judge_cell(self._judge, gid, judge.submissions(cell),
-                                       self._reference.get(gid, []), error,
-                                       self._cases.get(gid), self._ref_cases.get(gid))
+            got = judge.submissions(cell)
+            verdict = judge.judge_cell(self._judge, gid, got, self._reference.get(gid, []),
+                                       error, self._cases.get(gid), self._ref_cases.get(gid),
+                                       self._givens)
             self._verdicts.append(verdict)
+            if not verdict.passed and error is None and gid not in self._cases:
+                self._values[gid] = got  # for the report's copied-answer evidence
             if verdict.passed:
                 cell.outputs = [new_output("stream", name="stdout", text=(
                     f"passed: {verdict.submitted} values judged by the grader\n"))]
@@ -229,7 +240,8 @@ class RecoveringExecute(Execute):
     def _run_cell(self, cell, resources, index):
         """Run one cell; on a timeout that the interrupt did not end, a dead kernel or any
         failure while handling its messages, restart the kernel and replay."""
-        if cell.cell_type == "code" and self._stopped is None and time.monotonic() > self._deadline:
+        if cell.cell_type == "code" and self._stopped is None and self._deadline is not None \
+                and time.monotonic() > self._deadline:
             self._stopped = (f"not run: the submission used its {self.max_submission_s:g} s "
                              f"grading time")
             self._limit(cell, index, f"the submission's grading time "

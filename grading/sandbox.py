@@ -112,6 +112,9 @@ ENVIRONMENT: dict[str, str] = {
                            "the release): visible checks publish what they saw",
     "COURSE_HIDDEN_CASES": "this submission's hidden inputs, drawn by the grader (see "
                            "grading/judge.py, hidden_cases)",
+    "COURSE_STUDENT": "the student being graded (nbgrader's student id; empty: the base "
+                      "numbers): course_utils.variants draws that student's givens from it, "
+                      "whatever identity the notebook was written under",
 }
 _COPIED_ENV = ("COURSE_LAUNCH_PRELOAD", "OMP_NUM_THREADS", "COURSE_TRACE_CHECKS")
 
@@ -322,7 +325,7 @@ def _host_binds() -> list[str]:
     return args
 
 
-def environment(hidden_cases: str | None = None) -> dict[str, str]:
+def environment(hidden_cases: str | None = None, student: str | None = None) -> dict[str, str]:
     """The kernel's whole environment (see :data:`ENVIRONMENT`)."""
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": HOME,
            "LANG": "C.UTF-8", "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
@@ -331,6 +334,8 @@ def environment(hidden_cases: str | None = None) -> dict[str, str]:
     env.update({k: os.environ[k] for k in _COPIED_ENV if k in os.environ})
     if hidden_cases is not None:
         env["COURSE_HIDDEN_CASES"] = hidden_cases
+    if student is not None:
+        env["COURSE_STUDENT"] = student
     assert set(env) <= set(ENVIRONMENT), set(env) - set(ENVIRONMENT)
     return env
 
@@ -441,6 +446,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.hidden_cases: str | None = None
+        self.student: str | None = None  # COURSE_STUDENT inside (None: not set)
         self._folder: KernelFolder | None = None
         self.cgroups: KernelCgroups | None = None
         self.context.setsockopt(zmq.MAXMSGSIZE, int(self.max_message_mb * 2**20))
@@ -473,7 +479,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self.cgroups is None:
             self.cgroups = KernelCgroups(self.max_tasks, int(self.memory_gb * 2**30))
         return command(cmd, self._folder, Path(self.connection_file).resolve(), self.memory_gb,
-                       self.max_file_mb, self.cgroups, environment(self.hidden_cases))
+                       self.max_file_mb, self.cgroups,
+                       environment(self.hidden_cases, self.student))
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
         # the kernel gets only ENVIRONMENT (bwrap --clearenv); sh and bwrap get the grader's

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import nbformat
 
-from grading import judge
+from grading import expected, integrity, judge
 from grading.integrity import ROOT, _meta, is_answer_cell, is_test_cell, notebook_names
 
 # (student suffix, answer variable, code for its answer cell, words the feedback must show).
 UNIT_MISTAKES: dict[str, list[tuple[str, str, str, str]]] = {
     "a1_training_state": [
-        ("unit_gib", "q1_state_gb", "q1_state_gb = 13e9 * 16 / 2**30", "GiB (2**30 bytes)"),
-        ("unit_bytes", "q1_state_gb", "q1_state_gb = 13e9 * 16", "count in bytes"),
+        ("unit_gib", "q1_state_gb", "q1_state_gb = G.n_params * 16 / 2**30", "GiB (2**30 bytes)"),
+        ("unit_bytes", "q1_state_gb", "q1_state_gb = G.n_params * 16", "count in bytes"),
     ],
 }
 
@@ -37,19 +37,21 @@ UNIT_MISTAKES: dict[str, list[tuple[str, str, str, str]]] = {
 # One typical wrong answer per assignment: (answer cell id, the code a student wrote, words the
 # feedback must show). It replaces that one answer of an otherwise correct submission.
 TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
-    "a1_training_state": ("q1_state_gb", "q1_state_gb = 13e9 * 16 / 2**30",
+    "a1_training_state": ("q1_state_gb", "q1_state_gb = G.n_params * 16 / 2**30",
                           "that is GiB (2**30 bytes)"),
     "a2_data_parallel": ("q1", "w_new_0 = 2 - 0.5 * (1 + 3 + 5)\nw_new_1 = 0 - 0.5 * (5 - 1 + 2)",
                          "you used the SUM of the gradients"),
-    "a3_zero": ("q1", "zero2_gb = 96 / 16", "that is ZeRO-3"),
+    "a3_zero": ("q1", "n, d = G.q1\nzero2_gb = 16 * n / d / 1e9", "that is ZeRO-3"),
     "a4_tensor_parallel": ("q3", "b, s, h, t, L = 4, 2048, 5120, 8, 40\n"
                            "mlp_forward_bytes = 8 * h * h * 2\n"
                            "step_payload_gb = L * 4 * b * s * h * 2 / 1e9\n"
                            "ring_gb_per_rank = 2 * (t - 1) / t * step_payload_gb\n"
                            "naive_over_megatron = 4.0",
                            "TP all-reduces activations"),
-    "a5_pipeline": ("q1", "bubble_p8_m24 = 7 / 24\nbubble_p6_m8 = 5 / 13\n"
-                          "bubble_interleaved = 3 / 39",
+    "a5_pipeline": ("q1", "p, m = G.q1_gpipe\nbubble_gpipe = (p - 1) / m\n"
+                          "p, m = G.q1_1f1b\nbubble_1f1b = (p - 1) / (m + p - 1)\n"
+                          "p, m, v = G.q1_interleaved\n"
+                          "bubble_interleaved = (p - 1) / (v * m + p - 1)",
                     "that is the ratio (P-1)/m"),
     "a6_device_mesh": ("q1", "coords_21 = (2, 1, 1)\ntp_group_21 = [20, 21, 22, 23]\n"
                              "pp_group_21 = [17, 21]\ndp_group_21 = [5, 13, 21, 29]\n"
@@ -480,7 +482,6 @@ def _unit_cases(assignment: str, model: Model, references: dict) -> list[tuple]:
             out.append((suffix, owner[var], model.answers[owner[var]] + "\n" + code, words))
     if out:
         return out
-    rules = judge.load(assignment)
     run = references.get(model.name, {})
     for cell_id, subs in run.get("submissions", {}).items():  # generic: a variable with a unit
         for name, value in subs:
@@ -489,11 +490,10 @@ def _unit_cases(assignment: str, model: Model, references: dict) -> list[tuple]:
                 continue
             gid = owner[name]
             for suffix, factor in _CONVERSIONS[unit]:
-                wrong = value * factor
-                got = [(n, wrong if n == name else v) for n, v in subs]
-                # the feedback names the variable and its wrong value: the visible test may
-                # reject it before the judge does, in its own words
-                out.append((suffix, gid, model.answers[gid] + f"\n{name} = {wrong!r}",
+                # the right value (for the student's own numbers) in the wrong unit; the
+                # feedback names the variable and its wrong value: the visible test may reject
+                # it before the judge does, in its own words
+                out.append((suffix, gid, model.answers[gid] + f"\n{name} = {name} * {factor!r}",
                             f"{name} = "))
             return out
     return out
@@ -518,9 +518,11 @@ MECHANICS_ON = {"a1_training_state": MECHANICS,
                                                "late_process", "memory_hog", "huge_output"})}
 
 
-def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Case, dict]]:
+def cases_for(assignment: str, references: dict | None = None,
+              prefix: str = "") -> list[tuple[Case, dict]]:
     """Every synthetic student of ``assignment``: (expectation, {notebook: NotebookNode or
-    str (raw text) or None (missing)} plus ``"_files"``: extra files to put beside it)."""
+    str (raw text) or None (missing)} plus ``"_files"``: extra files to put beside it).
+    ``prefix``: what :func:`write` puts before each name (the class's peers are named by it)."""
     references = references or {}
     [model] = load(assignment)  # the course has one notebook per assignment
     full, name = model.auto_max, model.name
@@ -599,6 +601,61 @@ def cases_for(assignment: str, references: dict | None = None) -> list[tuple[Cas
         gid, code, words = TYPICAL_MISTAKES[assignment]
         add("typical_mistake", full - model.points_of(gid), _notebook(model, {**correct, gid: code}),
             feedback=[words])
+    if integrity.givens_for(assignment, None) is not None:
+        for case, files in _variant_cases(assignment, model, correct, references, prefix):
+            add(case.kind, case.deserved, files, flags=case.flags)
+    return out
+
+
+# ------------------------------------------------------------------------------ the class
+
+HONEST = 4  # students beyond "correct" whose own (right) answers meet their own numbers
+PEER = "correct"  # whose answers the copiers hand in
+
+
+def _variant_cases(assignment: str, model: Model, correct: dict, references: dict,
+                   prefix: str) -> list[tuple[Case, nbformat.NotebookNode]]:
+    """The class of an assignment with per-student numbers (issue 26): honest students (the
+    reference's code, which reads each student's own ``G``), a student who hands in
+    :data:`PEER`'s right values typed in (``copies_peer``), and one who also worked the
+    notebook under the peer's identity (``typed_identity``: the givens cell shows the peer's
+    numbers). A copied answer scores 0 where the peer's numbers differ from the student's own,
+    and the report names the peer; the identity typed is flagged."""
+    from course_utils import variants
+
+    rules = judge.load(assignment)
+    peer = prefix + PEER
+    peer_right = expected.right_values(rules, variants.givens(assignment, student=peer))
+    peer_values = {n: v for cell in peer_right.values() for n, v in cell.items()}
+    pasted = {}
+    for gid, code in model.answers.items():
+        names = [n for n in assigned_names(code) if n in peer_values]
+        pasted[gid] = code + "".join(f"\n{n} = {peer_values[n]!r}" for n in names)
+    ref_subs = references.get(model.name, {}).get("submissions", {})
+    informative = integrity._informative(rules, assignment)
+
+    def copied(kind: str, extra_flags: list[str]) -> Case:
+        own = variants.givens(assignment, student=prefix + kind)
+        lost, flags = 0.0, list(extra_flags)
+        for gid, right in peer_right.items():
+            pairs = [(n, right[n]) for n, _ in ref_subs.get(gid, [])]
+            if not judge.judge_cell(rules, gid, pairs, pairs, givens=own).passed:
+                lost += model.points[gid]
+                if informative.get(gid):  # the report names the peer (integrity.copied_answers)
+                    flags.append(f"{gid}: the answer is right for the numbers of ")
+        return Case(kind, kind, model.auto_max - lost, flags=flags)
+
+    out = [(Case(f"honest_{i}", f"honest_{i}", model.auto_max), _notebook(model, correct))
+           for i in range(1, HONEST + 1)]
+    out.append((copied("copies_peer", []), _notebook(model, {**correct, **pasted})))
+    typed = _notebook(model, {**correct, **pasted})
+    for cell in typed.cells:
+        if cell.cell_type == "code" and variants.switch_of(cell.source) is not None:
+            cell.execution_count = 1
+            cell.outputs = [nbformat.v4.new_output(
+                "execute_result", execution_count=1,
+                data={"text/plain": repr(variants.givens(assignment, student=peer))})]
+    out.append((copied("typed_identity", [f"worked with {peer}'s numbers"]), typed))
     return out
 
 
@@ -897,7 +954,7 @@ def build(assignment: str, submitted: Path, references: dict | None = None,
     """Write the synthetic submissions of ``assignment`` (optionally only ``kinds``), with
     every :data:`MECHANICS` kind (``mechanics=True``), none (False) or those in the set given."""
     keep = MECHANICS if mechanics is True else (mechanics or frozenset())
-    cases = [(c, f) for c, f in cases_for(assignment, references)
+    cases = [(c, f) for c, f in cases_for(assignment, references, prefix)
              if (kinds is None or c.kind in kinds) and (c.kind not in MECHANICS or c.kind in keep)]
     return write(cases, submitted, assignment, prefix)
 

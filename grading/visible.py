@@ -86,14 +86,14 @@ def sealed_table(traces: list[dict]) -> dict[str, checks.Sealed]:
     given: dict[tuple[str, str], list] = {}
     derived: dict[tuple[str, str], list] = {}
     answers: dict[tuple[str, str], set] = {}
-    for trace in traces:
-        key = (trace["name"], _grid(trace))
+    for trace in traces:  # a check of a question whose numbers vary: one key per variant
+        key = (checks.sealed_name(trace["name"], trace.get("variant", "")), _grid(trace))
         value = judge.decode(trace["value"])
         for w, m in trace["mistakes"]:
             if (judge.decode(w), m) not in given.setdefault(key, []):
                 given[key].append((judge.decode(w), m))
         if trace["kind"] == "number":
-            for item in unit_mistakes(key[0], float(value), trace.get("unit", "")):
+            for item in unit_mistakes(trace["name"], float(value), trace.get("unit", "")):
                 if item not in derived.setdefault(key, []):
                     derived[key].append(item)
         answers.setdefault(key, set()).update(checks._neighbours(checks._seal_bin(value, key[1])))

@@ -2,6 +2,7 @@
 """Start JupyterLab on the student's workspace and print one line: the URL to open.
 
     python scripts/lab.py            # what `make lab` runs, after scripts/workspace.py
+    python scripts/lab.py --identity alice   # record the identity your numbers are drawn for
 
 JupyterLab's own log (about 60 lines, the URL among them) goes to ``workspace/.jupyter-lab.log``;
 the terminal shows how long start-up took and the URL. Ctrl-C stops the server. The student's
@@ -22,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKSPACE = ROOT / "workspace"
+sys.path.insert(0, str(ROOT))
 
 
 def server_url(runtime: Path, pid: int) -> str | None:
@@ -34,8 +36,59 @@ def server_url(runtime: Path, pid: int) -> str | None:
     return f"{data['url'].rstrip('/')}/lab?token={data.get('token', '')}"
 
 
+def record_identity(given: str | None = None, ask=input, interactive: bool | None = None) -> str:
+    """The identity the assignments draw the student's own numbers from (issue 26), recorded
+    once in ``workspace/.course/identity`` (``course_utils.variants``): ``given`` (``--identity
+    NAME``), else asked the first time in a terminal. An empty answer records the base numbers.
+    A hub's user or ``COURSE_STUDENT`` wins over the file. Returns the line to print."""
+    from course_utils import variants
+
+    path = Path(os.environ.get(variants.IDENTITY_FILE_ENV) or WORKSPACE / ".course" / "identity")
+    for var in (variants.IDENTITY_ENV, variants.HUB_ENV):
+        if os.environ.get(var):
+            return f"lab: your numbers are drawn for {os.environ[var]} (${var})"
+    if given is None and path.exists():
+        who = path.read_text(encoding="utf-8").strip()
+        return (f"lab: your numbers are drawn for {who}" if who else
+                "lab: no identity: the assignments show the base numbers") + \
+            f" (kept in {path}; delete it to be asked again)"
+    if given is None:
+        if not (sys.stdin.isatty() if interactive is None else interactive):
+            return ("lab: no identity set: the assignments show the base numbers (run "
+                    "`python scripts/lab.py --identity YOUR_ID` to get your own)")
+        while True:
+            given = ask("lab: your student id, as your instructor knows you (the assignments "
+                        "draw your own numbers from it; Enter for the base numbers): ").strip()
+            try:
+                if given:
+                    variants.check_identity(given, "your student id")
+                break
+            except ValueError as err:
+                print(f"lab: {err}")
+    elif given:
+        variants.check_identity(given, "--identity")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(given + "\n", encoding="utf-8")
+    return (f"lab: your numbers are drawn for {given}" if given else
+            "lab: no identity: the assignments show the base numbers") + \
+        f" (kept in {path}; delete it to be asked again)"
+
+
 def main(argv: list[str] | None = None) -> int:
     extra = list(argv if argv is not None else sys.argv[1:])
+    given = None
+    if "--identity" in extra:
+        at = extra.index("--identity")
+        if at + 1 >= len(extra):
+            print("lab: --identity needs a value (your student id)", file=sys.stderr)
+            return 2
+        given = extra[at + 1]
+        del extra[at:at + 2]
+    try:
+        print(record_identity(given), flush=True)
+    except ValueError as err:
+        print(f"lab: {err}", file=sys.stderr)
+        return 2
     log = WORKSPACE / ".jupyter-lab.log"
     runtime = WORKSPACE / ".jupyter-runtime"
     runtime.mkdir(parents=True, exist_ok=True)

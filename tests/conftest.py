@@ -41,6 +41,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # course_utils sources, Python/torch/kernel versions): a changed solution is run again.
 REFERENCE_CACHE = ROOT / ".cache" / "reference"
 
+# Per-student numbers (course_utils.variants): the tests see the base numbers whatever identity
+# this machine has (a student's `make lab` records one, a hub sets its user), unless a test sets
+# one itself; subprocesses (JupyterLab, nbgrader, make) inherit this.
+for _var in ("COURSE_STUDENT", "JUPYTERHUB_USER"):
+    os.environ.pop(_var, None)
+os.environ["COURSE_IDENTITY_FILE"] = str(ROOT / ".cache" / "tests-have-no-identity")
+
 # Files whose tests share a module-scoped fixture (a browser, a set of real-rank runs).
 SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.py",
                 "tests/test_fsdp.py", "tests/test_jax_sharding.py", "tests/test_measure.py",

@@ -192,34 +192,47 @@ def _lecture_texts() -> list[tuple[str, str]]:
     return texts
 
 
-@pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_no_graded_answer_is_shown_in_a_lecture(name, reference):
-    """Every value the reference solution submits as a graded answer (what the judge expects)
-    is absent from every lecture's text and outputs, unless listed in COINCIDENCES with why.
-
-    Values a student's function returns on hidden inputs (names with a call in them, and the
-    test cells whose inputs are drawn per submission, ``HIDDEN_CASES``) are left out: those are
-    computed by the student's code, not typed in; so are the values the judge lists in
-    ``MEASURED`` (each student's own timings, judged against themselves)."""
-    from grading import judge
+def _graded_values(name: str, reference) -> list[tuple[str, float]]:
+    """``(submitted name, value)`` of every graded answer a student could copy: the reference's
+    submissions and, where the numbers vary per student (issue 26), every variant's right
+    values (the judge's, over every combination of the options). Left out: values a student's
+    function returns on hidden inputs (names with a call in them, the test cells whose inputs
+    are drawn per submission, ``HIDDEN_CASES``), values the judge lists in ``MEASURED`` (each
+    student's own timings), and values that are not distinctive."""
+    from course_utils import assignment_givens
+    from grading import expected, judge
 
     rules = judge.load(name)
     measured = getattr(rules, "MEASURED", set())
-    drawn = set(getattr(rules, "HIDDEN_CASES", {}))  # a function's outputs on drawn inputs
+    drawn = set(getattr(rules, "HIDDEN_CASES", {}))
+    pairs = [(gid, n, v) for run in reference(name).values()
+             for gid, subs in run["submissions"].items() for n, v in subs]
+    if name in assignment_givens.GIVENS:
+        for gid, g in expected.variant_tour(rules, name):
+            pairs += [(gid, c["name"], c["expected"]) for c in expected.checked(rules, gid, g)]
+    out = []
+    for gid, sub_name, value in pairs:
+        if ("(" in sub_name or gid in drawn or sub_name in measured or not _distinctive(value)
+                or (sub_name, float(value)) in out):
+            continue
+        out.append((sub_name, float(value)))
+    return out
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_no_graded_answer_is_shown_in_a_lecture(name, reference):
+    """Every graded answer (:func:`_graded_values`: the reference's, and every variant's where
+    the numbers vary per student) is absent from every lecture's text and outputs, unless
+    listed in COINCIDENCES with why."""
     shown, used = [], set()
     texts = _lecture_texts()
-    for run in reference(name).values():
-        for gid, pairs in run["submissions"].items():
-            for sub_name, value in pairs:
-                if ("(" in sub_name or gid in drawn or sub_name in measured
-                        or not _distinctive(value)):
-                    continue
-                where = [w for w, text in texts if _shows(text, float(value))]
-                key = (name, sub_name, float(value))
-                if where and key in COINCIDENCES:
-                    used.add(key)
-                elif where:
-                    shown.append(f"{sub_name} = {value:g} is shown in {', '.join(where[:3])}")
+    for sub_name, value in _graded_values(name, reference):
+        where = [w for w, text in texts if _shows(text, value)]
+        key = (name, sub_name, value)
+        if where and key in COINCIDENCES:
+            used.add(key)
+        elif where:
+            shown.append(f"{sub_name} = {value:g} is shown in {', '.join(where[:3])}")
     assert not shown, "graded answers a student can copy from a lecture:\n" + "\n".join(shown)
     stale = [k for k in COINCIDENCES if k[0] == name and k not in used]
     assert not stale, f"COINCIDENCES entries that no longer match anything: {stale}"
@@ -229,24 +242,16 @@ def test_no_graded_answer_is_shown_in_a_lecture(name, reference):
 def test_no_graded_answer_is_shown_in_its_own_release(name, reference):
     """The same scan over the released assignment itself: no question's text, given or visible
     check shows a graded value of any question (one question's text once gave another's
-    answers), unless listed in COINCIDENCES with why. Same exclusions as the lecture scan."""
-    from grading import judge
-
-    rules = judge.load(name)
-    measured = getattr(rules, "MEASURED", set())
-    drawn = set(getattr(rules, "HIDDEN_CASES", {}))
+    answers), unless listed in COINCIDENCES with why. The same values as the lecture scan."""
     nb = nbformat.read(ROOT / "assignments" / name / f"{name}.ipynb", as_version=4)
     texts = [(f"{name} cell {i}", cell.source) for i, cell in enumerate(nb.cells)]
     shown = []
-    for run in reference(name).values():
-        for gid, pairs in run["submissions"].items():
-            for sub_name, value in pairs:
-                if ("(" in sub_name or gid in drawn or sub_name in measured
-                        or not _distinctive(value) or (name, sub_name, float(value)) in COINCIDENCES):
-                    continue
-                where = [w for w, text in texts if _shows(text, float(value))]
-                if where:
-                    shown.append(f"{sub_name} = {value:g} is shown in {', '.join(where[:3])}")
+    for sub_name, value in _graded_values(name, reference):
+        if (name, sub_name, value) in COINCIDENCES:
+            continue
+        where = [w for w, text in texts if _shows(text, value)]
+        if where:
+            shown.append(f"{sub_name} = {value:g} is shown in {', '.join(where[:3])}")
     assert not shown, "graded answers a student can read in the assignment:\n" + "\n".join(shown)
 
 

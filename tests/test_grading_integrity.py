@@ -326,7 +326,8 @@ def test_reference_runs_are_cached_by_content(tmp_path):
     path = integrity.reference_cache_path(name, f"{name}.ipynb", cache)
     assert path.parent == cache / name and integrity.run_key(
         ROOT / "solutions" / name / f"{name}.ipynb", judge.JUDGES / f"{name}.py",
-        ROOT / "grading" / "judge.py", *sorted((ROOT / "course_utils").rglob("*.py"))) in path.name
+        ROOT / "grading" / "judge.py", ROOT / "grading" / "integrity.py",
+        *sorted((ROOT / "course_utils").rglob("*.py"))) in path.name
     fake = {"submissions": {"q1_test": []}, "max_cell_s": 1.5, "problems": []}
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(fake))
@@ -664,3 +665,47 @@ def test_the_reference_passes_its_judge_on_every_draw(name):
                 assert verdict.passed, f"{name} {gid} on the cases of {key}: {verdict.message}"
                 for n, _ in subs:  # names carry no inputs
                     assert not any(json.dumps(x) in n for x in cases[gid] if x not in (0, 1)), n
+
+
+# ------------------------------------------------------------------ a class with its own numbers
+
+def _with_givens() -> list[str]:
+    from course_utils import assignment_givens
+
+    return sorted(assignment_givens.GIVENS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _with_givens())
+def test_a_class_graded_on_its_own_numbers(name, graded):
+    """Issue 26, on the shared autograde of the synthetic class (distinct identities, so
+    distinct numbers): every honest student gets full marks on their own numbers; the student
+    who handed in a peer's right values loses each question where the numbers differ, and the
+    report names the peer (informative answers); the student who worked the notebook under the
+    peer's identity is graded on their own numbers and flagged; the grader drew each student's
+    numbers itself (the judge log's variant is the student id's)."""
+    g = graded(name)
+    class_ = [s for s, r in g.results.items() if r.graded]
+    own = {s: integrity.givens_for(name, s) for s in class_}
+    assert len(class_) >= 12 and len({v.variant for v in own.values()}) >= 8
+    for student in class_:
+        log = judge.log_path(g.data, name, student, f"{name}.ipynb")
+        if log.exists():
+            assert judge.read_values(log)[0] == own[student].variant, student
+    for student in ["correct"] + [f"honest_{i}" for i in range(1, synthetic.HONEST + 1)]:
+        r = g.results[student]
+        assert r.score == r.max_score and not r.flags, (student, r.failed_cells, r.flags)
+    peer = synthetic.PEER
+    for kind in ("copies_peer", "typed_identity"):
+        r, case = g.results[kind], g.cases[kind]
+        assert dict(own[kind]) != dict(own[peer])
+        assert 0 <= r.score == case.deserved < r.max_score, (kind, r.score, case.deserved)
+        copied = [f for f in r.flags if "the answer is right for the numbers of" in f]
+        assert copied and all(peer in f for f in copied), r.flags
+        assert all("evidence of a copied answer, not a score" in f for f in copied)
+    typed = g.results["typed_identity"].flags
+    assert any(f"worked with {peer}'s numbers" in f and "graded on typed_identity's own" in f
+               for f in typed), typed
+    assert not any("worked with" in f for f in g.results["copies_peer"].flags)
+    text = (g.data / "reports" / f"{name}.txt").read_text()
+    assert "right for the numbers of" in text and f"worked with {peer}'s numbers" in text

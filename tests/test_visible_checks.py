@@ -171,18 +171,19 @@ def test_visible_checks_reject_wrong_units_and_pass_the_answer(name, reference):
                 continue  # (the student's own timings: nothing sealed, see grading.visible)
             _sealed_registry(cells[gid].source)
             sealed_text = cells[gid].source
-            for trace in traces:
+            for trace in traces:  # (every variant's, where the numbers vary per student)
                 value, tname = judge.decode(trace["value"]), trace["name"]
+                variant = trace.get("variant", "")
                 if trace["kind"] == "choice":
-                    checks.check_choice(tname, value, None, [value])
+                    checks.check_choice(tname, value, None, [value], variant=variant)
                     for w, message in trace["mistakes"]:
                         assert message not in sealed_text
                         w = judge.decode(w)
                         with pytest.raises(AssertionError, match=re.escape(message[:30])):
-                            checks.check_choice(tname, w, None, [w])
+                            checks.check_choice(tname, w, None, [w], variant=variant)
                     continue
                 kw = {"unit": trace.get("unit", ""), "rel": trace.get("rel", 1e-3),
-                      "abs_tol": trace.get("abs_tol", 0.0)}
+                      "abs_tol": trace.get("abs_tol", 0.0), "variant": variant}
                 checks.check_number(tname, value, **kw)  # the right answer passes
                 for w, message in trace["mistakes"]:
                     assert message not in sealed_text, f"{gid}: a mistake's message in the clear"

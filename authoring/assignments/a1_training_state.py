@@ -25,12 +25,24 @@
 # | same, FP32 gradients | 2 | 4 | 4 | 8 |
 # | BF16 Adam, no master copy | 2 | 2 | 0 | 8 |
 #
+# **Your own numbers.** The graded questions use numbers drawn for you (the table the next
+# cell shows, `G`): your classmates have other ones, so a classmate's answers are wrong for
+# you. They are drawn from your identity: on a JupyterHub your user name, in your own
+# workspace the name `make lab` asked for once (kept in `workspace/.course/identity`), and when
+# your instructor grades, your student id, whatever this notebook says. Do not edit that cell;
+# use the numbers it shows (`G.n_params` in code, or the number itself).
+#
 # **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
 # outright (here, for example, `memory.state_bytes`). An answer that uses one is flagged for
 # your instructor: the questions ask for the reasoning those helpers do.
 
 # %%
 import math
+
+from course_utils import variants
+
+G = variants.givens("a1_training_state", on=True)  # your numbers (do not edit this cell)
+G
 
 # %% [markdown]
 # *Practice (not graded)*: a 3B-parameter model ($N = 3 \times 10^9$) is trained with the
@@ -60,25 +72,25 @@ check_number("practice_state_gb", practice_state_gb, 48.0, unit="GB", mistakes=[
 print("practice_state_gb is right.")
 
 # %% [markdown]
-# **Q1 (2 points).** A 13B-parameter model ($N = 13 \times 10^9$) is trained with the lesson's
-# mixed-precision Adam layout. How many **GB** of persistent training state does it keep?
+# **Q1 (2 points).** A model with $N$ = `G.n_params` parameters (your $N$ is in the table at
+# the top) is trained with the lesson's mixed-precision Adam layout. How many **GB** of persistent training state does it keep?
 # Assign the number to `q1_state_gb`.
 
 # %% [answer q1_state_gb]
 ### BEGIN SOLUTION
-q1_state_gb = 13e9 * (2 + 2 + 4 + 8) / 1e9
+q1_state_gb = G.n_params * (2 + 2 + 4 + 8) / 1e9
 ### END SOLUTION
 
 # %% [test q1_state_gb_test points=2]
 from course_utils.checks import check_number
 
 # A plain number, and not one of these wrong answers (the right value is checked when graded).
-check_number("q1_state_gb", q1_state_gb, unit="GB", mistakes=[
-    (13e9 * 12 / 1e9, "you used the third row of the table (BF16 Adam without a master "
+check_number("q1_state_gb", q1_state_gb, unit="GB", variant=G.key("n_params"), mistakes=[
+    (G.n_params * 12 / 1e9, "you used the third row of the table (BF16 Adam without a master "
                       "copy); Q1 asks for the lesson's mixed-precision layout, the first row."),
-    (13e9 * 8 / 1e9, "you counted only Adam's moments; the persistent state also holds the "
+    (G.n_params * 8 / 1e9, "you counted only Adam's moments; the persistent state also holds the "
                      "weights, the gradients and the FP32 master copy."),
-    (13e9 * 2 / 1e9, "you counted only the BF16 weights; training also keeps gradients, a "
+    (G.n_params * 2 / 1e9, "you counted only the BF16 weights; training also keeps gradients, a "
                      "master copy and Adam's moments."),
 ])
 ### BEGIN HIDDEN TESTS
@@ -113,11 +125,12 @@ print("practice_state_gib is right.")
 
 # %% [answer q2_state_gib]
 ### BEGIN SOLUTION
-q2_state_gib = 13e9 * 16 / 2**30
+q2_state_gib = G.n_params * 16 / 2**30
 ### END SOLUTION
 
 # %% [test q2_state_gib_test points=1]
-check_number("q2_state_gib", q2_state_gib)  # a plain number (the value is checked when graded)
+# a plain number (the value is checked when graded)
+check_number("q2_state_gib", q2_state_gib, variant=G.key("n_params"))
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -153,7 +166,7 @@ check_number("practice_8bit_gb", practice_8bit_gb, 50.0, unit="GB", mistakes=[
 print("practice_bytes_per_param and practice_8bit_gb are right.")
 
 # %% [markdown]
-# **Q3 (2 points).** The same 13B model, trained by a stack that accumulates gradients in
+# **Q3 (2 points).** The same model ($N$ = `G.n_params`), trained by a stack that accumulates gradients in
 # FP32 (as in the second row of the table) and, like the third row, updates the BF16 weights
 # directly with no FP32 master copy (Adam's moments stay FP32). No row of the table is this
 # layout: build it from the columns. How many **bytes per parameter** (`q3_bytes_per_param`)
@@ -162,7 +175,7 @@ print("practice_bytes_per_param and practice_8bit_gb are right.")
 # %% [answer q3]
 ### BEGIN SOLUTION
 q3_bytes_per_param = 2 + 4 + 0 + 8
-q3_state_gb = 13e9 * q3_bytes_per_param / 1e9
+q3_state_gb = G.n_params * q3_bytes_per_param / 1e9
 ### END SOLUTION
 
 # %% [test q3_test points=2]
@@ -172,11 +185,11 @@ check_number("q3_bytes_per_param", q3_bytes_per_param, mistakes=[
     (12, "that is the third row as it stands; this stack keeps its gradients in FP32."),
     (16, "that is the lesson's layout; this stack changes two of its columns."),
 ])
-check_number("q3_state_gb", q3_state_gb, unit="GB", mistakes=[
-    (13e9 * 18 / 1e9, "that is the second row as it stands; this stack also drops the FP32 "
-                      "master copy."),
-    (13e9 * 12 / 1e9, "that is the third row as it stands; this stack keeps its gradients in "
-                      "FP32."),
+check_number("q3_state_gb", q3_state_gb, unit="GB", variant=G.key("n_params"), mistakes=[
+    (G.n_params * 18 / 1e9, "that is the second row as it stands; this stack also drops the "
+                            "FP32 master copy."),
+    (G.n_params * 12 / 1e9, "that is the third row as it stands; this stack keeps its "
+                            "gradients in FP32."),
 ])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
@@ -205,14 +218,16 @@ check_choice("practice_fits_b", practice_fits_b, False, [True, False], mistakes=
 print("practice_fits_a and practice_fits_b are right.")
 
 # %% [markdown]
-# **Q4 (2 points).** A 6B model, an 80 GB device, persistent state only. Does the state fit
+# **Q4 (2 points).** A model of $N_4$ parameters on a device of $M$ GB, where
+# `(N_4, M) = G.q4` (yours are in the table at the top), persistent state only. Does the state fit
 # (a) in the lesson's 16-byte layout (`q4a_fits`) and (b) with BF16 Adam and no master copy
 # (`q4b_fits`)? Answer `True` or `False`.
 
 # %% [answer q4]
 ### BEGIN SOLUTION
-q4a_fits = 6e9 * 16 <= 80e9
-q4b_fits = 6e9 * 12 <= 80e9
+n4, device_gb = G.q4
+q4a_fits = n4 * 16 <= device_gb * 1e9
+q4b_fits = n4 * 12 <= device_gb * 1e9
 ### END SOLUTION
 
 # %% [test q4_test points=2]

@@ -23,6 +23,11 @@
 # adds** the hidden tests: your functions on other cases (other N, D, seeds, 3 ranks) and the
 # graded values themselves.
 #
+# **Your own numbers.** Q1, Q3 and Q5 use numbers drawn for you (the table the next cell
+# shows, `G`): your classmates have other ones, so their answers are wrong for you. They come
+# from your identity (your JupyterHub user, the name `make lab` asked for once, or, when your
+# instructor grades, your student id, whatever this notebook says). Do not edit that cell.
+#
 # **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
 # outright (here, for example, `memory.zero_state_bytes`). An answer that uses one is flagged
 # for your instructor: the questions ask for the reasoning those helpers do.
@@ -31,7 +36,10 @@
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, zero
+from course_utils import checks, variants, zero
+
+G = variants.givens("a3_zero", on=True)  # your numbers (do not edit this cell)
+G
 
 # %% [markdown]
 # *Practice (not graded)*: a four-rank job trains a 3B-parameter model with ZeRO-2. A colleague
@@ -61,24 +69,27 @@ checks.check_number("practice_zero2_gb", practice_zero2_gb, 16.5, unit="GB", mis
 # %% [markdown]
 # ## Q1. The lesson's check-yourself question, on another job (2 points)
 #
-# Lecture 3 worked out the lesson's question (7B, eight ranks). Now a sixteen-rank job trains a
-# 6B-parameter model with ZeRO-2. A colleague says its persistent state is 96/16 = 6 GB per GPU.
-# Set `zero2_gb` to the correct persistent state per GPU, in GB.
+# Lecture 3 worked out the lesson's question (7B, eight ranks). Now a job of $D$ ranks trains a
+# model of $N$ parameters with ZeRO-2, where `(N, D) = G.q1` (yours are in the table at the
+# top). A colleague says its persistent state is $16N/D$ bytes per GPU. Set `zero2_gb` to the
+# correct persistent state per GPU, in GB.
 
 # %% [answer q1]
 ### BEGIN SOLUTION
-zero2_gb = (2 + 14 / 16) * 6e9 / 1e9
+n, d = G.q1
+zero2_gb = (2 + 14 / d) * n / 1e9
 ### END SOLUTION
 
 # %% [test q1_test points=2]
 # Checks the type and rejects known wrong answers; the value itself is checked when graded.
-checks.check_number("zero2_gb", zero2_gb, unit="GB", mistakes=[
-    (96 / 16, "that is ZeRO-3: 96/16 shares every byte among the 16 ranks, but ZeRO-2 does not "
-              "shard the bf16 weights, so each rank keeps all of them"),
-    (28.5, "that is the ZeRO-1 figure, where the bf16 gradients are still replicated on every "
-           "rank; ZeRO-2 shards them too"),
-    (96.0, "that is replicated data parallelism (16 bytes per parameter on every rank, nothing "
-           "sharded)"),
+_n, _d = G.q1
+checks.check_number("zero2_gb", zero2_gb, unit="GB", variant=G.key("q1"), mistakes=[
+    (16 * _n / _d / 1e9, "that is ZeRO-3: 16N/D shares every byte among the ranks, but ZeRO-2 "
+                         "does not shard the bf16 weights, so each rank keeps all of them"),
+    ((4 + 12 / _d) * _n / 1e9, "that is the ZeRO-1 figure, where the bf16 gradients are still "
+                               "replicated on every rank; ZeRO-2 shards them too"),
+    (16 * _n / 1e9, "that is replicated data parallelism (16 bytes per parameter on every "
+                    "rank, nothing sharded)"),
 ])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
@@ -156,8 +167,9 @@ checks.check_choice("practice_smallest_stage", practice_smallest_stage, 2, [0, 1
 # %% [markdown]
 # ## Q3. The smallest stage that fits (2 points)
 #
-# A 13B-parameter model trains on 16 devices of 40 GB each (1 GB = 10^9 bytes). You must keep
-# 4 GB per device free for activations and temporary buffers. Set `smallest_stage` to the
+# A model of $N$ parameters trains on $D$ devices of $M$ GB each (1 GB = 10^9 bytes), and you
+# must keep $R$ GB per device free for activations and temporary buffers, where
+# `(N, D, M, R) = G.q3` (yours are in the table at the top). Set `smallest_stage` to the
 # smallest ZeRO stage (an int: 0, 1, 2 or 3) whose persistent state fits in what is left.
 # Stages 0, 1 and 2 send the same bytes per step and ZeRO-3 sends 1.5 times as much (Module 3):
 # staying below stage 3 when a lower stage fits saves traffic, while among stages 0 to 2 the
@@ -165,22 +177,29 @@ checks.check_choice("practice_smallest_stage", practice_smallest_stage, 2, [0, 1
 
 # %% [answer q3]
 ### BEGIN SOLUTION
-smallest_stage = min(s for s in range(4) if zero_gb(13e9, 16, s) <= 40 - 4)
+n, d, device_gb, reserve_gb = G.q3
+smallest_stage = min(s for s in range(4) if zero_gb(n, d, s) <= device_gb - reserve_gb)
 ### END SOLUTION
 
 # %% [test q3_test points=2]
 assert type(smallest_stage) is int, f"smallest_stage should be an int (0-3), got {type(smallest_stage).__name__}"
-# Rejects every stage whose state does not fit in the 36 GB left; the value itself is checked
+# Rejects every stage whose state does not fit in what is left; the value itself is checked
 # when graded.
-checks.check_choice("smallest_stage", smallest_stage, None, [0, 1, 2, 3], mistakes={
-    0: "Replicated data parallelism keeps all 16 bytes per parameter on every device: "
-       "16 x 13B = 208 GB, far more than a 40 GB device.",
-    1: "ZeRO-1 still replicates the bf16 weights and gradients (4 bytes per parameter): "
-       "4 x 13B = 52 GB before any optimizer state, more than the whole 40 GB device.",
-    2: "ZeRO-2 keeps every bf16 weight on every device and shards the rest: (2 + 14/16) x 13B "
-       "= 37.375 GB, more than the 36 GB left once the 4 GB reserve is kept (did you compare "
-       "with 40 GB, or mix GB and GiB?).",
-})
+_n, _d, _device, _reserve = G.q3
+checks.check_choice("smallest_stage", smallest_stage, None, [0, 1, 2, 3], variant=G.key("q3"),
+                    mistakes={
+    stage: f"{why}: {need:g} GB per device, more than the {_device - _reserve:g} GB left once "
+           f"the {_reserve:g} GB reserve is kept" + (" (did you forget the reserve, or mix GB "
+                                                      "and GiB?)." if need <= _device else ".")
+    for stage, need, why in [
+        (0, 16 * _n / 1e9, "Replicated data parallelism keeps all 16 bytes per parameter on "
+                           "every device"),
+        (1, (4 + 12 / _d) * _n / 1e9, "ZeRO-1 still replicates the bf16 weights and gradients "
+                                      "(4 bytes per parameter)"),
+        (2, (2 + 14 / _d) * _n / 1e9, "ZeRO-2 keeps every bf16 weight on every device and "
+                                      "shards the rest"),
+        (3, 16 * _n / _d / 1e9, "ZeRO-3 shards everything, and still")]
+    if need > _device - _reserve})
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -358,11 +377,12 @@ checks.check_number("practice_deferred_grad_gb", practice_deferred_grad_gb, 6.0,
 print("practice Q5: all right")
 
 # %% [markdown]
-# Now the graded question: a 6B-parameter model, bf16 gradients, D = 12 ranks.
+# Now the graded question: a model of $N$ parameters, bf16 gradients, $D$ ranks, where
+# `(N, D, m) = G.q5` (yours are in the table at the top).
 #
 # * `activation_factor`: the job switches from ZeRO-1 to ZeRO-3 with the same micro-batch on
 #   every rank. By what factor is each rank's activation memory multiplied?
-# * `reduce_scatters_per_step`: the ZeRO-2 job accumulates over 6 micro-batches per optimizer
+# * `reduce_scatters_per_step`: the ZeRO-2 job accumulates over $m$ micro-batches per optimizer
 #   step. How many times per step is each layer's gradient reduce-scattered if no rank may ever
 #   hold more than one layer's full gradient?
 # * `deferred_grad_gb`: GB of gradients each rank holds between micro-batches if the job
@@ -370,22 +390,25 @@ print("practice Q5: all right")
 
 # %% [answer q5]
 ### BEGIN SOLUTION
+n, d, m = G.q5
 activation_factor = 1.0
-reduce_scatters_per_step = 6
-deferred_grad_gb = 6e9 * 2 / 1e9
+reduce_scatters_per_step = m
+deferred_grad_gb = n * 2 / 1e9
 ### END SOLUTION
 
 # %% [test q5_test points=2]
 # Checks the types and rejects known wrong answers; the values are checked when graded.
 for _name in ("activation_factor", "reduce_scatters_per_step", "deferred_grad_gb"):
-    checks.check_number(_name, globals()[_name])
+    checks.check_number(_name, globals()[_name], variant=G.key("q5"))
 assert type(reduce_scatters_per_step) is int, "reduce_scatters_per_step should be an int"
-checks.check_number("activation_factor", activation_factor, mistakes=[
-    (1 / 12, "ZeRO-3 shards the persistent state, not the activations: each rank still runs "
+_n, _d, _m = G.q5
+checks.check_number("activation_factor", activation_factor, variant=G.key("q5"), mistakes=[
+    (1 / _d, "ZeRO-3 shards the persistent state, not the activations: each rank still runs "
              "the whole model on its own micro-batch")])
-checks.check_number("deferred_grad_gb", deferred_grad_gb, unit="GB", mistakes=[
-    (6e9 * 2 / 12 / 1e9, "that is the ZeRO-2 gradient slice, 2N/D; deferring the "
-                         "reduce-scatter keeps the full gradient until the last micro-batch")])
+checks.check_number("deferred_grad_gb", deferred_grad_gb, unit="GB", variant=G.key("q5"),
+                    mistakes=[
+    (_n * 2 / _d / 1e9, "that is the ZeRO-2 gradient slice, 2N/D; deferring the "
+                        "reduce-scatter keeps the full gradient until the last micro-batch")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

@@ -34,7 +34,10 @@ import math
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, launch
+from course_utils import checks, launch, variants
+
+G = variants.givens("a5_pipeline", on=True)  # your numbers (do not edit this cell)
+G
 
 # %% [markdown]
 # ## Q1. Bubble fractions (2 points)
@@ -77,42 +80,54 @@ checks.check_number("practice_bubble_interleaved", practice_bubble_interleaved, 
 print("practice Q1: all right")
 
 # %% [markdown]
-# Now the graded question.
+# Now the graded question, with your own numbers (the table at the top of the notebook):
 #
-# * `bubble_p8_m24`: the bubble fraction of GPipe with P = 8 stages and m = 24 microbatches.
-# * `bubble_p6_m8`: the bubble fraction of 1F1B with P = 6 and m = 8.
-# * `bubble_interleaved`: interleaved 1F1B with P = 4, m = 12 and v = 3 chunks per rank.
+# * `bubble_gpipe`: the bubble fraction of GPipe with `(P, m) = G.q1_gpipe` (P stages, m
+#   microbatches).
+# * `bubble_1f1b`: the bubble fraction of 1F1B with `(P, m) = G.q1_1f1b`.
+# * `bubble_interleaved`: interleaved 1F1B with `(P, m, v) = G.q1_interleaved` (v chunks per
+#   rank).
 
 # %% [answer q1]
 ### BEGIN SOLUTION
-bubble_p8_m24 = (8 - 1) / (24 + 8 - 1)
-bubble_p6_m8 = (6 - 1) / (8 + 6 - 1)
-bubble_interleaved = (4 - 1) / (3 * 12 + 4 - 1)
+p, m = G.q1_gpipe
+bubble_gpipe = (p - 1) / (m + p - 1)
+p, m = G.q1_1f1b
+bubble_1f1b = (p - 1) / (m + p - 1)
+p, m, v = G.q1_interleaved
+bubble_interleaved = (p - 1) / (v * m + p - 1)
 ### END SOLUTION
 
 # %% [test q1_test points=2]
-for name in ("bubble_p8_m24", "bubble_p6_m8", "bubble_interleaved"):
-    checks.check_number(name, globals()[name])
-    assert 0 <= globals()[name] < 1, f"{name} should be a fraction between 0 and 1"
+for name in ("bubble_gpipe", "bubble_1f1b", "bubble_interleaved"):
+    assert 0 <= checks.as_number(name, globals()[name]) < 1, (
+        f"{name} should be a fraction between 0 and 1")
 # known wrong values (the right one is checked when the assignment is graded)
-checks.check_number("bubble_p8_m24", bubble_p8_m24, mistakes=[
-    (7 / 24, "that is the ratio (P-1)/m, idle time over compute time; the question asks for "
-             "the share of the whole step's time that a rank is idle")])
-checks.check_number("bubble_p6_m8", bubble_p6_m8, mistakes=[
+_p, _m = G.q1_gpipe
+checks.check_number("bubble_gpipe", bubble_gpipe, variant=G.key("q1_gpipe"), mistakes=[
+    ((_p - 1) / _m, "that is the ratio (P-1)/m, idle time over compute time; the question asks "
+                    "for the share of the whole step's time that a rank is idle")])
+_p, _m = G.q1_1f1b
+checks.check_number("bubble_1f1b", bubble_1f1b, variant=G.key("q1_1f1b"), mistakes=[
     (0, "1F1B reorders the forwards and backwards, but a rank still waits while the pipeline "
         "fills and drains"),
-    (5 / 8, "that is the ratio (P-1)/m; the question asks for a fraction of the total time")])
-checks.check_number("bubble_interleaved", bubble_interleaved, mistakes=[
-    (3 / 15, "that is plain 1F1B with one chunk per rank; here each rank holds v = 3 chunks"),
-    (3 / 36, "that is a ratio over the compute time; the question asks for a fraction of the "
-             "total time"),
-    (1 / 15, "dividing plain 1F1B's fraction by v also divides the compute time in the total; "
-             "only the fill and drain get shorter")])
+    ((_p - 1) / _m, "that is the ratio (P-1)/m; the question asks for a fraction of the total "
+                    "time")])
+_p, _m, _v = G.q1_interleaved
+checks.check_number("bubble_interleaved", bubble_interleaved, variant=G.key("q1_interleaved"),
+                    mistakes=[
+    ((_p - 1) / (_m + _p - 1), "that is plain 1F1B with one chunk per rank; here each rank "
+                               "holds v chunks"),
+    ((_p - 1) / (_v * _m), "that is a ratio over the compute time; the question asks for a "
+                           "fraction of the total time"),
+    ((_p - 1) / (_m + _p - 1) / _v, "dividing plain 1F1B's fraction by v also divides the "
+                                    "compute time in the total; only the fill and drain get "
+                                    "shorter")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
-submit("bubble_p8_m24", bubble_p8_m24)
-submit("bubble_p6_m8", bubble_p6_m8)
+submit("bubble_gpipe", bubble_gpipe)
+submit("bubble_1f1b", bubble_1f1b)
 submit("bubble_interleaved", bubble_interleaved)
 ### END HIDDEN TESTS
 None
@@ -152,11 +167,11 @@ checks.check_number("practice_m_p8_3pct", practice_m_p8_3pct, 227, mistakes=[
 print("practice Q2: all right")
 
 # %% [markdown]
-# Now the graded question.
+# Now the graded question, with your own numbers (the table at the top):
 #
-# * `m_p6_8pct`: the smallest m for which a balanced P = 6 pipeline has a bubble fraction of at
-#   most 8 %.
-# * `m_p8_5pct`: the smallest m for which P = 8 has a bubble fraction of at most 5 %.
+# * `m_a`: the smallest m for which a balanced pipeline of P stages has a bubble fraction of at
+#   most t, where `(P, t) = G.q2_a` (t a fraction: 0.08 means 8 %).
+# * `m_b`: the same for `(P, t) = G.q2_b`.
 
 # %% [answer q2]
 ### BEGIN SOLUTION
@@ -167,30 +182,28 @@ def smallest_m(p, target):
     return m
 
 
-m_p6_8pct = smallest_m(6, 0.08)
-m_p8_5pct = smallest_m(8, 0.05)
+m_a = smallest_m(*G.q2_a)
+m_b = smallest_m(*G.q2_b)
 ### END SOLUTION
 
 # %% [test q2_test points=2]
-for name in ("m_p6_8pct", "m_p8_5pct"):
+for name in ("m_a", "m_b"):
     assert type(globals()[name]) is int, f"{name} should be an int, got {type(globals()[name]).__name__}"
-    checks.check_number(name, globals()[name])
 # known wrong values (the right one is checked when the assignment is graded)
-checks.check_number("m_p6_8pct", m_p6_8pct, mistakes=[
-    (63, "that m brings the ratio (P-1)/m down to 8 %; the question bounds the fraction of "
-         "the total time"),
-    (69, "that m counts P idle slots per rank; the fill and drain leave a rank idle one slot "
+for name, given in (("m_a", "q2_a"), ("m_b", "q2_b")):
+    _p, _t = G[given]
+    checks.check_number(name, globals()[name], variant=G.key(given), mistakes=[
+        (min(m for m in range(1, 10_000) if (_p - 1) / m <= _t),
+         "that m brings the ratio (P-1)/m down to the target; the question bounds the fraction "
+         "of the total time"),
+        (min(m for m in range(1, 10_000) if _p / (m + _p) <= _t),
+         "that m counts P idle slots per rank; the fill and drain leave a rank idle one slot "
          "less")])
-checks.check_number("m_p8_5pct", m_p8_5pct, mistakes=[
-    (140, "that m brings the ratio (P-1)/m down to 5 %; the question bounds the fraction of "
-          "the total time"),
-    (152, "that m counts P idle slots per rank; the fill and drain leave a rank idle one slot "
-          "less")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
-submit("m_p6_8pct", m_p6_8pct)
-submit("m_p8_5pct", m_p8_5pct)
+submit("m_a", m_a)
+submit("m_b", m_b)
 ### END HIDDEN TESTS
 None
 
@@ -234,18 +247,21 @@ checks.check_number("practice_batch_b", practice_batch_b, 144, mistakes=[
 print("practice Q3: all right")
 
 # %% [markdown]
-# Now the graded question.
+# Now the graded question, with your own numbers (the table at the top):
 #
-# * `batch_a`: a 40-device mesh with TP = 2, PP = 4, DP = 5. Each microbatch has 3 examples and
-#   each replica accumulates gradients over 12 microbatches before its optimizer step.
-# * `batch_b`: a 64-device mesh with TP = 8, PP = 4, DP = 2. Each pipeline step pushes m = 12
-#   microbatches of 7 examples through the pipeline, and the optimizer steps once per pipeline
-#   step (no further accumulation).
+# * `batch_a`: a mesh of TP x PP x DP devices, `(TP, PP, DP, b, k) = G.q3_a`. Each microbatch
+#   has b examples and each replica accumulates gradients over k microbatches before its
+#   optimizer step.
+# * `batch_b`: a mesh of TP x PP x DP devices, `(TP, PP, DP, b, m) = G.q3_b`. Each pipeline
+#   step pushes m microbatches of b examples through the pipeline, and the optimizer steps once
+#   per pipeline step (no further accumulation).
 
 # %% [answer q3]
 ### BEGIN SOLUTION
-batch_a = 3 * 12 * 5
-batch_b = 7 * 12 * 2
+tp, pp, dp, b, k = G.q3_a
+batch_a = b * k * dp
+tp, pp, dp, b, m = G.q3_b
+batch_b = b * m * dp
 ### END SOLUTION
 
 # %% [test q3_test points=2]
@@ -253,12 +269,11 @@ for name in ("batch_a", "batch_b"):
     assert type(globals()[name]) is int, f"{name} should be an int, got {type(globals()[name]).__name__}"
     checks.check_number(name, globals()[name])
 # known wrong values (the right one is checked when the assignment is graded)
-checks.check_number("batch_a", batch_a, mistakes=[
-    (3 * 12 * 40, "you multiplied by all 40 devices of the mesh; ask which ranks see examples "
-                  "that the others do not")])
-checks.check_number("batch_b", batch_b, mistakes=[
-    (7 * 12 * 64, "you multiplied by all 64 devices of the mesh; ask which ranks see examples "
-                  "that the others do not")])
+for name, given in (("batch_a", "q3_a"), ("batch_b", "q3_b")):
+    _tp, _pp, _dp, _b, _k = G[given]
+    checks.check_number(name, globals()[name], variant=G.key(given), mistakes=[
+        (_b * _k * _tp * _pp * _dp, "you multiplied by all the devices of the mesh; ask which "
+                                    "ranks see examples that the others do not")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 

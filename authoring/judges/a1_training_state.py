@@ -21,29 +21,32 @@ HELPERS_NOT_ALLOWED = {
 
 
 def q1_state_gb_test(got, ref):
-    check_number("q1_state_gb", got["q1_state_gb"], 208.0, unit="GB", mistakes=[
-        (208e9, "that is the count in bytes; divide by 10**9 to get GB."),
-        (13e9 * 16 / 2**30, "that is GiB (2**30 bytes); the question asks for GB (10**9 bytes)."),
-        (156.0, "that is 12 bytes/parameter: either the 4-byte FP32 master copy is missing "
-                "(2 + 2 + 8) or only the optimizer bucket (4 + 8) was counted. The layout "
-                "totals 16."),
-        (104.0, "that counts only Adam's two FP32 moments (8 bytes); add weights, gradients and "
-                "the master copy."),
-        (182.0, "that is 14 bytes/parameter: one of the 2-byte items (weights or gradients) is "
-                "missing."),
+    n = got.givens.n_params
+    check_number("q1_state_gb", got["q1_state_gb"], n * 16 / 1e9, unit="GB", mistakes=[
+        (n * 16, "that is the count in bytes; divide by 10**9 to get GB."),
+        (n * 16 / 2**30, "that is GiB (2**30 bytes); the question asks for GB (10**9 bytes)."),
+        (n * 12 / 1e9, "that is 12 bytes/parameter: either the 4-byte FP32 master copy is "
+                       "missing (2 + 2 + 8) or only the optimizer bucket (4 + 8) was counted. "
+                       "The layout totals 16."),
+        (n * 8 / 1e9, "that counts only Adam's two FP32 moments (8 bytes); add weights, "
+                      "gradients and the master copy."),
+        (n * 14 / 1e9, "that is 14 bytes/parameter: one of the 2-byte items (weights or "
+                       "gradients) is missing."),
     ])
 
 
 def q2_state_gib_test(got, ref):
-    check_number("q2_state_gib", got["q2_state_gib"], 13e9 * 16 / 2**30, unit="GiB", mistakes=[
-        (208.0, "that is still GB: divide the byte count by 2**30, not 10**9."),
-        (208e9 * 2**30 / 1e18, "the conversion went the wrong way: a GiB is larger than a GB, "
-                               "so the number of GiB is smaller."),
-        (208e9 / 1024**2, "that divides by 2**20 (MiB); a GiB is 2**30 bytes."),
+    n = got.givens.n_params
+    check_number("q2_state_gib", got["q2_state_gib"], n * 16 / 2**30, unit="GiB", mistakes=[
+        (n * 16 / 1e9, "that is still GB: divide the byte count by 2**30, not 10**9."),
+        (n * 16 / 1e9 * 2**30 / 1e9, "the conversion went the wrong way: a GiB is larger than "
+                                     "a GB, so the number of GiB is smaller."),
+        (n * 16 / 2**20, "that divides by 2**20 (MiB); a GiB is 2**30 bytes."),
     ])
 
 
 def q3_test(got, ref):
+    n = got.givens.n_params
     check_number("q3_bytes_per_param", got["q3_bytes_per_param"], 14, mistakes=[
         (18, "18 keeps the FP32 master copy (4 bytes); this stack updates the BF16 weights "
              "directly, so that column is 0."),
@@ -54,22 +57,25 @@ def q3_test(got, ref):
         (10, "the gradients are FP32 here: 4 bytes, not 2, and the master copy is gone."),
         (20, "only the gradients change to FP32 (2 -> 4 bytes); the weights stay BF16."),
     ])
-    check_number("q3_state_gb", got["q3_state_gb"], 182.0, unit="GB", mistakes=[
-        (182e9, "that is bytes; divide by 10**9 for GB."),
-        (13e9 * 14 / 2**30, "that is GiB; the question asks for GB."),
-        (13e9 * 18 / 1e9, "that keeps the FP32 master copy (18 bytes/parameter); this stack "
-                          "has none."),
-        (13e9 * 12 / 1e9, "that keeps BF16 gradients (12 bytes/parameter); this stack's are "
-                          "FP32."),
-        (208.0, "that is the 16-byte layout; this stack uses 14 bytes/parameter."),
+    check_number("q3_state_gb", got["q3_state_gb"], n * 14 / 1e9, unit="GB", mistakes=[
+        (n * 14, "that is bytes; divide by 10**9 for GB."),
+        (n * 14 / 2**30, "that is GiB; the question asks for GB."),
+        (n * 18 / 1e9, "that keeps the FP32 master copy (18 bytes/parameter); this stack has "
+                       "none."),
+        (n * 12 / 1e9, "that keeps BF16 gradients (12 bytes/parameter); this stack's are FP32."),
+        (n * 16 / 1e9, "that is the 16-byte layout; this stack uses 14 bytes/parameter."),
     ])
 
 
 def q4_test(got, ref):
-    check_choice("q4a_fits", got["q4a_fits"], False, [True, False], mistakes={
-        True: "6e9 x 16 B = 96 GB, which is more than 80 GB."})
-    check_choice("q4b_fits", got["q4b_fits"], True, [True, False], mistakes={
-        False: "without the master copy it is 12 B/param: 6e9 x 12 B = 72 GB <= 80 GB."})
+    n, device_gb = got.givens.q4
+    for name, per, what in (("q4a_fits", 16, "in the 16-byte layout"),
+                            ("q4b_fits", 12, "without the master copy (12 B/param)")):
+        need = n * per / 1e9
+        fits = need <= device_gb
+        check_choice(name, got[name], fits, [True, False], mistakes={not fits: (
+            f"{what} the state is {n / 1e9:g}e9 x {per} B = {need:g} GB, "
+            + ("within" if fits else "more than") + f" the {device_gb:g} GB device.")})
 
 
 def _draw_max_params(rng):

@@ -19,20 +19,30 @@ HELPERS_NOT_ALLOWED = {
 }
 
 
+def _stages(n, dp):
+    """Persistent GB per rank of stages 0-3 (16-byte layout)."""
+    return {0: 16 * n / 1e9, 1: (4 + 12 / dp) * n / 1e9, 2: (2 + 14 / dp) * n / 1e9,
+            3: 16 * n / dp / 1e9}
+
+
 def q1_test(got, ref):
-    check_number("zero2_gb", got["zero2_gb"], 17.25, unit="GB", mistakes=[
-        (6.0, "6 GB is 96/16, everything divided by D: that is ZeRO-3. ZeRO-2 shards gradients "
-              "and optimizer state but every rank keeps all the bf16 weights (2 x 6B bytes = "
-              "12 GB)"),
-        (17.25e9 / 2**30, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
-        (16.5, "you forgot the gradients: ZeRO-2 keeps 2 bytes of gradient per parameter, sharded "
-               "over the 16 ranks (0.75 GB)"),
-        (28.5, "28.5 GB is ZeRO-1: the gradients are still replicated there. ZeRO-2 shards them "
-               "too"),
-        (96.0, "96 GB is replicated data parallelism, nothing sharded"),
-        (5.25, "5.25 GB is only the sharded part (gradients + optimizer); add the replicated bf16 "
-               "weights (12 GB)"),
-        (17.25e9, "that is bytes; the question asks for GB"),
+    n, dp = got.givens.q1
+    gb = _stages(n, dp)
+    right, weights = gb[2], 2 * n / 1e9
+    check_number("zero2_gb", got["zero2_gb"], right, unit="GB", mistakes=[
+        (gb[3], f"{gb[3]:g} GB is 16N/D, everything divided by D: that is ZeRO-3. ZeRO-2 shards "
+                f"gradients and optimizer state but every rank keeps all the bf16 weights "
+                f"(2 x N bytes = {weights:g} GB)"),
+        (right * 1e9 / 2**30, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
+        (right - 2 * n / dp / 1e9, f"you forgot the gradients: ZeRO-2 keeps 2 bytes of gradient "
+                                   f"per parameter, sharded over the {dp} ranks "
+                                   f"({2 * n / dp / 1e9:g} GB)"),
+        (gb[1], f"{gb[1]:g} GB is ZeRO-1: the gradients are still replicated there. ZeRO-2 "
+                "shards them too"),
+        (gb[0], f"{gb[0]:g} GB is replicated data parallelism, nothing sharded"),
+        (right - weights, f"{right - weights:g} GB is only the sharded part (gradients + "
+                          f"optimizer); add the replicated bf16 weights ({weights:g} GB)"),
+        (right * 1e9, "that is bytes; the question asks for GB"),
     ])
 
 
@@ -82,13 +92,25 @@ def q2_test(got, ref):
 
 
 def q3_test(got, ref):
-    check_choice("smallest_stage", got["smallest_stage"], 3, [0, 1, 2, 3], mistakes={
-        2: "ZeRO-2 needs (2 + 14/16) x 13 = 37.375 GB, more than the 36 GB left once 4 GB are "
-           "kept for activations (did you forget that reserve, or mix GB and GiB?)",
-        1: "ZeRO-1 needs (4 + 12/16) x 13 = 61.75 GB: the replicated weights and gradients alone "
-           "are 52 GB",
-        0: "replicated data parallelism needs 16 x 13 = 208 GB per device",
-    })
+    n, dp, device_gb, reserve_gb = got.givens.q3
+    left, gb = device_gb - reserve_gb, _stages(n, dp)
+    answer = min(s for s in range(4) if gb[s] <= left)
+    why = {0: "with nothing sharded, a device holds 16 bytes per parameter",
+           1: "under ZeRO-1 the bf16 weights and gradients stay whole on every device",
+           2: "under ZeRO-2 the whole bf16 weight buffer stays on every device",
+           3: "even with everything sharded (ZeRO-3)"}
+    mistakes = {}
+    for s in range(4):
+        if gb[s] > left:
+            mistakes[s] = (f"{why[s]}: {gb[s]:g} GB per device, more than the {left:g} GB left "
+                           f"once {reserve_gb:g} GB are kept for activations"
+                           + (" (did you forget that reserve, or mix GB and GiB?)"
+                              if gb[s] <= device_gb else ""))
+        elif s > answer:
+            mistakes[s] = (f"ZeRO-{s} fits ({gb[s]:g} GB), but a lower stage fits as well and "
+                           "communicates no more: the question asks for the smallest stage")
+    check_choice("smallest_stage", got["smallest_stage"], answer, [0, 1, 2, 3],
+                 mistakes=mistakes)
 
 
 def _adam_reference(full_master, local_grads, lr, betas, eps, *, reduce="mean",
@@ -172,22 +194,25 @@ def q4_test(got, ref):
 
 
 def q5_test(got, ref):
+    n, dp, m = got.givens.q5
     check_number("activation_factor", got["activation_factor"], 1.0, mistakes=[
-        (1 / 12, "ZeRO-3 does not shrink activations: it shards the persistent state, while "
+        (1 / dp, "ZeRO-3 does not shrink activations: it shards the persistent state, while "
                  "each rank still runs the whole model on its own micro-batch and saves every "
                  "activation of it"),
-        (12.0, "nothing is replicated more under ZeRO-3: each rank saves its own micro-batch's "
-               "activations, as under ZeRO-1"),
+        (float(dp), "nothing is replicated more under ZeRO-3: each rank saves its own "
+                    "micro-batch's activations, as under ZeRO-1"),
         (0.5, "activations are not part of what ZeRO shards, at any stage")])
-    check_number("reduce_scatters_per_step", got["reduce_scatters_per_step"], 6, mistakes=[
+    check_number("reduce_scatters_per_step", got["reduce_scatters_per_step"], m, mistakes=[
         (1, "one reduce-scatter per step means the first micro-batches' gradients are summed "
             "unsharded, so every rank holds the full gradient (ZeRO-1's memory): keeping "
             "ZeRO-2's saving costs one reduce-scatter per micro-batch"),
-        (12, "the count does not depend on D: one reduce-scatter per micro-batch"),
-        (72, "each layer is reduce-scattered once per micro-batch, not once per rank")])
-    check_number("deferred_grad_gb", got["deferred_grad_gb"], 12.0, unit="GB", mistakes=[
-        (1.0, "1 GB is ZeRO-2's gradient slice (2N/D); deferring the reduce-scatter to the last "
-              "micro-batch keeps the full bf16 gradient, 2N bytes, on every rank"),
-        (24.0, "the gradients are bf16: 2 bytes per parameter, not 4"),
-        (12e9, "that is bytes; give GB"),
-        (12e9 / 2**30, "that is GiB; the question asks for GB")])
+        (dp, "the count does not depend on D: one reduce-scatter per micro-batch"),
+        (m * dp, "each layer is reduce-scattered once per micro-batch, not once per rank")])
+    grad = 2 * n / 1e9
+    check_number("deferred_grad_gb", got["deferred_grad_gb"], grad, unit="GB", mistakes=[
+        (grad / dp, f"{grad / dp:g} GB is ZeRO-2's gradient slice (2N/D); deferring the "
+                    "reduce-scatter to the last micro-batch keeps the full bf16 gradient, 2N "
+                    "bytes, on every rank"),
+        (2 * grad, "the gradients are bf16: 2 bytes per parameter, not 4"),
+        (grad * 1e9, "that is bytes; give GB"),
+        (grad * 1e9 / 2**30, "that is GiB; the question asks for GB")])

@@ -47,54 +47,71 @@ def _draw_q5(rng):
 HIDDEN_CASES = {"q5_test": _draw_q5}
 
 
+def _smallest_m(fits) -> int:
+    return next(m for m in range(1, 100_000) if fits(m))
+
+
 def q1_test(got, ref):
-    checks.check_number("bubble_p8_m24", got["bubble_p8_m24"], 7 / 31, mistakes=[
-        (7 / 24, "that is the ratio (P-1)/m of bubble time to compute time; the fraction of "
-                 "total time is (P-1)/(m+P-1)"),
-        (8 / 32, "the fill and drain take P-1 steps, not P: (P-1)/(m+P-1)"),
-        (8 / 24, "the bubble has P-1 slots, and the total time is m+P-1 slots, not m")])
-    checks.check_number("bubble_p6_m8", got["bubble_p6_m8"], 5 / 13, mistakes=[
+    p, m = got.givens.q1_gpipe
+    checks.check_number("bubble_gpipe", got["bubble_gpipe"], (p - 1) / (m + p - 1), mistakes=[
+        ((p - 1) / m, "that is the ratio (P-1)/m of bubble time to compute time; the fraction of "
+                      "total time is (P-1)/(m+P-1)"),
+        (p / (m + p), "the fill and drain take P-1 steps, not P: (P-1)/(m+P-1)"),
+        (p / m, "the bubble has P-1 slots, and the total time is m+P-1 slots, not m")])
+    p, m = got.givens.q1_1f1b
+    checks.check_number("bubble_1f1b", got["bubble_1f1b"], (p - 1) / (m + p - 1), mistakes=[
         (0, "1F1B still fills and drains the pipeline: it reorders the ops, the P-1 idle slots "
             "stay"),
-        (5 / 8, "that is the ratio (P-1)/m; the fraction of total time is (P-1)/(m+P-1)"),
-        (6 / 14, "the bubble has P-1 slots, not P")])
-    checks.check_number("bubble_interleaved", got["bubble_interleaved"], 3 / 39, mistakes=[
-        (3 / 15, "that is plain 1F1B; v chunks per rank divide the fill and drain by v: "
-                 "(P-1)/(v*m+P-1)"),
-        (3 / 36, "that is the interleaved ratio (P-1)/(v*m); the fraction is (P-1)/(v*m+P-1)"),
-        (1 / 15, "dividing plain 1F1B's fraction by v is not the same as (P-1)/(v*m+P-1)")])
+        ((p - 1) / m, "that is the ratio (P-1)/m; the fraction of total time is (P-1)/(m+P-1)"),
+        (p / (m + p), "the bubble has P-1 slots, not P")])
+    p, m, v = got.givens.q1_interleaved
+    plain = (p - 1) / (m + p - 1)
+    checks.check_number("bubble_interleaved", got["bubble_interleaved"],
+                        (p - 1) / (v * m + p - 1), mistakes=[
+        (plain, "that is plain 1F1B; v chunks per rank divide the fill and drain by v: "
+                "(P-1)/(v*m+P-1)"),
+        ((p - 1) / (v * m), "that is the interleaved ratio (P-1)/(v*m); the fraction is "
+                            "(P-1)/(v*m+P-1)"),
+        (plain / v, "dividing plain 1F1B's fraction by v is not the same as (P-1)/(v*m+P-1)")])
 
 
 def q2_test(got, ref):
-    checks.check_number("m_p6_8pct", got["m_p6_8pct"], 58, mistakes=[
-        (63, "that makes the ratio (P-1)/m <= 8 %; the fraction (P-1)/(m+P-1) already reaches "
-             "8 % at a smaller m"),
-        (57, "with m = 57 the fraction is 5/62 > 8 %: round m up"),
-        (69, "the bubble has P-1 = 5 slots, not P = 6")])
-    checks.check_number("m_p8_5pct", got["m_p8_5pct"], 133, mistakes=[
-        (140, "that makes the ratio (P-1)/m <= 5 %; the fraction (P-1)/(m+P-1) reaches 5 % at a "
-              "smaller m"),
-        (132, "with m = 132 the fraction is 7/139 > 5 %: round m up"),
-        (152, "the bubble has P-1 = 7 slots, not P = 8")])
+    for name, given in (("m_a", "q2_a"), ("m_b", "q2_b")):
+        p, t = got.givens[given]
+        right = _smallest_m(lambda m: (p - 1) / (m + p - 1) <= t)
+        checks.check_number(name, got[name], right, mistakes=[
+            (_smallest_m(lambda m: (p - 1) / m <= t),
+             f"that makes the ratio (P-1)/m <= {t:.4g}; the fraction (P-1)/(m+P-1) already "
+             "reaches the target at a smaller m"),
+            (right - 1, f"with m = {right - 1} the fraction is {p - 1}/{right + p - 2} > "
+                        f"{t:.4g}: round m up"),
+            (_smallest_m(lambda m: p / (m + p) <= t),
+             f"the bubble has P-1 = {p - 1} slots, not P = {p}")])
 
 
 def q3_test(got, ref):
-    checks.check_number("batch_a", got["batch_a"], 180, mistakes=[
-        (1440, "you multiplied by all 40 devices: TP and PP ranks work on the same examples, so "
-               "only the DP degree multiplies the batch"),
-        (360, "you counted the TP degree: tensor-parallel ranks split each example's layers, "
-              "they do not see different examples"),
-        (720, "you counted the PP degree: pipeline stages process the same microbatches one "
-              "after another"),
-        (15, "the 12 accumulated microbatches all feed one optimizer step: multiply by them"),
-        (36, "each of the DP = 5 replicas takes its own 36 examples: multiply by the DP degree")])
-    checks.check_number("batch_b", got["batch_b"], 168, mistakes=[
-        (5376, "you multiplied by all 64 devices: only the DP degree multiplies the batch"),
-        (14, "the pipeline's m = 12 microbatches are accumulation steps: their gradients are "
-             "summed before the one optimizer step"),
-        (1344, "you counted the TP degree: TP ranks share the same examples"),
-        (672, "you counted the PP degree: PP stages share the same microbatches"),
-        (84, "each of the DP = 2 replicas takes its own 84 examples")])
+    tp, pp, dp, b, k = got.givens.q3_a
+    checks.check_number("batch_a", got["batch_a"], b * k * dp, mistakes=[
+        (b * k * tp * pp * dp, f"you multiplied by all {tp * pp * dp} devices: TP and PP ranks "
+                               "work on the same examples, so only the DP degree multiplies "
+                               "the batch"),
+        (b * k * dp * tp, "you counted the TP degree: tensor-parallel ranks split each "
+                          "example's layers, they do not see different examples"),
+        (b * k * dp * pp, "you counted the PP degree: pipeline stages process the same "
+                          "microbatches one after another"),
+        (b * dp, f"the {k} accumulated microbatches all feed one optimizer step: multiply by "
+                 "them"),
+        (b * k, f"each of the DP = {dp} replicas takes its own {b * k} examples: multiply by "
+                "the DP degree")])
+    tp, pp, dp, b, m = got.givens.q3_b
+    checks.check_number("batch_b", got["batch_b"], b * m * dp, mistakes=[
+        (b * m * tp * pp * dp, f"you multiplied by all {tp * pp * dp} devices: only the DP "
+                               "degree multiplies the batch"),
+        (b * dp, f"the pipeline's m = {m} microbatches are accumulation steps: their gradients "
+                 "are summed before the one optimizer step"),
+        (b * m * dp * tp, "you counted the TP degree: TP ranks share the same examples"),
+        (b * m * dp * pp, "you counted the PP degree: PP stages share the same microbatches"),
+        (b * m, f"each of the DP = {dp} replicas takes its own {b * m} examples")])
 
 
 def q4_test(got, ref):

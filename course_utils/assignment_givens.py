@@ -1,0 +1,73 @@
+"""The givens of every assignment whose numbers vary per student, with the options their author
+states (issue 26; drawn by :mod:`course_utils.variants`).
+
+Each given is one ``variants.given(label, base, *others)``: the first option is the base, the
+lesson's own number that everyone gets with variants off or without an identity; a tuple is
+drawn as one (numbers that only make sense together). The options are realistic (model sizes of
+real models, device sizes of real accelerators, D a power of two or a common node multiple),
+and chosen so that every variant keeps the question's known mistakes apart from its answer
+(``tests/test_variant_grading.py`` checks every combination against the judge), and so that
+no variant's answer is printed in a lecture or in the assignment itself
+(``tests/test_assignments.py`` scans them for every combination).
+
+Questions whose givens stay fixed, and why:
+
+* a1: the practice questions (3B, 4B, 5B): not graded, and their numbers lie outside the graded
+  options. Q5's function runs on hidden cases drawn per submission already.
+* a3: the practice questions; Q2's and Q4's functions (hidden cases drawn per submission);
+  Q5's ``activation_factor`` (1 for every model: the point of the question).
+* a5: the practice questions; Q4's timelines (three printed schedules, read as they are);
+  Q5's pipeline step (hidden cases drawn per submission).
+"""
+
+from __future__ import annotations
+
+from course_utils.variants import given
+
+GIVENS = {
+    "a1_training_state": {
+        # Q1-Q3: one model, the lesson's layout (Q1, Q2) and a layout built from the columns (Q3)
+        "n_params": given("Q1-Q3: parameters N", 13e9, 11e9, 14e9, 15e9, 20e9, 27e9, 35e9, 40e9),
+        # Q4: (parameters, device GB), each of the three outcomes of (16-byte fits, 12-byte
+        # fits), every state at least 5 % away from the device size
+        "q4": given("Q4: (parameters N, device GB)", (6e9, 80), (5e9, 64), (3.5e9, 52),
+                    (15e9, 192), (8e9, 141), (2e9, 40), (7e9, 80), (12e9, 96)),
+    },
+    "a3_zero": {
+        # Q1: ZeRO-2 per GPU; never the lesson's 7B on 8 ranks (lecture 3's 26.25 GB)
+        "q1": given("Q1: (parameters N, ranks D)", (6e9, 16), (3e9, 12), (12e9, 48), (8e9, 32),
+                    (11e9, 12), (13e9, 24), (20e9, 64), (30e9, 48)),
+        # Q3: (N, D, device GB, reserve GB): the smallest stage is 1, 2 or 3, every stage's
+        # state at least 3.5 % away from what is left
+        "q3": given("Q3: (parameters N, devices D, device GB, reserve GB)",
+                    (13e9, 16, 40, 4), (6e9, 8, 40, 4), (20e9, 32, 80, 8), (30e9, 64, 80, 10),
+                    (9e9, 16, 48, 8), (22e9, 64, 48, 6), (10e9, 8, 94, 6), (40e9, 64, 141, 16)),
+        # Q5: (N, D, micro-batches m), D != m so that "per rank" and "per micro-batch" differ
+        "q5": given("Q5: (parameters N, ranks D, micro-batches m)", (6e9, 12, 6), (4e9, 8, 4),
+                    (18e9, 16, 8), (5e9, 32, 16), (2e9, 6, 3), (8e9, 24, 12), (3.5e9, 64, 4)),
+    },
+    "a5_pipeline": {
+        # Q1: (P, m) of GPipe and of 1F1B, (P, m, v) of interleaved 1F1B
+        "q1_gpipe": given("Q1: GPipe (stages P, microbatches m)", (8, 24), (4, 18), (6, 22),
+                          (8, 34), (10, 44), (4, 36), (6, 52), (10, 26)),
+        "q1_1f1b": given("Q1: 1F1B (stages P, microbatches m)", (6, 8), (4, 10), (3, 13),
+                         (5, 11), (7, 15), (4, 22), (5, 7), (7, 20)),
+        "q1_interleaved": given("Q1: interleaved 1F1B (P, m, chunks v)", (4, 12, 3), (4, 16, 2),
+                                (6, 14, 3), (8, 10, 4), (6, 20, 2), (4, 20, 4), (6, 12, 4),
+                                (8, 8, 3)),
+        # Q2: (P, target fraction); none but the base on a boundary where (P-1)/(m+P-1) equals
+        # the target exactly (the practice question teaches that case)
+        "q2_a": given("Q2: m_a's (stages P, target t)", (6, 0.08), (8, 0.06), (7, 0.09),
+                      (6, 0.045), (12, 0.03), (24, 0.07), (9, 0.065), (14, 0.075)),
+        "q2_b": given("Q2: m_b's (stages P, target t)", (8, 0.05), (6, 0.03), (10, 0.035),
+                      (3, 0.03), (7, 0.035), (20, 0.09)),
+        # Q3: (TP, PP, DP, examples per microbatch, microbatches): TP, PP, DP and the count all
+        # differ, so that each wrong factor gives its own number
+        "q3_a": given("Q3: batch_a's (TP, PP, DP, b, k accumulated)", (2, 4, 5, 3, 12),
+                      (4, 2, 3, 5, 11), (4, 2, 7, 7, 11), (4, 3, 5, 7, 11), (2, 3, 6, 5, 13),
+                      (2, 3, 7, 3, 11), (4, 8, 2, 5, 11), (2, 4, 3, 2, 9)),
+        "q3_b": given("Q3: batch_b's (TP, PP, DP, b, m)", (8, 4, 2, 7, 12), (4, 2, 3, 7, 14),
+                      (4, 2, 5, 7, 10), (4, 3, 5, 9, 16), (4, 6, 3, 5, 10), (2, 3, 5, 9, 14),
+                      (2, 4, 3, 7, 16), (4, 3, 2, 9, 10)),
+    },
+}

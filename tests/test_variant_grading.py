@@ -1,0 +1,135 @@
+"""Per-student variants (issue 26), the grader's side: the kernel gets the student id; every
+variant of every assignment with givens keeps its known mistakes wrong, apart from its answer
+and named by their own messages; the reference solution, run with 20 students' numbers,
+passes its judge for each. (The class graded on its own numbers, copies and typed identities
+named: tests/test_grading_integrity.py, on the shared autograde.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from course_utils import assignment_givens, variants
+from course_utils.checks import CheckFailed
+from grading import expected, judge
+
+WITH_GIVENS = sorted(assignment_givens.GIVENS)
+
+
+def test_the_grader_hands_the_student_to_the_kernel_environment():
+    """The sandbox's environment carries COURSE_STUDENT only when the grader sets it (the
+    kernel's whole environment is ENVIRONMENT's names: its allowlist says why this one is)."""
+    from grading import sandbox
+
+    assert "COURSE_STUDENT" not in sandbox.environment()
+    env = sandbox.environment(student="alice")
+    assert env["COURSE_STUDENT"] == "alice" and "COURSE_STUDENT" in sandbox.ENVIRONMENT
+    assert sandbox.environment(student="")["COURSE_STUDENT"] == ""   # variants off: base
+
+
+def _got(calls, givens, replace=None) -> judge.Values:
+    values = {c["name"]: c["expected"] for c in calls}
+    values.update(replace or {})
+    got = judge.Values(values.items())
+    got.givens = givens
+    return got
+
+
+def _close(call):
+    if call["kind"] == "choice":
+        return lambda a, b: a == b
+    return lambda a, b: abs(a - b) <= max(call["rel"] * max(abs(a), abs(b)), call["abs_tol"])
+
+
+@pytest.mark.parametrize("name", WITH_GIVENS)
+def test_every_variant_keeps_its_mistakes_wrong_and_apart(name):
+    """For every test cell judged on the givens and every combination of the givens its judge
+    reads (``judge.variant_tour``): the right values pass the judge; each known mistake is
+    outside the answer's tolerance and apart from every other mistake of the same check; and
+    submitting it fails with its own message (so the misconception is named exactly for every
+    variant). Every given is read by some judge function (a given that changes nothing would be
+    a variant in name only)."""
+    rules = judge.load(name)
+    tour = expected.variant_tour(rules, name)
+    judged, cells = 0, set()
+    for gid, givens in tour:
+        calls = expected.checked(rules, gid, givens)
+        getattr(rules, gid)(_got(calls, givens), None)  # the right values pass
+        for call in calls:
+            close, where = _close(call), f"{name} {gid} {call['name']} with {dict(givens)}"
+            wrongs = [w for w, _ in call["mistakes"]]
+            for i, (wrong, message) in enumerate(call["mistakes"]):
+                assert not close(wrong, call["expected"]), f"{where}: {message!r} = answer"
+                for other in wrongs[i + 1:]:
+                    assert not close(wrong, other), f"{where}: two mistakes coincide ({wrong})"
+                with pytest.raises(CheckFailed) as failed:
+                    getattr(rules, gid)(_got(calls, givens, {call["name"]: wrong}), None)
+                assert message in str(failed.value), (where, str(failed.value))
+                judged += 1
+        cells.add(gid)
+    varied = {n for _, g in tour for n in g if g[n] != variants.base(name)[n]}
+    assert varied == set(variants.givens_of(name)), (
+        f"givens no judge reads: {set(variants.givens_of(name)) - varied}")
+    assert judged > len(tour) > len(cells)
+
+
+def _uses_givens(cell) -> bool:
+    import re
+
+    return cell.cell_type == "code" and re.search(r"\bG\b", cell.source) is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", WITH_GIVENS)
+def test_the_reference_passes_its_judge_for_20_students(name):
+    """The reference solution, run once in the sandbox with the base numbers, then every cell
+    that reads the givens and every test cell of numbers again with each of 20 students'
+    numbers (20 distinct variants, as the grader's kernel draws them), passes its judge for
+    every student: the solution notebook and the judge agree on every variant, and the base
+    numbers' answers are wrong for a student wherever that student's answers differ."""
+    import copy
+
+    import nbformat
+
+    from grading import integrity
+
+    nb = nbformat.read(integrity.ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    rules = judge.load(name)
+    students, seen = [], set()
+    for i in range(200):
+        g = variants.givens(name, student=f"student{i:03d}")
+        if g.variant not in seen:
+            seen.add(g.variant)
+            students.append(g)
+        if len(students) == 20:
+            break
+    assert len(students) == 20
+    client = integrity.sandboxed_client(nb, judge.hidden_cases(rules, judge.REFERENCE_KEY),
+                                        student="", timeout=300, kernel_name="python3",
+                                        allow_errors=True,
+                                        resources={"metadata": {"path": str(integrity.ROOT)}})
+    drawn = set(getattr(rules, "HIDDEN_CASES", {}))  # (functions on hidden cases: not numbers)
+    cells = [(i, c) for i, c in enumerate(nb.cells)
+             if (_uses_givens(c) and variants.switch_of(c.source) is None)
+             or (integrity.is_test_cell(c) and integrity._meta(c)["grade_id"] not in drawn)]
+    tests = [(i, c) for i, c in cells if integrity.is_test_cell(c)]
+    assert tests, f"{name}: no test cell reads the givens"
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        base_subs = {integrity._meta(c)["grade_id"]: judge.submissions(c) for _, c in tests}
+        for g in students:
+            client.execute_cell(nbformat.v4.new_code_cell(
+                f"G = variants.givens({name!r}, student={g.student!r})\nprint(G.variant)"), 0)
+            for index, cell in cells:
+                again = copy.deepcopy(cell)
+                client.execute_cell(again, index)
+                if integrity.is_test_cell(again):
+                    gid = integrity._meta(again)["grade_id"]
+                    subs = judge.submissions(again)
+                    verdict = judge.judge_cell(rules, gid, subs, subs, judge.kernel_error(again),
+                                               givens=g)
+                    assert verdict.passed, (g.student, dict(g), gid, verdict.message)
+                    # the base numbers' values are wrong for this student (where they differ)
+                    base = base_subs[gid]
+                    if subs != base:
+                        assert not judge.judge_cell(rules, gid, base, base, givens=g).passed
