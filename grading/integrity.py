@@ -984,7 +984,7 @@ def verify_assignment(assignment: str, data: Path | None = None,
 # ------------------------------------------------------------------------------ variants
 
 _WORKED_AS = re.compile(r"Your numbers for \S+ \((?:student (?P<who>[A-Za-z0-9][A-Za-z0-9._@+-]"
-                        r"{0,63})|(?P<base>the base numbers))\)")
+                        r"{0,99})|(?P<base>the base numbers))\)")
 
 
 def worked_as(nb) -> str | None:
@@ -1061,22 +1061,33 @@ def copied_answers(assignment: str, results: list[StudentResult],
                 failed.setdefault(r.student, {}).update(judge.read_values(path)[1])
     out = []
     for r in results:
-        lines = []
-        for gid, pairs in failed.get(r.student, {}).items():
-            if gid in skip or not any(c.grade_id == gid for c in r.failed_cells):
-                continue
-            mine = own[r.student]
-            ref = [tuple(p) for p in reference.get(gid, [])]
-            peers = [p for p, g in own.items() if p != r.student and dict(g) != dict(mine)
-                     and judge.judge_cell(rules, gid, pairs, ref, givens=g).passed]
-            if peers:
-                named = ", ".join(peers[:3]) + (f" and {len(peers) - 3} more" if len(peers) > 3
-                                                else "")
-                lines.append(f"{gid}: the answer is right for the numbers of {named}, not "
-                             f"{r.student}'s own (evidence of a copied answer, not a score: "
-                             "docs/instructor.md)")
-        out.append(lines)
+        try:
+            out.append(_copied_by(r, failed.get(r.student, {}), skip, own, reference, rules))
+        except Exception as err:  # noqa: BLE001 - one student's evidence never stops the report
+            out.append([f"could not compare this student's answers with the class "
+                        f"({type(err).__name__}): review by hand"])
     return out
+
+
+def _copied_by(r: StudentResult, failed: dict, skip: set, own: dict, reference: dict,
+               rules) -> list[str]:
+    """One student's lines of :func:`copied_answers` (``failed``: their failed cells' values)."""
+    lines = []
+    for gid, pairs in failed.items():
+        if gid in skip or not any(c.grade_id == gid for c in r.failed_cells):
+            continue
+        mine = own[r.student]
+        ref = [tuple(p) for p in reference.get(gid, [])]
+        peers = [p for p, g in own.items() if p != r.student and dict(g) != dict(mine)
+                 and judge.judge_cell(rules, gid, pairs, ref, givens=g).passed]
+        if peers:
+            shown = peers[:3] + ([f"{len(peers) - 3} more"] if len(peers) > 3 else [])
+            named = " and ".join(shown) if len(shown) < 3 else \
+                ", ".join(shown[:-1]) + " and " + shown[-1]
+            lines.append(f"{gid}: the answer is right for the numbers of {named}, not "
+                         f"{r.student}'s own (evidence of a copied answer, not a score: "
+                         "docs/instructor.md)")
+    return lines
 
 
 def report(assignment: str, data: Path | None = None,

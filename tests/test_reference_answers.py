@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from conftest import ROOT
-from course_utils import checks, zero
+from course_utils import checks, variants, zero
 from course_utils import pipeline_parallel as pp
 
 
@@ -64,8 +64,12 @@ def _cell(grade_id: str) -> str:
     return cell.source
 
 
+_BASE = variants.givens("a3_zero", on=False)  # the base numbers (each student's: test_variant_*)
+
+
 def _namespace() -> dict:
-    return {"__name__": "__main__", "torch": torch, "dist": dist, "checks": checks, "zero": zero}
+    return {"__name__": "__main__", "torch": torch, "dist": dist, "checks": checks, "zero": zero,
+            "variants": variants, "G": _BASE}
 
 
 def _run_test_cell(grade_id: str, ns: dict, key: str = "student-1") -> None:
@@ -88,13 +92,13 @@ def _run_test_cell(grade_id: str, ns: dict, key: str = "student-1") -> None:
             mock.patch.dict(os.environ, {"COURSE_HIDDEN_CASES": json.dumps(cases)}):
         exec(_cell(grade_id), ns)
     verdict = judge.judge_cell(rules, grade_id, got, got, None, cases.get(grade_id),
-                               cases.get(grade_id))
+                               cases.get(grade_id), givens=_BASE)
     if not verdict.passed:
         raise AssertionError(verdict.message)
 
 
 @pytest.mark.parametrize("answer, words", [
-    (6.0, "ZeRO-3"), (96 / 16, "96/16"), (17.25e9 / 2**30, "GiB"), (16.5, "forgot the gradients"),
+    (6.0, "ZeRO-3"), (96 / 16, "16N/D"), (17.25e9 / 2**30, "GiB"), (16.5, "forgot the gradients"),
     (28.5, "ZeRO-1"), (96.0, "replicated"), (5.25, "replicated bf16 weights"),
     (17.25e9, "bytes"), (20.0, "is not right"),
 ])
