@@ -994,11 +994,20 @@ def worked_as(nb) -> str | None:
     from course_utils import variants
 
     for cell in nb.cells:
-        if cell.get("cell_type") != "code" or variants.switch_of(cell.get("source", "")) is None:
+        source = cell.get("source", "") if isinstance(cell, dict) else ""
+        try:
+            givens_cell = (cell.get("cell_type") == "code" and isinstance(source, str)
+                           and variants.switch_of(source) is not None)
+        except ValueError:  # its on= edited into a non-literal: not the released cell
+            givens_cell = False
+        if not givens_cell:
             continue
-        for out in cell.get("outputs", [])[:5]:
-            text = out.get("data", {}).get("text/plain", "") if isinstance(out, dict) else ""
-            text = "".join(text)[:500] if isinstance(text, (list, str)) else ""
+        outputs = cell.get("outputs")
+        for out in outputs[:5] if isinstance(outputs, list) else []:
+            data = out.get("data") if isinstance(out, dict) else None
+            text = data.get("text/plain", "") if isinstance(data, dict) else ""
+            text = "".join(t for t in text if isinstance(t, str))[:500] \
+                if isinstance(text, list) else text[:500] if isinstance(text, str) else ""
             m = _WORKED_AS.match(text)
             if m:
                 return m.group("who") or ""

@@ -133,3 +133,32 @@ def test_the_reference_passes_its_judge_for_20_students(name):
                     base = base_subs[gid]
                     if subs != base:
                         assert not judge.judge_cell(rules, gid, base, base, givens=g).passed
+
+
+def test_the_identity_shown_is_read_from_hostile_outputs_without_failing():
+    """The report reads whose numbers a submission showed from its own outputs (hostile): any
+    shape of output or source gives an identity, the base numbers or nothing, never an error."""
+    import nbformat
+
+    from grading import integrity
+
+    def nb(source, outputs):  # (as read from a submission: not validated)
+        cell = {"cell_type": "code", "source": source, "outputs": outputs, "metadata": {}}
+        first = {"cell_type": "code", "source": "x = 1", "outputs": [], "metadata": {}}
+        return nbformat.from_dict({"cells": [first, cell], "metadata": {}, "nbformat": 4,
+                                   "nbformat_minor": 5})
+
+    shown = 'G = variants.givens("a3_zero", on=True)'
+    good = {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+            "data": {"text/plain": "Your numbers for a3_zero (student bob): q1 = 6e9, 16"}}
+    assert integrity.worked_as(nb(shown, [good])) == "bob"
+    base = dict(good, data={"text/plain": ["Your numbers for a3_zero ", "(the base numbers): "]})
+    assert integrity.worked_as(nb(shown, [base])) == ""
+    for outputs in ([], [{"data": ["x"]}], [{"data": {"text/plain": 7}}], ["text"], None, 3,
+                    [{"data": {"text/plain": [1, None]}}]):
+        assert integrity.worked_as(nb(shown, outputs)) is None, outputs
+    assert integrity.worked_as(nb('G = variants.givens("a3_zero", on=ON)', [good])) is None
+    assert integrity.worked_as(nb("G = 1", [good])) is None
+    weird = nb(shown, [good])
+    weird.cells[1]["source"] = 42
+    assert integrity.worked_as(weird) is None
