@@ -18,6 +18,10 @@ Questions whose givens stay fixed, and why:
   Q5's ``activation_factor`` (1 for every model: the point of the question).
 * a5: the practice questions; Q4's timelines (three printed schedules, read as they are);
   Q5's pipeline step (hidden cases drawn per submission).
+* a9: the practice questions; Q3's function (hidden modules drawn per submission); Q4's
+  diagnosis (one right choice whatever the learning rate and weights: other numbers would not
+  change the answer to copy); Q5's bucket sizes (the student's own timings decide already);
+  Q7 (an explanation, graded by hand).
 """
 
 from __future__ import annotations
@@ -69,5 +73,32 @@ GIVENS = {
         "q3_b": given("Q3: batch_b's (TP, PP, DP, b, m)", (8, 4, 2, 7, 12), (4, 2, 3, 7, 14),
                       (4, 2, 5, 7, 10), (4, 3, 5, 9, 16), (4, 6, 3, 5, 10), (2, 3, 5, 9, 14),
                       (2, 4, 3, 7, 16), (4, 3, 2, 9, 10)),
+    },
+    "a9_activations": {
+        # Q1 (a): a GPT config (hidden h, heads a, layers L, tokens s, micro-batch b); b >= 2
+        # so that "one sequence" is a mistake of its own
+        "q1_gpt": given("Q1 (a): GPT (hidden h, heads a, layers L, tokens s, micro-batch b)",
+                        (5120, 40, 40, 4096, 2), (4096, 32, 32, 4096, 2), (4096, 32, 32, 2048, 4),
+                        (5120, 40, 40, 2048, 4), (6144, 48, 44, 2048, 2), (2560, 32, 32, 4096, 4),
+                        (3072, 24, 28, 8192, 2), (8192, 64, 80, 2048, 2), (6144, 48, 44, 4096, 3)),
+        # Q1 (b): a TinyLM block (width D, heads H, MLP width F = 4D, batch B, tokens T); H >= 4
+        # so that "one (T, T) block per head" stands apart, 16 D + H T small enough that the
+        # LayerNorm statistics (16 B T bytes) are outside the tolerance; every one measured to
+        # the byte (tests/test_reference_answers.py)
+        "q1_block": given("Q1 (b): TinyLM block (width D, heads H, MLP width F, batch B, "
+                          "tokens T)", (128, 8, 512, 4, 64), (64, 4, 256, 8, 32),
+                          (96, 6, 384, 2, 48), (128, 4, 512, 2, 96), (48, 4, 192, 4, 80),
+                          (64, 8, 256, 4, 128), (96, 8, 384, 4, 64), (80, 5, 320, 4, 80)),
+        # Q2: (h, a, L, s, budget GB): the answers cover none, selective and full and
+        # micro-batches of 1 to 8, every micro-batch's bytes at least 4 % from the budget
+        "q2": given("Q2: (hidden h, heads a, layers L, tokens s, budget GB)",
+                    (6144, 48, 44, 2048, 80), (4096, 32, 32, 4096, 80), (5120, 40, 40, 4096, 60),
+                    (8192, 64, 80, 8192, 60), (5120, 40, 40, 8192, 40), (3072, 24, 28, 2048, 44),
+                    (4096, 32, 32, 2048, 64), (2560, 32, 32, 4096, 40), (8192, 64, 80, 2048, 80)),
+        # Q6: (h, a, L, s, t), micro-batch 1: every t divides a
+        "q6": given("Q6: (hidden h, heads a, layers L, tokens s, tensor-parallel t)",
+                    (5120, 40, 40, 2048, 8), (4096, 32, 32, 4096, 4), (4096, 32, 32, 2048, 8),
+                    (8192, 64, 80, 2048, 8), (5120, 40, 40, 4096, 4), (2560, 32, 32, 4096, 2),
+                    (3072, 24, 28, 8192, 4), (8192, 64, 80, 4096, 8), (6144, 48, 44, 4096, 4)),
     },
 }

@@ -63,9 +63,11 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
                         'collective_c = "none"\nw_bytes_b = 1536 * 640 * 4 // 8\n'
                         'y_bytes_c = 96 * 1536 * 4\nw_bytes_2d = 768 * 3072 * 4 // 8',
                         "instead of the local shard"),
-    "a9_activations": ("q1", "q1_gpt_gb = 4096 * 2 * 5120 * 34 * 40 / 1e9\n"
-                             "q1_block_bytes = 4 * (8 * 4 * 64 * 128 + 2 * 4 * 64 * 512 + 4 * 4 * 64"
-                             " + 8 * 4 * 64 * 64)",
+    "a9_activations": ("q1", "h, a, n_layers, s, b = G.q1_gpt\n"
+                             "q1_gpt_gb = s * b * h * 34 * n_layers / 1e9\n"
+                             "d, n_heads, f, batch, t = G.q1_block\n"
+                             "q1_block_bytes = 4 * (8 * batch * t * d + 2 * batch * t * f"
+                             " + 4 * batch * t + batch * n_heads * t * t)",
                        "leaves out the attention term"),
 }
 

@@ -267,49 +267,89 @@ def test_a9_judge_q3_names_each_mistake():
         rules.q3_test(floats, ref)
 
 
-def test_a9_judge_numbers_and_choices():
+def _a9_got(values: dict, **givens) -> "judge.Values":
+    """Submitted values with the givens of a9 (the base numbers, where not given)."""
+    from grading import judge
+
+    got = judge.Values(values.items())
+    got.givens = variants.givens("a9_activations", on=False).replaced(**givens)
+    return got
+
+
+def test_a9_judge_numbers_and_choices_agree_with_the_library_in_every_variant():
+    """For every option of Q1's and Q2's givens, the judge's right answers are the library's
+    (``korthikanti_bytes``; the TinyLM block's bytes measured with saved-tensor hooks, so the
+    formula of the question is exact for every variant), and the named mistakes are caught."""
     from course_utils import activations, tiny_lm
 
     rules = _a9_judge()
-    right = {"q1_gpt_gb": activations.korthikanti_bytes(4096, 2, 5120, 40, 40) / 1e9,
-             "q1_block_bytes": activations.predicted_block_bytes(
-                 tiny_lm.TinyLMConfig(d_model=128, n_heads=8, d_ff=512, seq_len=64), 4, 64)}
-    rules.q1_test(right, right)
-    with pytest.raises(AssertionError, match="leaves out the attention term"):
-        rules.q1_test({**right, "q1_gpt_gb": 4096 * 2 * 5120 * 34 * 40 / 1e9}, right)
-    with pytest.raises(AssertionError, match="probabilities"):
-        rules.q1_test({**right, "q1_block_bytes": right["q1_block_bytes"] - 4 * 8 * 4 * 64 * 64},
-                      right)
-    rules.q2_test({"q2_recompute": "none", "q2_micro_batch": 1}, {})
-    with pytest.raises(AssertionError, match="63.1 GB"):
-        rules.q2_test({"q2_recompute": "selective", "q2_micro_batch": 1}, {})
-    with pytest.raises(AssertionError, match="attention term"):
-        rules.q2_test({"q2_recompute": "none", "q2_micro_batch": 4}, {})
-    rules.q4_test({"q4_fix": "keep an fp32 master copy of the weights"}, {})
+    table = variants.givens_of("a9_activations")
+    for gpt, block in zip(table["q1_gpt"].options, table["q1_block"].options):
+        h, a, n_layers, s, b = gpt
+        d, n_heads, f, batch, t = block
+        cfg = tiny_lm.TinyLMConfig(d_model=d, n_heads=n_heads, d_ff=f, seq_len=t)
+        measured = activations.measured_block_bytes(cfg, batch, t)
+        assert measured == activations.predicted_block_bytes(cfg, batch, t), block
+        right = {"q1_gpt_gb": activations.korthikanti_bytes(s, b, h, a, n_layers) / 1e9,
+                 "q1_block_bytes": measured}
+        rules.q1_test(_a9_got(right, q1_gpt=gpt, q1_block=block), None)
+        for wrong, words in [
+                ({"q1_gpt_gb": s * b * h * 34 * n_layers / 1e9}, "leaves out the attention"),
+                ({"q1_gpt_gb": right["q1_gpt_gb"] / b}, f"micro-batch is b = {b}"),
+                ({"q1_block_bytes": measured - 4 * batch * n_heads * t * t}, "probabilities")]:
+            with pytest.raises(AssertionError, match=words):
+                rules.q1_test(_a9_got({**right, **wrong}, q1_gpt=gpt, q1_block=block), None)
+    kinds = {"none": "none", "selective": "attention", "full": "full"}
+    seen = set()
+    for q2 in table["q2"].options:
+        h, a, n_layers, s, budget = q2
+        per = {r: activations.korthikanti_bytes(s, 1, h, a, n_layers, recompute=k) / 1e9
+               for r, k in kinds.items()}
+        recompute = next(r for r in kinds if per[r] <= budget)
+        micro = max(m for m in (1, 2, 4, 8, 16) if m * per[recompute] <= budget)
+        seen.add(recompute)
+        got = {"q2_recompute": recompute, "q2_micro_batch": micro}
+        rules.q2_test(_a9_got(got, q2=q2), None)
+        for other in set(kinds) - {recompute}:
+            with pytest.raises(AssertionError,
+                               match="does not fit" if per[other] > budget else "fits, but"):
+                rules.q2_test(_a9_got({**got, "q2_recompute": other}, q2=q2), None)
+        with pytest.raises(AssertionError, match="over"):
+            if micro < 16:
+                rules.q2_test(_a9_got({**got, "q2_micro_batch": 2 * micro}, q2=q2), None)
+            else:
+                raise AssertionError("over: (16 is the largest option)")
+        # every micro-batch's bytes keep clear of the budget (no variant decided by rounding)
+        assert all(abs(m * gb - budget) > 0.04 * budget for gb in per.values()
+                   for m in (1, 2, 4, 8, 16)), q2
+    assert seen == set(kinds), seen     # the variants' answers cover all three choices
+    rules.q4_test(_a9_got({"q4_fix": "keep an fp32 master copy of the weights"}), None)
     with pytest.raises(AssertionError, match="rounded away"):
-        rules.q4_test({"q4_fix": "nothing: bf16 master weights are enough"}, {})
+        rules.q4_test(_a9_got({"q4_fix": "nothing: bf16 master weights are enough"}), None)
 
 
-def test_a9_judge_q6_sequence_parallelism():
-    """Q6's expected values are the library's korthikanti_bytes with tp (and sp); each named
-    misconception is recognised."""
+def test_a9_judge_q6_sequence_parallelism_in_every_variant():
+    """Q6's expected values are the library's korthikanti_bytes with tp (and sp) for every
+    option of its givens; each named misconception is recognised."""
     from course_utils import activations
 
     rules = _a9_judge()
-    cfg = dict(s=2048, b=1, h=5120, a=40, layers=40, tp=8)
-    right = {"q6_tp_gb": activations.korthikanti_bytes(**cfg) / 1e9,
-             "q6_sp_gb": activations.korthikanti_bytes(**cfg, sp=True) / 1e9}
-    rules.q6_test(right, right)
-    sbh, att = 2048 * 5120, 5 * 40 * 2048 / 5120
-    for wrong, words in [
-            ({**right, "q6_sp_gb": right["q6_tp_gb"]}, "also splits the 10 s b h"),
-            ({**right, "q6_sp_gb": sbh * (34 + att / 8) / 8 * 40 / 1e9}, "divided the attention "
-                                                                         "term twice"),
-            ({**right, "q6_tp_gb": right["q6_sp_gb"]}, "as if sp were on"),
-            ({**right, "q6_tp_gb": sbh * (34 + att) * 40 / 1e9}, "one device"),
-            ({**right, "q6_tp_gb": right["q6_tp_gb"] * 1e9 / 2**30}, "GiB")]:
-        with pytest.raises(AssertionError, match=words):
-            rules.q6_test(wrong, right)
+    for q6 in variants.givens_of("a9_activations")["q6"].options:
+        h, a, n_layers, s, tp = q6
+        cfg = dict(s=s, b=1, h=h, a=a, layers=n_layers, tp=tp)
+        right = {"q6_tp_gb": activations.korthikanti_bytes(**cfg) / 1e9,
+                 "q6_sp_gb": activations.korthikanti_bytes(**cfg, sp=True) / 1e9}
+        rules.q6_test(_a9_got(right, q6=q6), None)
+        sbh, att = s * h, 5 * a * s / h
+        for wrong, words in [
+                ({**right, "q6_sp_gb": right["q6_tp_gb"]}, "also splits the 10 s b h"),
+                ({**right, "q6_sp_gb": sbh * (34 + att / tp) / tp * n_layers / 1e9},
+                 "divided the attention term twice"),
+                ({**right, "q6_tp_gb": right["q6_sp_gb"]}, "as if sp were on"),
+                ({**right, "q6_tp_gb": sbh * (34 + att) * n_layers / 1e9}, "one device"),
+                ({**right, "q6_tp_gb": right["q6_tp_gb"] * 1e9 / 2**30}, "GiB")]:
+            with pytest.raises(AssertionError, match=words):
+                rules.q6_test(_a9_got(wrong, q6=q6), None)
 
 
 # a9 Q5: the bucket size, judged against the student's own timings (course_utils.overlap)

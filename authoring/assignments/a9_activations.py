@@ -31,6 +31,11 @@
 # Q7 is an explanation your instructor grades by hand. Q5 is measured on real ranks: your
 # timings are your own, and grading checks your pick against the table you measured.
 #
+# **Your own numbers.** Q1, Q2 and Q6 use numbers drawn for you (the table the next cell
+# shows, `G`): your classmates have other ones, so their answers are wrong for you. They come
+# from your identity (your JupyterHub user, the name `make lab` asked for once, or, when your
+# instructor grades, your student id, whatever this notebook says). Do not edit that cell.
+#
 # **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
 # outright (here, for example, `activations.korthikanti_bytes` and `activations.saved_bytes`).
 # An answer that uses one is flagged for your instructor.
@@ -39,7 +44,10 @@
 import torch
 from torch import nn
 
-from course_utils import checks
+from course_utils import checks, variants
+
+G = variants.givens("a9_activations", on=True)  # your numbers (do not edit this cell)
+G
 
 # %% [markdown]
 # ## Q1. Activation bytes for a new configuration (3 points)
@@ -76,31 +84,38 @@ checks.check_number("practice_block_bytes", practice_block_bytes, 70144, unit="b
 print("practice Q1: right")
 
 # %% [markdown]
-# **Graded**: (a) a GPT model with h = 5120, a = 40 heads and 40 layers trains on sequences
-# of s = 4096 tokens, micro-batch **b = 2**, 16-bit, no recomputation. How many GB of
-# activations does it save for backward (all layers)? Assign it to `q1_gpt_gb`.
-# (b) A TinyLM block with D = 128, H = 8, F = 512 runs on B = 4 sequences of T = 64 tokens,
+# **Graded**: (a) a GPT model with hidden size h, a heads and L layers trains on sequences
+# of s tokens, micro-batch b, 16-bit, no recomputation, where `(h, a, L, s, b) = G.q1_gpt`
+# (yours are in the table at the top). How many GB of activations does it save for backward
+# (all layers)? Assign it to `q1_gpt_gb`.
+# (b) A TinyLM block with `(D, H, F, B, T) = G.q1_block` runs on B sequences of T tokens,
 # fp32, math attention, no recomputation. How many bytes does it save? Assign it to
 # `q1_block_bytes`.
 
 # %% [answer q1]
 ### BEGIN SOLUTION
-q1_gpt_gb = 4096 * 2 * 5120 * (34 + 5 * 40 * 4096 / 5120) * 40 / 1e9
-q1_block_bytes = 4 * (8 * 4 * 64 * 128 + 2 * 4 * 64 * 512 + 4 * 4 * 64 + 8 * 4 * 64 * 64)
+h, a, n_layers, s, b = G.q1_gpt
+q1_gpt_gb = s * b * h * (34 + 5 * a * s / h) * n_layers / 1e9
+d, n_heads, f, batch, t = G.q1_block
+q1_block_bytes = 4 * (8 * batch * t * d + 2 * batch * t * f + 4 * batch * t
+                      + batch * n_heads * t * t)
 ### END SOLUTION
 
 # %% [test q1_test points=3]
-checks.check_number("q1_gpt_gb", q1_gpt_gb, unit="GB", mistakes=[
-    (4096 * 2 * 5120 * 34 * 40 / 1e9,
+# Checks the type and rejects known wrong answers; the value itself is checked when graded.
+_h, _a, _L, _s, _b = G.q1_gpt
+checks.check_number("q1_gpt_gb", q1_gpt_gb, unit="GB", variant=G.key("q1_gpt"), mistakes=[
+    (_s * _b * _h * 34 * _L / 1e9,
      "that leaves out the attention term 5 a s / h, which grows with s^2."),
-    (4096 * 5120 * (34 + 5 * 40 * 4096 / 5120) * 40 / 1e9,
-     "that is one sequence's activations; this micro-batch holds 2."),
+    (_s * _h * (34 + 5 * _a * _s / _h) * _L / 1e9,
+     f"that is one sequence's activations; this micro-batch holds {_b}."),
 ])
-checks.check_number("q1_block_bytes", q1_block_bytes, unit="bytes", mistakes=[
-    (4 * (8 * 4 * 64 * 128 + 2 * 4 * 64 * 512 + 4 * 4 * 64),
-     "the attention probabilities (B, H, T, T) are missing."),
-    (8 * 4 * 64 * 128 + 2 * 4 * 64 * 512 + 4 * 4 * 64 + 8 * 4 * 64 * 64,
-     "that is a count of elements: multiply by 4 bytes per fp32 element."),
+_D, _H, _F, _B, _T = G.q1_block
+_elements = 8 * _B * _T * _D + 2 * _B * _T * _F + 4 * _B * _T + _B * _H * _T * _T
+checks.check_number("q1_block_bytes", q1_block_bytes, unit="bytes", variant=G.key("q1_block"),
+                    mistakes=[
+    (4 * (_elements - _B * _H * _T * _T), "the attention probabilities (B, H, T, T) are missing."),
+    (_elements, "that is a count of elements: multiply by 4 bytes per fp32 element."),
 ])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
@@ -144,14 +159,19 @@ checks.check_number("practice_micro_batch", practice_micro_batch, 8, mistakes=[
 print("practice Q2: right")
 
 # %% [markdown]
-# **Graded**: a model with h = 6144, a = 48 heads and 44 layers trains on s = 2048 tokens
-# with an activation budget of **80 GB** per GPU (16-bit). Assign the choice to
-# `q2_recompute` and the micro-batch size to `q2_micro_batch`.
+# **Graded**: a model with hidden size h, a heads and L layers trains on s tokens with an
+# activation budget of B GB per GPU (16-bit), where `(h, a, L, s, B) = G.q2`. Assign the choice
+# to `q2_recompute` and the micro-batch size to `q2_micro_batch`.
 
 # %% [answer q2]
 ### BEGIN SOLUTION
-q2_recompute = "none"
-q2_micro_batch = 1
+h, a, n_layers, s, budget_gb = G.q2
+per_sequence_gb = {"none": s * h * (34 + 5 * a * s / h) * n_layers / 1e9,  # b = 1
+                   "selective": s * h * 34 * n_layers / 1e9,
+                   "full": s * h * 2 * n_layers / 1e9}
+q2_recompute = next(r for r, gb in per_sequence_gb.items() if gb <= budget_gb)
+q2_micro_batch = max(m for m in (1, 2, 4, 8, 16)
+                     if m * per_sequence_gb[q2_recompute] <= budget_gb)
 ### END SOLUTION
 
 # %% [test q2_test points=3]
@@ -475,15 +495,17 @@ checks.check_number("practice_sp_gb", practice_sp_gb, 9.764339712, unit="GB", mi
 print("practice Q6: right")
 
 # %% [markdown]
-# **Graded**: a GPT model with h = 5120, a = 40 heads and 40 layers trains on sequences of
-# s = 2048 tokens, micro-batch b = 1, tensor parallel over **t = 8** GPUs, no recomputation.
-# How many GB of activations does each GPU save for backward (all layers) (a) with tensor
-# parallelism alone, `q6_tp_gb`, and (b) with sequence parallelism as well, `q6_sp_gb`?
+# **Graded**: a GPT model with hidden size h, a heads and L layers trains on sequences of
+# s tokens, micro-batch b = 1, tensor parallel over t GPUs, no recomputation, where
+# `(h, a, L, s, t) = G.q6`. How many GB of activations does each GPU save for backward (all
+# layers) (a) with tensor parallelism alone, `q6_tp_gb`, and (b) with sequence parallelism as
+# well, `q6_sp_gb`?
 
 # %% [answer q6]
 ### BEGIN SOLUTION
-q6_tp_gb = 2048 * 1 * 5120 * (10 + 24 / 8 + 5 * 40 * 2048 / (5120 * 8)) * 40 / 1e9
-q6_sp_gb = 2048 * 1 * 5120 * (34 + 5 * 40 * 2048 / 5120) / 8 * 40 / 1e9
+h, a, n_layers, s, tp = G.q6
+q6_tp_gb = s * 1 * h * (10 + 24 / tp + 5 * a * s / (h * tp)) * n_layers / 1e9
+q6_sp_gb = s * 1 * h * (34 + 5 * a * s / h) / tp * n_layers / 1e9
 ### END SOLUTION
 
 # %% [test q6_test points=2]
@@ -506,8 +528,8 @@ None
 # %% [markdown]
 # ## Q7. Selective or full? (2 points, graded by hand)
 #
-# In Q2, full recomputation would fit a far larger micro-batch than the one you chose. Explain,
-# with the formulas: which saved tensors selective recomputation drops, and why
+# Full recomputation fits a far larger micro-batch than selective recomputation or none (in
+# Q2, compare what each fits for your numbers). Explain, with the formulas: which saved tensors selective recomputation drops, and why
 # recomputing them costs little time; roughly how much longer a step takes with full
 # recomputation, and why; and one reason a team might still choose full recomputation with the
 # larger micro-batch. Does either change the loss or the gradients?
@@ -515,8 +537,8 @@ None
 # %% [manual q7_explain points=2]
 # ### BEGIN SOLUTION
 # Selective recomputation drops the 5 a s / h part of s b h (34 + 5 a s / h): the attention
-# scores' softmax output, its dropout mask and dropout output, a s^2 b values per layer, 160 of
-# the 194 s b h at s = 4096 (82% of the bytes). Rerunning them costs little because they are
+# scores' softmax output, its dropout mask and dropout output, a s^2 b values per layer: for
+# the practice model at s = 4096 (h = 2048, a = 16), 160 of the 194 s b h (82% of the bytes). Rerunning them costs little because they are
 # element-wise operations and two attention matmuls; the big matmuls with the weights (QKV,
 # projection, MLP) are not rerun, so the extra time is a few percent. Full recomputation keeps
 # only each layer's input (2 s b h) and reruns the whole forward pass in backward: about one
@@ -528,7 +550,8 @@ None
 #
 # **Rubric** (2 points):
 # * 1 point: says selective recomputation drops the attention matrix's tensors (softmax output,
-#   dropout mask and output, the 5 a s / h term, quadratic in s, most of the bytes at s = 4096)
+#   dropout mask and output, the 5 a s / h term, quadratic in s, most of the bytes at long
+#   sequences)
 #   and that recomputing them is cheap because the weight matmuls are not rerun (a few percent
 #   of a step).
 # * 1 point: says full recomputation reruns the whole forward in backward, about one extra

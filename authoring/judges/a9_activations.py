@@ -41,59 +41,82 @@ Q2_RECOMPUTES = ["none", "selective", "full"]
 Q4_CHOICES = ["nothing: bf16 master weights are enough", "keep an fp32 master copy of the weights",
               "scale the loss", "keep the gradients in fp32"]
 
-_SBH = 4096 * 2 * 5120           # Q1: s b h
-_GPT_GB = _SBH * (34 + 5 * 40 * 4096 / 5120) * 40 / 1e9
-_BLOCK = {"btd": 4 * 64 * 128, "btf": 4 * 64 * 512, "bt": 4 * 64, "bhtt": 4 * 8 * 64 * 64}
-
-
 def q1_test(got, ref):
-    check_number("q1_gpt_gb", got["q1_gpt_gb"], _GPT_GB, unit="GB", mistakes=[
-        (_SBH * 34 * 40 / 1e9, "that leaves out the attention term 5 a s / h: the attention "
-                               "scores, softmax and dropout grow with s^2 and are most of it."),
-        (_GPT_GB / 2, "that is for one sequence: the micro-batch is b = 2."),
-        (_GPT_GB / 40, "that is one layer; the model has 40."),
-        (_GPT_GB * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
-        (_GPT_GB * 1e9, "that is bytes; give GB."),
-        (_GPT_GB * 2, "the formula already counts 16-bit values: do not double it."),
-        (_SBH * (34 + 40 * 4096 / 5120) * 40 / 1e9,
+    h, a, n_layers, s, b = got.givens.q1_gpt
+    sbh, attention = s * b * h, 5 * a * s / h
+    right = sbh * (34 + attention) * n_layers / 1e9
+    check_number("q1_gpt_gb", got["q1_gpt_gb"], right, unit="GB", mistakes=[
+        (sbh * 34 * n_layers / 1e9, "that leaves out the attention term 5 a s / h: the "
+                                    "attention scores, softmax and dropout grow with s^2 and "
+                                    "are most of it."),
+        (right / b, f"that is for one sequence: the micro-batch is b = {b}."),
+        (right / n_layers, f"that is one layer; the model has {n_layers}."),
+        (right * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
+        (right * 1e9, "that is bytes; give GB."),
+        (right * 2, "the formula already counts 16-bit values: do not double it."),
+        (sbh * (34 + attention / 5) * n_layers / 1e9,
          "the attention term is 5 a s / h: softmax output (2 bytes), dropout mask (1) and "
          "dropout output (2) per score."),
     ])
-    b = _BLOCK
-    elements = 8 * b["btd"] + 2 * b["btf"] + 4 * b["bt"] + b["bhtt"]
+    d, n_heads, f, batch, t = got.givens.q1_block
+    btd, btf, bt, bhtt = batch * t * d, batch * t * f, batch * t, batch * n_heads * t * t
+    elements = 8 * btd + 2 * btf + 4 * bt + bhtt
     check_number("q1_block_bytes", got["q1_block_bytes"], 4 * elements, unit="bytes", mistakes=[
-        (4 * (elements - b["bhtt"]), "the attention probabilities (B, H, T, T) are missing: "
-                                     "the math kernel saves them."),
+        (4 * (elements - bhtt), "the attention probabilities (B, H, T, T) are missing: the "
+                                "math kernel saves them."),
         (elements, "that counts elements; each fp32 element is 4 bytes."),
         (2 * elements, "TinyLM runs in fp32: 4 bytes per element, not 2."),
-        (4 * (10 * b["btd"] + 4 * b["bt"] + b["bhtt"]),
-         "the MLP's two saved tensors are (B, T, F), F = 512, not (B, T, D)."),
-        (4 * (8 * b["btd"] + 2 * b["btf"] + b["bhtt"]),
+        (4 * (10 * btd + 4 * bt + bhtt),
+         f"the MLP's two saved tensors are (B, T, F), F = {f}, not (B, T, D)."),
+        (4 * (8 * btd + 2 * btf + bhtt),
          "the four (B, T) LayerNorm statistics (mean and 1/std of each LayerNorm) are missing."),
-        (4 * (8 * b["btd"] + 2 * b["btf"] + 4 * b["bt"] + b["bhtt"] // 8),
-         "the attention matrix has one (T, T) block per head: B H T^2, H = 8."),
+        (4 * (8 * btd + 2 * btf + 4 * bt + bhtt // n_heads),
+         f"the attention matrix has one (T, T) block per head: B H T^2, H = {n_heads}."),
     ])
+
+
+MICRO_BATCHES = (1, 2, 4, 8, 16)
 
 
 def q2_test(got, ref):
-    # h = 6144, a = 48, 44 layers, s = 2048, budget 80 GB: per sequence, no recomputation
-    # 63.1 GB (34 + 80 per s b h), selective 18.8 GB, full 1.1 GB
-    check_choice("q2_recompute", got["q2_recompute"], "none", Q2_RECOMPUTES, mistakes={
-        "selective": "selective recomputation fits, but without recomputation one sequence "
-                     "keeps 2048 x 6144 x (34 + 80) x 44 = 63.1 GB, under 80 GB: the rule takes "
-                     "the least recomputation that fits first.",
-        "full": "full recomputation fits, but without recomputation one sequence (63.1 GB) "
-                "already fits: the rule takes the least recomputation first.",
-    })
-    check_number("q2_micro_batch", got["q2_micro_batch"], 1, mistakes=[
-        (2, "two sequences without recomputation keep 2 x 63.1 = 126 GB: over 80 GB."),
-        (4, "4 sequences fit only if the attention term 5 a s / h = 80 is left out (34 s b h: "
-            "18.8 GB a sequence) or with selective recomputation; without recomputation each "
-            "sequence keeps 63.1 GB."),
-        (16, "that is what full recomputation fits (1.1 GB a sequence), but the rule puts less "
-             "recomputation first."),
-        (8, "8 sequences would need 505 GB without recomputation."),
-    ])
+    h, a, n_layers, s, budget = got.givens.q2
+    per = {"none": s * h * (34 + 5 * a * s / h) * n_layers / 1e9,       # GB per sequence
+           "selective": s * h * 34 * n_layers / 1e9, "full": s * h * 2 * n_layers / 1e9}
+
+    def largest(gb):
+        return max((m for m in MICRO_BATCHES if m * gb <= budget), default=0)
+
+    answer = next(r for r in Q2_RECOMPUTES if per[r] <= budget)
+    m = largest(per[answer])
+    fits = f"one sequence keeps {per[answer]:.3g} GB with {answer!r}, under {budget:g} GB"
+    mistakes = {}
+    for r in Q2_RECOMPUTES:
+        if Q2_RECOMPUTES.index(r) < Q2_RECOMPUTES.index(answer):
+            mistakes[r] = (f"{r!r} does not fit: one sequence keeps {per[r]:.3g} GB with it, "
+                           f"over the {budget:g} GB budget.")
+        elif r != answer:
+            mistakes[r] = (f"{r!r} fits, but {fits}: the rule takes the least recomputation "
+                           "that fits first.")
+    check_choice("q2_recompute", got["q2_recompute"], answer, Q2_RECOMPUTES, mistakes=mistakes)
+    wrong = {}                      # micro-batch -> message; the first message for a value wins
+    up = min((x for x in MICRO_BATCHES if x > m), default=None)
+    if up is not None:
+        wrong[up] = (f"{up} sequences with {answer!r} keep {up} x {per[answer]:.3g} = "
+                     f"{up * per[answer]:.3g} GB: over {budget:g} GB.")
+    if answer == "none":
+        wrong.setdefault(largest(per["selective"]), (
+            f"{largest(per['selective'])} sequences fit only if the attention term 5 a s / h = "
+            f"{5 * a * s / h:g} is left out (34 s b h: {per['selective']:.3g} GB a sequence) or "
+            f"with selective recomputation; without recomputation each sequence keeps "
+            f"{per['none']:.3g} GB."))
+    for r in Q2_RECOMPUTES[Q2_RECOMPUTES.index(answer) + 1:]:
+        wrong.setdefault(largest(per[r]), (
+            f"that is what {r!r} recomputation fits ({per[r]:.3g} GB a sequence), but the "
+            f"rule puts less recomputation first: {answer!r} fits."))
+    if m > 1:
+        wrong.setdefault(1, f"one sequence fits, but so do {m}: take the largest that fits.")
+    check_number("q2_micro_batch", got["q2_micro_batch"], m,
+                 mistakes=[(v, msg) for v, msg in wrong.items() if v not in (0, m)])
 
 
 class _ExpSquare(nn.Module):
@@ -181,14 +204,6 @@ def q4_test(got, ref):
             "micro-batches and ranks more accurate, but the update is still added to a bf16 "
             "weight and rounded away: the weights cannot move.",
     })
-
-
-# Q6: h = 5120, a = 40, 40 layers, s = 2048, b = 1, t = 8, no recomputation
-_Q6_SBH, _Q6_T, _Q6_LAYERS = 2048 * 1 * 5120, 8, 40
-_Q6_ATT = 5 * 40 * 2048 / 5120                  # 5 a s / h
-_Q6_TP_GB = _Q6_SBH * (10 + 24 / _Q6_T + _Q6_ATT / _Q6_T) * _Q6_LAYERS / 1e9
-_Q6_SP_GB = _Q6_SBH * (34 + _Q6_ATT) / _Q6_T * _Q6_LAYERS / 1e9
-_Q6_ONE_GB = _Q6_SBH * (34 + _Q6_ATT) * _Q6_LAYERS / 1e9
 
 
 # Q5: the student's own timings on real ranks (never compared with the reference's).
@@ -283,27 +298,32 @@ def q5_test(got, ref):
 
 
 def q6_test(got, ref):
-    check_number("q6_tp_gb", got["q6_tp_gb"], _Q6_TP_GB, unit="GB", mistakes=[
-        (_Q6_SP_GB, "that divides the whole s b h (34 + 5 a s / h) by t, as if sp were on: "
-                    "tensor parallelism alone keeps the 10 s b h of LayerNorm and dropout "
-                    "activations whole on every GPU."),
-        (_Q6_ONE_GB, "that is one device's activations: tensor parallelism splits the 24 s b h "
-                     "and the attention matrix by t."),
-        (_Q6_SBH * (10 + 24 / _Q6_T + _Q6_ATT) * _Q6_LAYERS / 1e9,
+    h, a, n_layers, s, t = got.givens.q6
+    sbh, attention = s * 1 * h, 5 * a * s / h           # micro-batch 1
+    tp_gb = sbh * (10 + 24 / t + attention / t) * n_layers / 1e9
+    sp_gb = sbh * (34 + attention) / t * n_layers / 1e9
+    one_gb = sbh * (34 + attention) * n_layers / 1e9
+    check_number("q6_tp_gb", got["q6_tp_gb"], tp_gb, unit="GB", mistakes=[
+        (sp_gb, "that divides the whole s b h (34 + 5 a s / h) by t, as if sp were on: "
+                "tensor parallelism alone keeps the 10 s b h of LayerNorm and dropout "
+                "activations whole on every GPU."),
+        (one_gb, "that is one device's activations: tensor parallelism splits the 24 s b h "
+                 "and the attention matrix by t."),
+        (sbh * (10 + 24 / t + attention) * n_layers / 1e9,
          "the attention matrix is split by heads too: 5 a s / h is divided by t."),
-        (_Q6_TP_GB / _Q6_LAYERS, "that is one layer; the model has 40."),
-        (_Q6_TP_GB * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
-        (_Q6_TP_GB * 1e9, "that is bytes; give GB."),
+        (tp_gb / n_layers, f"that is one layer; the model has {n_layers}."),
+        (tp_gb * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
+        (tp_gb * 1e9, "that is bytes; give GB."),
     ])
-    check_number("q6_sp_gb", got["q6_sp_gb"], _Q6_SP_GB, unit="GB", mistakes=[
-        (_Q6_TP_GB, "that is tensor parallelism alone: you forgot that sequence parallelism also "
-                    "splits the 10 s b h that TP replicates (LayerNorm inputs and outputs, "
-                    "dropout masks)."),
-        (_Q6_SBH * (34 + _Q6_ATT / _Q6_T) / _Q6_T * _Q6_LAYERS / 1e9,
+    check_number("q6_sp_gb", got["q6_sp_gb"], sp_gb, unit="GB", mistakes=[
+        (tp_gb, "that is tensor parallelism alone: you forgot that sequence parallelism also "
+                "splits the 10 s b h that TP replicates (LayerNorm inputs and outputs, "
+                "dropout masks)."),
+        (sbh * (34 + attention / t) / t * n_layers / 1e9,
          "you divided the attention term twice: it is split by heads (tensor parallelism) and "
          "not again by sequence parallelism; every term is divided by t once."),
-        (_Q6_ONE_GB, "that is one device's activations: divide by t."),
-        (_Q6_SP_GB / _Q6_LAYERS, "that is one layer; the model has 40."),
-        (_Q6_SP_GB * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
-        (_Q6_SP_GB * 1e9, "that is bytes; give GB."),
+        (one_gb, "that is one device's activations: divide by t."),
+        (sp_gb / n_layers, f"that is one layer; the model has {n_layers}."),
+        (sp_gb * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes."),
+        (sp_gb * 1e9, "that is bytes; give GB."),
     ])
