@@ -18,6 +18,9 @@ Questions whose givens stay fixed, and why:
   Q5's ``activation_factor`` (1 for every model: the point of the question).
 * a5: the practice questions; Q4's timelines (three printed schedules, read as they are);
   Q5's pipeline step (hidden cases drawn per submission).
+* a4: the practice questions; Q2's choices (what each layout needs does not depend on the
+  sizes); Q4's function (hidden runs drawn per submission); Q6 (graded by hand); Q3's and Q5's
+  ratios (4 and 1 for every model: the point of those parts).
 * a9: the practice questions; Q3's function (hidden modules drawn per submission); Q4's
   diagnosis (one right choice whatever the learning rate and weights: other numbers would not
   change the answer to copy); Q5's bucket sizes (the student's own timings decide already);
@@ -49,6 +52,26 @@ GIVENS = {
         # Q5: (N, D, micro-batches m), D != m so that "per rank" and "per micro-batch" differ
         "q5": given("Q5: (parameters N, ranks D, micro-batches m)", (6e9, 12, 6), (4e9, 8, 4),
                     (18e9, 16, 8), (5e9, 32, 16), (2e9, 6, 3), (8e9, 24, 12), (3.5e9, 64, 4)),
+    },
+    "a4_tensor_parallel": {
+        # Q1: (h, ffn, t, b, s) of real MLPs (ffn = 4h or a SwiGLU width), ffn / t != h so that
+        # the shards' dims name their mistakes apart
+        "q1": given("Q1: (hidden h, MLP width ffn, TP degree t, batch b, tokens s)",
+                    (1024, 4096, 8, 2, 128), (4096, 11008, 8, 1, 512), (5120, 13824, 8, 2, 1024),
+                    (2560, 10240, 16, 2, 128), (4096, 14336, 8, 1, 256), (2048, 5632, 4, 2, 256),
+                    (3200, 8640, 4, 2, 128), (8192, 22016, 8, 1, 256)),
+        # Q3: (L, h, t, b, s), ffn = 4h; t >= 4 so that the ring's 2 (t-1)/t is not 1, and
+        # b s / h away from the ratios at which a count of weights equals an activation's
+        # (8, 3, 2, 8 / t, ...: b s = 2h makes the MLP's weights four activations)
+        "q3": given("Q3: (blocks L, hidden h, TP degree t, batch b, tokens s)",
+                    (40, 5120, 8, 4, 2048), (48, 6144, 8, 1, 4096), (60, 6656, 4, 2, 2048),
+                    (96, 12288, 8, 1, 1024), (40, 5120, 4, 8, 2048), (80, 8192, 4, 3, 2048),
+                    (24, 2048, 4, 5, 1024), (96, 12288, 8, 1, 4096)),
+        # Q5: (b, s, h, t)
+        "q5": given("Q5: (batch b, tokens s, hidden h, TP degree t)", (8, 4096, 6144, 8),
+                    (4, 4096, 5120, 8), (2, 8192, 4096, 4), (8, 2048, 8192, 8),
+                    (1, 8192, 6144, 4), (4, 2048, 4096, 2), (16, 2048, 5120, 4),
+                    (2, 4096, 12288, 8)),
     },
     "a5_pipeline": {
         # Q1: (P, m) of GPipe and of 1F1B, (P, m, v) of interleaved 1F1B
@@ -88,7 +111,7 @@ GIVENS = {
         "q1_block": given("Q1 (b): TinyLM block (width D, heads H, MLP width F, batch B, "
                           "tokens T)", (128, 8, 512, 4, 64), (64, 4, 256, 8, 32),
                           (96, 6, 384, 2, 48), (128, 4, 512, 2, 96), (48, 4, 192, 4, 80),
-                          (64, 8, 256, 4, 128), (96, 8, 384, 4, 64), (80, 5, 320, 4, 80)),
+                          (64, 8, 256, 4, 96), (96, 8, 384, 4, 64), (80, 5, 320, 4, 80)),
         # Q2: (h, a, L, s, budget GB): the answers cover none, selective and full and
         # micro-batches of 1 to 8, every micro-batch's bytes at least 4 % from the budget
         "q2": given("Q2: (hidden h, heads a, layers L, tokens s, budget GB)",

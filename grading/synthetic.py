@@ -42,7 +42,7 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
     "a2_data_parallel": ("q1", "w_new_0 = 2 - 0.5 * (1 + 3 + 5)\nw_new_1 = 0 - 0.5 * (5 - 1 + 2)",
                          "you used the SUM of the gradients"),
     "a3_zero": ("q1", "n, d = G.q1\nzero2_gb = 16 * n / d / 1e9", "that is ZeRO-3"),
-    "a4_tensor_parallel": ("q3", "b, s, h, t, L = 4, 2048, 5120, 8, 40\n"
+    "a4_tensor_parallel": ("q3", "L, h, t, b, s = G.q3\n"
                            "mlp_forward_bytes = 8 * h * h * 2\n"
                            "step_payload_gb = L * 4 * b * s * h * 2 / 1e9\n"
                            "ring_gb_per_rank = 2 * (t - 1) / t * step_payload_gb\n"

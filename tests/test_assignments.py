@@ -140,12 +140,9 @@ COINCIDENCES: dict[tuple[str, str, float], str] = {
     ("a2_data_parallel", "w_new_0", 0.5): "0.500 is a column of lecture 5's bubble table",
     ("a2_data_parallel", "global_mean_grad", 3.5):
         "3.5 is a per-rank bubble in lecture 5's interleaved schedule",
-    **{("a4_tensor_parallel", name, v): "a shard's shape from the question's givens (h = 512, "
-       "ffn = 2048, TP = 2); powers of two appear throughout the lectures as sizes"
-       for name, v in [("w1_local[0]", 1024), ("w1_local[1]", 512), ("w2_local[0]", 512),
-                       ("w2_local[1]", 1024), ("partial_local[2]", 1024),
-                       ("partial_local[1]", 128), ("dtensor_up_local[0]", 512),
-                       ("dtensor_up_local[1]", 1024)]},
+    **{("a4_tensor_parallel", name, 512): "ffn / t of the base numbers (4096 / 8); powers of "
+       "two appear throughout the lectures as sizes (no other variant's shard is shown)"
+       for name in ("w1_local[1]", "w2_local[0]", "dtensor_up_local[0]")},
 }
 
 
@@ -192,28 +189,39 @@ def _lecture_texts() -> list[tuple[str, str]]:
     return texts
 
 
+def _numbers(givens) -> set[float]:
+    """Every number among a variant's givens (flattened): an answer that is one of them (a4's
+    shard keeps all h rows) is shown to the student in the question by design."""
+    flat = [x for v in dict(givens).values() for x in (v if isinstance(v, tuple) else (v,))]
+    return {float(x) for x in flat if isinstance(x, (int, float)) and not isinstance(x, bool)}
+
+
 def _graded_values(name: str, reference) -> list[tuple[str, float]]:
     """``(submitted name, value)`` of every graded answer a student could copy: the reference's
     submissions and, where the numbers vary per student (issue 26), every variant's right
-    values (the judge's, over every combination of the options). Left out: values a student's
+    values (the judge's, over every combination of the options). Left out: values that are
+    one of the variant's own givens (the question shows them), values a student's
     function returns on hidden inputs (names with a call in them, the test cells whose inputs
     are drawn per submission, ``HIDDEN_CASES``), values the judge lists in ``MEASURED`` (each
     student's own timings), and values that are not distinctive."""
-    from course_utils import assignment_givens
+    from course_utils import assignment_givens, variants
     from grading import expected, judge
 
     rules = judge.load(name)
     measured = getattr(rules, "MEASURED", set())
     drawn = set(getattr(rules, "HIDDEN_CASES", {}))
-    pairs = [(gid, n, v) for run in reference(name).values()
+    varies = name in assignment_givens.GIVENS
+    base = _numbers(variants.base(name)) if varies else set()
+    pairs = [(gid, n, v, base) for run in reference(name).values()
              for gid, subs in run["submissions"].items() for n, v in subs]
-    if name in assignment_givens.GIVENS:
+    if varies:
         for gid, g in expected.variant_tour(rules, name):
-            pairs += [(gid, c["name"], c["expected"]) for c in expected.checked(rules, gid, g)]
+            pairs += [(gid, c["name"], c["expected"], _numbers(g))
+                      for c in expected.checked(rules, gid, g)]
     out = []
-    for gid, sub_name, value in pairs:
+    for gid, sub_name, value, givens in pairs:
         if ("(" in sub_name or gid in drawn or sub_name in measured or not _distinctive(value)
-                or (sub_name, float(value)) in out):
+                or float(value) in givens or (sub_name, float(value)) in out):
             continue
         out.append((sub_name, float(value)))
     return out

@@ -28,6 +28,11 @@
 # answers are checked, and your function runs on other, hidden cases (other shapes, seeds and
 # group sizes).
 #
+# **Your own numbers.** Q1, Q3 and Q5 use numbers drawn for you (the table the next cell
+# shows, `G`): your classmates have other ones, so their answers are wrong for you. They come
+# from your identity (your JupyterHub user, the name `make lab` asked for once, or, when your
+# instructor grades, your student id, whatever this notebook says). Do not edit that cell.
+#
 # **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
 # outright (here, for example, `tensor_parallel.column_shard`). An answer that uses one is
 # flagged for your instructor: the questions ask for the reasoning those helpers do.
@@ -38,7 +43,10 @@ import math
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, launch
+from course_utils import checks, launch, variants
+
+G = variants.givens("a4_tensor_parallel", on=True)  # your numbers (do not edit this cell)
+G
 
 # %% [markdown]
 # *Practice (not graded)*: a smaller MLP with `h = 768` and `ffn = 3072` (`W1` of shape
@@ -104,44 +112,47 @@ print("practice Q1: all four shapes are right.")
 # %% [markdown]
 # ## Q1. Shard shapes (3 points)
 #
-# A transformer MLP has `W1` of shape `(h, ffn)` and `W2` of shape `(ffn, h)` with `h = 1024`,
-# `ffn = 4096`, split Megatron-style over `t = 8` ranks: `W1` column-parallel, `W2` row-parallel.
-# Give each answer as a tuple of ints.
+# A transformer MLP has `W1` of shape `(h, ffn)` and `W2` of shape `(ffn, h)`, split
+# Megatron-style over `t` ranks: `W1` column-parallel, `W2` row-parallel, where
+# `(h, ffn, t, b, s) = G.q1` (yours are in the table at the top). Give each answer as a tuple
+# of ints.
 #
 # * `w1_local`: the shape of one rank's shard of `W1` (in the `Y = X @ W` layout above).
 # * `w2_local`: the shape of one rank's shard of `W2`.
 # * `partial_local`: the shape of the tensor one rank computes with its shard of `W2` for an
-#   input batch with `b = 2`, `s = 128`, before any communication.
-# * `dtensor_up_local`: the same `W1` as `up = nn.Linear(1024, 4096)`, parallelized with
-#   DTensor's `ColwiseParallel()` on a mesh of 8 ranks. The shape of `up.weight.to_local()`.
+#   input batch of `b` sequences of `s` tokens, before any communication.
+# * `dtensor_up_local`: the same `W1` as `up = nn.Linear(h, ffn)`, parallelized with
+#   DTensor's `ColwiseParallel()` on a mesh of `t` ranks. The shape of `up.weight.to_local()`.
 
 # %% [answer q1]
 ### BEGIN SOLUTION
-w1_local = (1024, 512)
-w2_local = (512, 1024)
-partial_local = (2, 128, 1024)
-dtensor_up_local = (512, 1024)
+h, ffn, t, b, s = G.q1
+w1_local = (h, ffn // t)
+w2_local = (ffn // t, h)
+partial_local = (b, s, h)
+dtensor_up_local = (ffn // t, h)
 ### END SOLUTION
 
 # %% [test q1_test points=3]
 # Tuples of ints, and none of these wrong shapes (the right ones are checked when graded).
+_h, _ffn, _t, _b, _s = G.q1
 KNOWN_WRONG_SHAPES = {
     "w1_local": {
-        (128, 4096): "that divides W1's rows (its input features) by t, which is a row split; "
-                     "W1 is column-parallel.",
-        (1024, 4096): "that is the whole of W1; each of the 8 ranks keeps only a shard."},
+        (_h // _t, _ffn): "that divides W1's rows (its input features) by t, which is a row "
+                          "split; W1 is column-parallel.",
+        (_h, _ffn): f"that is the whole of W1; each of the {_t} ranks keeps only a shard."},
     "w2_local": {
-        (4096, 128): "that divides W2's columns (its output features) by t, which is a column "
-                     "split; W2 is row-parallel.",
-        (4096, 1024): "that is the whole of W2; each of the 8 ranks keeps only a shard."},
+        (_ffn, _h // _t): "that divides W2's columns (its output features) by t, which is a "
+                          "column split; W2 is row-parallel.",
+        (_ffn, _h): f"that is the whole of W2; each of the {_t} ranks keeps only a shard."},
     "partial_local": {
-        (2, 128, 128): "you divided the output width by t, as if the rank owned a slice of the "
-                       "output features; W2 is row-parallel: multiply out the shapes of the "
-                       "rank's input slice and its shard of W2."},
+        (_b, _s, _h // _t): "you divided the output width by t, as if the rank owned a slice of "
+                            "the output features; W2 is row-parallel: multiply out the shapes "
+                            "of the rank's input slice and its shard of W2."},
     "dtensor_up_local": {
-        (4096, 128): "that splits nn.Linear.weight's dim 1 (its in_features), which is what "
-                     "RowwiseParallel does, not ColwiseParallel.",
-        (4096, 1024): "that is the whole weight; to_local() returns only this rank's shard."},
+        (_ffn, _h // _t): "that splits nn.Linear.weight's dim 1 (its in_features), which is "
+                          "what RowwiseParallel does, not ColwiseParallel.",
+        (_ffn, _h): "that is the whole weight; to_local() returns only this rank's shard."},
 }
 for name, value, length in (("w1_local", w1_local, 2), ("w2_local", w2_local, 2),
                             ("partial_local", partial_local, 3),
@@ -373,9 +384,9 @@ print("practice Q3: all four numbers are right.")
 # %% [markdown]
 # ## Q3. Bytes on the wire (3 points)
 #
-# A model has `L = 40` transformer blocks with `h = 5120`, runs in bf16 (2 bytes per element)
-# with TP degree `t = 8`, and processes a micro-batch of `b = 4` sequences of `s = 2048` tokens.
-# Each block is attention plus an MLP with `ffn = 4h`, both split Megatron-style. Count only
+# A model has `L` transformer blocks of hidden size `h`, runs in bf16 (2 bytes per element)
+# with TP degree `t`, and processes a micro-batch of `b` sequences of `s` tokens, where
+# `(L, h, t, b, s) = G.q3`. Each block is attention plus an MLP with `ffn = 4h`, both split Megatron-style. Count only
 # the tensor-parallel all-reduces. 1 GB = 10^9 bytes.
 #
 # * `mlp_forward_bytes`: the size in bytes of the tensor all-reduced in one MLP's forward pass.
@@ -389,7 +400,7 @@ print("practice Q3: all four numbers are right.")
 
 # %% [answer q3]
 ### BEGIN SOLUTION
-b, s, h, t, L = 4, 2048, 5120, 8, 40
+L, h, t, b, s = G.q3
 mlp_forward_bytes = b * s * h * 2
 step_payload_gb = L * 4 * mlp_forward_bytes / 1e9
 ring_gb_per_rank = 2 * (t - 1) / t * step_payload_gb
@@ -398,28 +409,32 @@ naive_over_megatron = (b * s * 4 * h * 2) / mlp_forward_bytes
 
 # %% [test q3_test points=3]
 # Plain numbers, and none of these wrong answers (the right values are checked when graded).
-checks.check_number("mlp_forward_bytes", mlp_forward_bytes, unit="bytes", mistakes=[
-    (8 * 5120 * 5120 * 2, "that is the size of the MLP's weights (W1 and W2 in bf16): TP "
-                          "all-reduces activations, never parameters."),
-    (8 * 5120 * 5120 * 2 / 8, "that is one rank's shard of the MLP's weights: TP all-reduces "
-                              "activations, never parameters."),
+_L, _h, _t, _b, _s = G.q3
+checks.check_number("mlp_forward_bytes", mlp_forward_bytes, unit="bytes", variant=G.key("q3"),
+                    mistakes=[
+    (8 * _h * _h * 2, "that is the size of the MLP's weights (W1 and W2 in bf16): TP "
+                      "all-reduces activations, never parameters."),
+    (8 * _h * _h * 2 / _t, "that is one rank's shard of the MLP's weights: TP all-reduces "
+                           "activations, never parameters."),
 ])
-checks.check_number("step_payload_gb", step_payload_gb, unit="GB", mistakes=[
-    (40 * 12 * 5120 * 5120 * 2 / 1e9, "that is the size of all blocks' parameters (12 h^2 per "
-                                      "block): TP all-reduces activations, not weights."),
-    (40 * 8 * 5120 * 5120 * 2 / 1e9, "that is the size of all MLPs' weights: TP all-reduces "
-                                     "activations, not weights."),
+checks.check_number("step_payload_gb", step_payload_gb, unit="GB", variant=G.key("q3"),
+                    mistakes=[
+    (_L * 12 * _h * _h * 2 / 1e9, "that is the size of all blocks' parameters (12 h^2 per "
+                                  "block): TP all-reduces activations, not weights."),
+    (_L * 8 * _h * _h * 2 / 1e9, "that is the size of all MLPs' weights: TP all-reduces "
+                                 "activations, not weights."),
 ])
-checks.check_number("ring_gb_per_rank", ring_gb_per_rank, unit="GB", mistakes=[
+checks.check_number("ring_gb_per_rank", ring_gb_per_rank, unit="GB", variant=G.key("q3"),
+                    mistakes=[
     (checks.as_number("step_payload_gb", step_payload_gb),
      "that equals your step_payload_gb: in a ring all-reduce a rank does not send each "
      "payload byte exactly once; count what it sends in each phase."),
 ])
-checks.check_number("naive_over_megatron", naive_over_megatron, mistakes=[
+checks.check_number("naive_over_megatron", naive_over_megatron, variant=G.key("q3"), mistakes=[
     (1.0, "the two tensors are not the same size: compare the width of the GELU output with "
           "the width of the tensor Megatron all-reduces."),
-    (8.0, "the ratio does not depend on t: both are whole activations that every rank ends up "
-          "holding; compare their widths."),
+    *([(float(_t), "the ratio does not depend on t: both are whole activations that every "
+                   "rank ends up holding; compare their widths.")] if _t != 4 else []),
 ])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
@@ -566,7 +581,7 @@ checks.check_number("practice_sp_bytes_factor", practice_sp_bytes_factor, 1.0, m
 print("practice Q5: all right")
 
 # %% [markdown]
-# Now the graded question: `b = 8`, `s = 4096`, `h = 6144`, bf16, TP degree `t = 8`.
+# Now the graded question: `(b, s, h, t) = G.q5` (batch, tokens, hidden size, TP degree), bf16.
 #
 # * `ln_mb`: the MB of the first LayerNorm's input that each TP rank holds, TP alone.
 # * `ln_mb_sp`: the same with sequence parallelism on the TP group.
@@ -575,8 +590,9 @@ print("practice Q5: all right")
 
 # %% [answer q5]
 ### BEGIN SOLUTION
-ln_mb = 8 * 4096 * 6144 * 2 / 1e6
-ln_mb_sp = ln_mb / 8
+b, s, h, t = G.q5
+ln_mb = b * s * h * 2 / 1e6
+ln_mb_sp = ln_mb / t
 sp_bytes_factor = 1.0
 ### END SOLUTION
 
@@ -584,10 +600,11 @@ sp_bytes_factor = 1.0
 # Checks the types and rejects known wrong answers; the values are checked when graded.
 for _name in ("ln_mb", "ln_mb_sp", "sp_bytes_factor"):
     checks.check_number(_name, globals()[_name])
-checks.check_number("ln_mb", ln_mb, unit="MB", mistakes=[
-    (8 * 4096 * 6144 * 2 / 8 / 1e6, "TP splits the weights of its matmuls, not the "
-                                    "activations between them: LayerNorm reads the whole "
-                                    "(b, s, h) tensor on every rank")])
+_b, _s, _h, _t = G.q5
+checks.check_number("ln_mb", ln_mb, unit="MB", variant=G.key("q5"), mistakes=[
+    (_b * _s * _h * 2 / _t / 1e6, "TP splits the weights of its matmuls, not the activations "
+                                  "between them: LayerNorm reads the whole (b, s, h) tensor "
+                                  "on every rank")])
 checks.check_number("sp_bytes_factor", sp_bytes_factor, mistakes=[
     (2.0, "a ring all-reduce is itself a reduce-scatter followed by an all-gather")])
 ### BEGIN HIDDEN TESTS
@@ -611,8 +628,8 @@ None
 
 # %% [manual q6_explain points=2]
 # ### BEGIN SOLUTION
-# TP all-reduces a full activation (b, s, h) four times per block per micro-batch (Q3: about
-# 23 GB sent per rank per micro-batch for that model), and each all-reduce blocks the next
+# TP all-reduces a full activation (b, s, h) four times per block per micro-batch (Q3: tens
+# of GB sent per rank per micro-batch for such a model), and each all-reduce blocks the next
 # matmul, so it sits on the critical path and can hardly be overlapped. Its size does not shrink
 # as TP grows, while each rank's matmuls do, so the ratio of communication to compute rises
 # with t and with slower links: on a link several times slower, the all-reduces can take longer

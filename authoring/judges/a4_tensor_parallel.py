@@ -24,34 +24,36 @@ CHOICES = ["all-reduce", "all-gather", "reduce-scatter", "none"]
 
 
 def q1_test(got, ref):
-    checks.check_number("w1_local[0]", got["w1_local[0]"], 1024, mistakes=[
-        (128, "you split the rows of W1 (its input features); a column split keeps all "
-              "h = 1024 rows")])
-    checks.check_number("w1_local[1]", got["w1_local[1]"], 512, mistakes=[
-        (4096, "each rank holds only ffn / t = 512 of W1's columns"),
-        (1024, "a column split divides the ffn = 4096 output features by t = 8")])
-    checks.check_number("w2_local[0]", got["w2_local[0]"], 512, mistakes=[
-        (4096, "a row split divides W2's ffn = 4096 input rows by t = 8"),
-        (1024, "W2 is (ffn, h): its rows are the ffn = 4096 hidden features")])
-    checks.check_number("w2_local[1]", got["w2_local[1]"], 1024, mistakes=[
-        (128, "you split W2's columns; a row split keeps every one of the h = 1024 output "
-              "features")])
-    checks.check_number("partial_local[2]", got["partial_local[2]"], 1024, mistakes=[
-        (128, "a row-parallel rank computes a partial SUM of the full output width h, not a "
-              "slice"),
-        (512, "the partial sum has the output width h = 1024, not the rank's input width")])
-    checks.check_number("partial_local[0]", got["partial_local[0]"], 2)
-    checks.check_number("partial_local[1]", got["partial_local[1]"], 128)
-    checks.check_number("dtensor_up_local[0]", got["dtensor_up_local[0]"], 512, mistakes=[
-        (1024, "nn.Linear stores weight as (out_features, in_features) = (4096, 1024); "
-               "ColwiseParallel shards that dim 0 (Shard(0)), so the local shard is W1's shard "
-               "transposed"),
-        (4096, "ColwiseParallel shards weight's dim 0 (the 4096 output features), not dim 1")])
-    checks.check_number("dtensor_up_local[1]", got["dtensor_up_local[1]"], 1024, mistakes=[
-        (128, "ColwiseParallel keeps every input feature: it splits nn.Linear.weight's dim 0, "
-              "not dim 1"),
-        (512, "nn.Linear.weight is (out, in): the local shard is (4096/8, 1024), W1's shard "
-              "transposed")])
+    h, ffn, t, b, s = got.givens.q1
+    checks.check_number("w1_local[0]", got["w1_local[0]"], h, mistakes=[
+        (h // t, f"you split the rows of W1 (its input features); a column split keeps all "
+                 f"h = {h} rows")])
+    checks.check_number("w1_local[1]", got["w1_local[1]"], ffn // t, mistakes=[
+        (ffn, f"each rank holds only ffn / t = {ffn // t} of W1's columns"),
+        (h, f"a column split divides the ffn = {ffn} output features by t = {t}")])
+    checks.check_number("w2_local[0]", got["w2_local[0]"], ffn // t, mistakes=[
+        (ffn, f"a row split divides W2's ffn = {ffn} input rows by t = {t}"),
+        (h, f"W2 is (ffn, h): its rows are the ffn = {ffn} hidden features")])
+    checks.check_number("w2_local[1]", got["w2_local[1]"], h, mistakes=[
+        (h // t, f"you split W2's columns; a row split keeps every one of the h = {h} output "
+                 "features")])
+    checks.check_number("partial_local[2]", got["partial_local[2]"], h, mistakes=[
+        (h // t, "a row-parallel rank computes a partial SUM of the full output width h, not a "
+                 "slice"),
+        (ffn // t, f"the partial sum has the output width h = {h}, not the rank's input "
+                   "width")])
+    checks.check_number("partial_local[0]", got["partial_local[0]"], b)
+    checks.check_number("partial_local[1]", got["partial_local[1]"], s)
+    checks.check_number("dtensor_up_local[0]", got["dtensor_up_local[0]"], ffn // t, mistakes=[
+        (h, f"nn.Linear stores weight as (out_features, in_features) = ({ffn}, {h}); "
+            "ColwiseParallel shards that dim 0 (Shard(0)), so the local shard is W1's shard "
+            "transposed"),
+        (ffn, f"ColwiseParallel shards weight's dim 0 (the {ffn} output features), not dim 1")])
+    checks.check_number("dtensor_up_local[1]", got["dtensor_up_local[1]"], h, mistakes=[
+        (h // t, "ColwiseParallel keeps every input feature: it splits nn.Linear.weight's dim "
+                 "0, not dim 1"),
+        (ffn // t, f"nn.Linear.weight is (out, in): the local shard is ({ffn}/{t}, {h}), W1's "
+                   "shard transposed")])
 
 
 SUMS_FEATURES = ("column-parallel outputs are different features, not partial sums: adding them "
@@ -99,33 +101,40 @@ def q2_test(got, ref):
 
 
 def q3_test(got, ref):
-    checks.check_number("mlp_forward_bytes", got["mlp_forward_bytes"], 83_886_080, unit="bytes",
+    n_blocks, h, t, b, s = got.givens.q3
+    fwd = b * s * h * 2                                   # one (b, s, h) bf16 activation
+    weights = 8 * h * h * 2                               # W1 and W2 (ffn = 4h) in bf16
+    checks.check_number("mlp_forward_bytes", got["mlp_forward_bytes"], fwd, unit="bytes",
                         mistakes=[
-        (419_430_400, "that is the MLP's weights (8 h^2 x 2 bytes): TP all-reduces activations "
-                      "(b, s, h), not parameters"),
-        (52_428_800, "that is one rank's share of the weights: TP all-reduces activations, not "
-                     "parameters"),
-        (167_772_160, "bf16 is 2 bytes per element, not 4"),
-        (10_485_760, "the all-reduced tensor is the full (b, s, h) activation on every rank, "
-                     "not 1/t of it"),
-        (335_544_320, "the all-reduce follows the row-parallel W2, whose output is h wide, not "
-                      "ffn = 4h")])
-    checks.check_number("step_payload_gb", got["step_payload_gb"], 13.4217728, unit="GB",
+        (weights, "that is the MLP's weights (8 h^2 x 2 bytes): TP all-reduces activations "
+                  "(b, s, h), not parameters"),
+        (weights / t, "that is one rank's share of the weights: TP all-reduces activations, not "
+                      "parameters"),
+        (fwd * 2, "bf16 is 2 bytes per element, not 4"),
+        (fwd / t, "the all-reduced tensor is the full (b, s, h) activation on every rank, "
+                  "not 1/t of it"),
+        (fwd * 4, "the all-reduce follows the row-parallel W2, whose output is h wide, not "
+                  "ffn = 4h")])
+    payload = n_blocks * 4 * fwd / 1e9
+    checks.check_number("step_payload_gb", got["step_payload_gb"], payload, unit="GB",
                         mistakes=[
-        (6.7108864, "a block issues 4 all-reduces per micro-batch: attention and MLP, forward "
-                    "(g) and backward (f)"),
-        (12.5, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
-        (25.165824, "that counts the blocks' parameters (12 h^2 per block): TP moves "
-                    "activations"),
-        (26.8435456, "bf16 is 2 bytes per element, not 4"),
-        (3.3554432, "a block has 4 all-reduces (2 forward, 2 backward), not 1")])
-    checks.check_number("ring_gb_per_rank", got["ring_gb_per_rank"], 23.4881024, unit="GB",
+        (payload / 2, "a block issues 4 all-reduces per micro-batch: attention and MLP, "
+                      "forward (g) and backward (f)"),
+        (payload * 1e9 / 2**30, "that is GiB (2^30 bytes); the question asks for GB (10^9 "
+                                "bytes)"),
+        (n_blocks * 12 * h * h * 2 / 1e9, "that counts the blocks' parameters (12 h^2 per "
+                                          "block): TP moves activations"),
+        (payload * 2, "bf16 is 2 bytes per element, not 4"),
+        (payload / 4, "a block has 4 all-reduces (2 forward, 2 backward), not 1")])
+    ring = 2 * (t - 1) / t * payload
+    checks.check_number("ring_gb_per_rank", got["ring_gb_per_rank"], ring, unit="GB",
                         mistakes=[
-        (13.4217728, "that is the payload; a ring all-reduce makes each rank send 2 (t-1)/t "
-                     "times it"),
-        (11.7440512, "(t-1)/t is only the reduce-scatter half of a ring all-reduce; the "
-                     "all-gather half sends as much again"),
-        (21.875, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)")])
+        (payload, "that is the payload; a ring all-reduce makes each rank send 2 (t-1)/t "
+                  "times it"),
+        (ring / 2, "(t-1)/t is only the reduce-scatter half of a ring all-reduce; the "
+                   "all-gather half sends as much again"),
+        (ring * 1e9 / 2**30, "that is GiB (2^30 bytes); the question asks for GB (10^9 "
+                             "bytes)")])
     checks.check_number("naive_over_megatron", got["naive_over_megatron"], 4.0, mistakes=[
         (1.0, "the gathered GELU output is ffn = 4h wide; Megatron's all-reduce is h wide"),
         (0.25, "upside down: the all-gather result (b, s, 4h) is the larger one")])
@@ -197,20 +206,21 @@ def q4_test(got, ref):
 
 
 def q5_test(got, ref):
-    full = 8 * 4096 * 6144 * 2 / 1e6
+    b, s, h, t = got.givens.q5
+    full = b * s * h * 2 / 1e6
     checks.check_number("ln_mb", got["ln_mb"], full, unit="MB", mistakes=[
-        (full / 8, "tensor parallelism without sequence parallelism replicates the LayerNorm and "
-                   "dropout activations: after g's all-reduce every rank holds the whole "
+        (full / t, "tensor parallelism without sequence parallelism replicates the LayerNorm "
+                   "and dropout activations: after g's all-reduce every rank holds the whole "
                    "(b, s, h) tensor, so nothing outside the matmuls is divided by t"),
         (full * 2, "bf16 has 2 bytes per element"),
         (full * 1e6 / 2**20, "that is MiB; MB here is 10^6 bytes"),
         (full * 1e6, "that is bytes; give MB")])
-    checks.check_number("ln_mb_sp", got["ln_mb_sp"], full / 8, unit="MB", mistakes=[
-        (full, "sequence parallelism splits exactly these activations along the sequence: each "
-               "rank keeps s/t tokens between the TP regions"),
-        (full / 64, "only the sequence is split, over the t = 8 ranks of the TP group")])
+    checks.check_number("ln_mb_sp", got["ln_mb_sp"], full / t, unit="MB", mistakes=[
+        (full, "sequence parallelism splits exactly these activations along the sequence: "
+               "each rank keeps s/t tokens between the TP regions"),
+        (full / t**2, f"only the sequence is split, over the t = {t} ranks of the TP group")])
     checks.check_number("sp_bytes_factor", got["sp_bytes_factor"], 1.0, mistakes=[
         (2.0, "a ring all-reduce is a reduce-scatter followed by an all-gather: sequence "
               "parallelism sends the same bytes, split into its two halves"),
         (0.5, "the reduce-scatter and the all-gather together move what the all-reduce moved"),
-        (8.0, "the factor does not depend on t")])
+        *([(float(t), "the factor does not depend on t")] if t not in (1, 2) else [])])
