@@ -12,6 +12,8 @@ no variant's answer is printed in a lecture or in the assignment itself
 
 Questions whose givens stay fixed, and why:
 
+* a2: Q5's function (hidden runs drawn per submission); Q6 (graded by hand).
+
 * a1: the practice questions (3B, 4B, 5B): not graded, and their numbers lie outside the graded
   options. Q5's function runs on hidden cases drawn per submission already.
 * a3: the practice questions; Q2's and Q4's functions (hidden cases drawn per submission);
@@ -21,6 +23,10 @@ Questions whose givens stay fixed, and why:
 * a4: the practice questions; Q2's choices (what each layout needs does not depend on the
   sizes); Q4's function (hidden runs drawn per submission); Q6 (graded by hand); Q3's and Q5's
   ratios (4 and 1 for every model: the point of those parts).
+* a6: the practice questions; Q1 (one rank's coordinates and groups in the lesson's mesh:
+  Q2 and Q3 ask the same for hidden meshes drawn per submission); Q6 (graded by hand).
+* a8: the practice questions; Q1's specs and Q2's collectives (a layout's collective does
+  not depend on the sizes); Q3's function (hidden cases); Q4 (graded by hand).
 * a9: the practice questions; Q3's function (hidden modules drawn per submission); Q4's
   diagnosis (one right choice whatever the learning rate and weights: other numbers would not
   change the answer to copy); Q5's bucket sizes (the student's own timings decide already);
@@ -39,6 +45,29 @@ GIVENS = {
         # fits), every state at least 5 % away from the device size
         "q4": given("Q4: (parameters N, device GB)", (6e9, 80), (5e9, 64), (3.5e9, 52),
                     (15e9, 192), (8e9, 141), (2e9, 40), (7e9, 80), (12e9, 96)),
+    },
+    "a2_data_parallel": {
+        # Q1: (weights w, the three replicas' mean gradients, learning rate); D = 3 so that
+        # "divided by 2, the lecture's D" stays a mistake of its own
+        "q1": given("Q1: (weights w, three replicas' mean gradients, learning rate)",
+                    ((2, 0), ((1, 5), (3, -1), (5, 2)), 0.5),
+                    ((1, -1), ((2, 4), (6, -2), (1, 7)), 0.3),
+                    ((0, 1), ((5, 2), (1, 6), (3, -2)), 0.4),
+                    ((-1, 2), ((2, 2), (8, -1), (-1, 4)), 0.6),
+                    ((2, 2), ((3, -3), (6, 3), (0, 9)), 0.25),
+                    ((1, 0), ((9, 1), (-3, 4), (3, 1)), 0.15),
+                    ((4, -2), ((1, 6), (2, -4), (6, 1)), 0.35),
+                    ((3, 1), ((4, 2), (-2, 5), (7, 0)), 0.45)),
+        # Q2: D > 2 (D - 1 and 1 apart), never the practice's 4
+        "q2_ranks": given("Q2: ranks D", 8, 16, 32, 64, 6, 12, 24, 48),
+        # Q3: (rank 0's two gradients, rank 1's example count and mean gradient)
+        "q3": given("Q3: (rank 0's gradients g1, g2, rank 1's examples n, their mean m)",
+                    (6, 10, 6, 2), (4, 12, 6, 3), (9, 5, 10, 1.5), (2, 14, 4, 7),
+                    (7, 3, 8, 4.5), (1, 11, 10, 2.5), (3, 13, 5, 4), (5, 9, 12, 0.5),
+                    (8, 2, 7, 3)),
+        # Q4: (parameters N, ranks D), D > 2 so that the ring sends more than the buffer
+        "q4": given("Q4: (parameters N, ranks D)", (1.5e9, 16), (2.7e9, 16), (1.3e9, 32),
+                    (7e9, 64), (6.7e9, 24), (0.35e9, 12), (0.8e9, 6), (3.5e9, 48)),
     },
     "a3_zero": {
         # Q1: ZeRO-2 per GPU; never the lesson's 7B on 8 ranks (lecture 3's 26.25 GB)
@@ -96,6 +125,30 @@ GIVENS = {
         "q3_b": given("Q3: batch_b's (TP, PP, DP, b, m)", (8, 4, 2, 7, 12), (4, 2, 3, 7, 14),
                       (4, 2, 5, 7, 10), (4, 3, 5, 9, 16), (4, 6, 3, 5, 10), (2, 3, 5, 9, 14),
                       (2, 4, 3, 7, 16), (4, 3, 2, 9, 10)),
+    },
+    "a6_device_mesh": {
+        # Q4: (TP, PP, DP, parameters in billions), PP >= 2 so that "divided by TP only"
+        # stays a mistake of its own, TP x PP != DP so that ZeRO-3 over every device is not
+        # "DP counted twice"
+        "q4": given("Q4: (TP, PP, DP, parameters N in billions)", (8, 2, 4, 78), (2, 2, 8, 26),
+                    (8, 4, 2, 175), (4, 4, 2, 95), (8, 2, 8, 130), (2, 4, 4, 22), (8, 8, 2, 405),
+                    (4, 2, 4, 47)),
+        # Q5: plans A and B, each (parameters in billions, TP, PP, DP), ZeRO-1 on 80 GB: every
+        # pair of outcomes, every state at least 10 % from 80 GB
+        "q5": given("Q5: plans A and B, each (N in billions, TP, PP, DP)",
+                    ((175, 8, 4, 4), (70, 4, 1, 8)), ((405, 8, 8, 4), (22, 1, 1, 16)),
+                    ((130, 8, 1, 8), (34, 2, 2, 8)), ((405, 8, 2, 8), (40, 4, 1, 4)),
+                    ((175, 8, 2, 8), (13, 1, 1, 32)), ((130, 4, 2, 4), (40, 2, 1, 8)),
+                    ((70, 8, 1, 4), (65, 8, 1, 16)), ((405, 8, 4, 8), (22, 2, 1, 8))),
+    },
+    "a8_jax_sharding": {
+        # Q2: (X rows b, in_features, out_features) of Y = X @ W.T on 8 devices and the 2-D
+        # weight (rows, cols) on the 2 x 4 mesh: every split dim divisible by its axis
+        "q2": given("Q2: (batch b, in_features, out_features, 2-D weight rows, cols)",
+                    (96, 640, 1536, 768, 3072), (64, 512, 1280, 1024, 2560),
+                    (80, 768, 2304, 640, 1536), (48, 1024, 2560, 1536, 1024),
+                    (112, 384, 1152, 896, 2048), (88, 896, 1792, 640, 2816),
+                    (40, 1280, 640, 1280, 960), (120, 576, 1664, 384, 2816)),
     },
     "a9_activations": {
         # Q1 (a): a GPT config (hidden h, heads a, layers L, tokens s, micro-batch b); b >= 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 import shutil
 import textwrap
 from dataclasses import dataclass, field
@@ -39,7 +40,9 @@ UNIT_MISTAKES: dict[str, list[tuple[str, str, str, str]]] = {
 TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
     "a1_training_state": ("q1_state_gb", "q1_state_gb = G.n_params * 16 / 2**30",
                           "that is GiB (2**30 bytes)"),
-    "a2_data_parallel": ("q1", "w_new_0 = 2 - 0.5 * (1 + 3 + 5)\nw_new_1 = 0 - 0.5 * (5 - 1 + 2)",
+    "a2_data_parallel": ("q1", "w, grads, lr = G.q1\n"
+                               "w_new_0 = w[0] - lr * sum(g[0] for g in grads)\n"
+                               "w_new_1 = w[1] - lr * sum(g[1] for g in grads)",
                          "you used the SUM of the gradients"),
     "a3_zero": ("q1", "n, d = G.q1\nzero2_gb = 16 * n / d / 1e9", "that is ZeRO-3"),
     "a4_tensor_parallel": ("q3", "L, h, t, b, s = G.q3\n"
@@ -60,8 +63,9 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
     "a7_measuring": ("q2", "q2_tokens_per_s = BATCH_PER_RANK * SEQ_LEN / (RUN_A['step_ms'] / 1000)",
                      "the global batch is BATCH_PER_RANK x D sequences"),
     "a8_jax_sharding": ("q2", 'collective_a = "all-gather"\ncollective_b = "all-reduce"\n'
-                        'collective_c = "none"\nw_bytes_b = 1536 * 640 * 4 // 8\n'
-                        'y_bytes_c = 96 * 1536 * 4\nw_bytes_2d = 768 * 3072 * 4 // 8',
+                        'collective_c = "none"\nb, n_in, n_out, rows, cols = G.q2\n'
+                        'w_bytes_b = n_out * n_in * 4 // 8\ny_bytes_c = b * n_out * 4\n'
+                        'w_bytes_2d = rows * cols * 4 // 8',
                         "instead of the local shard"),
     "a9_activations": ("q1", "h, a, n_layers, s, b = G.q1_gpt\n"
                              "q1_gpt_gb = s * b * h * 34 * n_layers / 1e9\n"
@@ -629,10 +633,18 @@ def _variant_cases(assignment: str, model: Model, correct: dict, references: dic
     peer = prefix + PEER
     peer_right = expected.right_values(rules, variants.givens(assignment, student=peer))
     peer_values = {n: v for cell in peer_right.values() for n, v in cell.items()}
+    indexed: dict[str, dict[int, object]] = {}  # a4's "w1_local[0]": a tuple answered whole
+    for n, v in peer_values.items():
+        m = re.fullmatch(r"(\w+)\[(\d+)\]", n)
+        if m:
+            indexed.setdefault(m.group(1), {})[int(m.group(2))] = v
+    tuples = {n: tuple(ix[i] for i in range(len(ix))) for n, ix in indexed.items()
+              if sorted(ix) == list(range(len(ix)))}
     pasted = {}
     for gid, code in model.answers.items():
-        names = [n for n in assigned_names(code) if n in peer_values]
-        pasted[gid] = code + "".join(f"\n{n} = {peer_values[n]!r}" for n in names)
+        names = [n for n in assigned_names(code) if n in peer_values or n in tuples]
+        pasted[gid] = code + "".join(
+            f"\n{n} = {peer_values[n] if n in peer_values else tuples[n]!r}" for n in names)
     ref_subs = references.get(model.name, {}).get("submissions", {})
     informative = integrity._informative(rules, assignment)
 

@@ -27,6 +27,11 @@
 # and 3 ranks, and the grader checks the values of every graded answer; its messages name the
 # likely mistake. The practice questions earn no points.
 #
+# **Your own numbers.** Q1 to Q4 use numbers drawn for you (the table the next cell
+# shows, `G`): your classmates have other ones, so their answers are wrong for you. They come
+# from your identity (your JupyterHub user, the name `make lab` asked for once, or, when your
+# instructor grades, your student id, whatever this notebook says). Do not edit that cell.
+#
 # **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
 # outright (here, for example, `data_parallel.sgd_reference`). An answer that uses one is
 # flagged for your instructor: the questions ask for the reasoning those helpers do.
@@ -35,7 +40,10 @@
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, launch
+from course_utils import checks, launch, variants
+
+G = variants.givens("a2_data_parallel", on=True)  # your numbers (do not edit this cell)
+G
 
 # %% [markdown]
 # ## Q1. One update across three replicas (2 points)
@@ -73,33 +81,33 @@ checks.check_number("practice_w_new_1", practice_w_new_1, -2.3, abs_tol=1e-9, mi
 print("practice answers right")
 
 # %% [markdown]
-# **Graded question.** Three data-parallel replicas start from weights $w = [2, 0]$. Their local
-# batches have the same number of examples, and give local **mean** gradients $[1, 5]$, $[3, -1]$
-# and $[5, 2]$. The gradients are synchronized with an all-reduce, then every replica takes one SGD
-# step with learning rate 0.5. Set `w_new_0` and `w_new_1` to the two components of the new weights
-# (the same on every replica).
+# **Graded question.** Three data-parallel replicas start from the weights $w$ (two
+# components). Their local batches have the same number of examples, and give the three local
+# **mean** gradients $g_0$, $g_1$, $g_2$. The gradients are synchronized with an all-reduce, then
+# every replica takes one SGD step with learning rate `lr`, where `(w, (g0, g1, g2), lr) = G.q1`
+# (yours are in the table at the top). Set `w_new_0` and `w_new_1` to the two components of the
+# new weights (the same on every replica).
 
 # %% [answer q1]
 ### BEGIN SOLUTION
-_mean = [(1 + 3 + 5) / 3, (5 - 1 + 2) / 3]
-w_new_0 = 2 - 0.5 * _mean[0]
-w_new_1 = 0 - 0.5 * _mean[1]
+w, grads, lr = G.q1
+mean_grad = [sum(g[i] for g in grads) / len(grads) for i in range(2)]
+w_new_0 = w[0] - lr * mean_grad[0]
+w_new_1 = w[1] - lr * mean_grad[1]
 ### END SOLUTION
 
 # %% [test q1_test points=2]
 # Visible: the type, and known wrong answers (the right value is checked when graded).
-checks.check_number("w_new_0", w_new_0, mistakes=[
-    (-2.5, "you used the SUM of the gradients: an all-reduce with op=SUM adds the three "
-           "replicas' gradients, and the SGD step needs their mean"),
-    (-0.25, "you divided the summed gradient by 2, the number of ranks in the lecture; this "
-            "job has three replicas"),
-])
-checks.check_number("w_new_1", w_new_1, mistakes=[
-    (-3.0, "you used the SUM of the gradients: an all-reduce with op=SUM adds the three "
-           "replicas' gradients, and the SGD step needs their mean"),
-    (-1.5, "you divided the summed gradient by 2, the number of ranks in the lecture; this "
-           "job has three replicas"),
-])
+_w, _grads, _lr = G.q1
+for _i, (_name, _value) in enumerate([("w_new_0", w_new_0), ("w_new_1", w_new_1)]):
+    _sum = sum(_g[_i] for _g in _grads)
+    checks.check_number(_name, _value, variant=G.key("q1"), mistakes=[
+        (_w[_i] - _lr * _sum, "you used the SUM of the gradients: an all-reduce with op=SUM "
+                              "adds the three replicas' gradients, and the SGD step needs their "
+                              "mean"),
+        (_w[_i] - _lr * _sum / 2, "you divided the summed gradient by 2, the number of ranks in "
+                                  "the lecture; this job has three replicas"),
+    ])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -143,8 +151,8 @@ checks.check_number("practice_factor_avg_then_divide", practice_factor_avg_then_
 print("practice answers right")
 
 # %% [markdown]
-# **Graded question.** A job on D = 8 ranks synchronizes gradients with `dist.all_reduce`. By what
-# factor is the gradient each rank then uses off from the true mean gradient (1 means correct, 2
+# **Graded question.** A job on `D = G.q2_ranks` ranks synchronizes gradients with
+# `dist.all_reduce`. By what factor is the gradient each rank then uses off from the true mean gradient (1 means correct, 2
 # means twice too large, 0.5 half as large):
 #
 # * `factor_sum_only`: with `op=ReduceOp.SUM` and no division afterwards;
@@ -152,8 +160,8 @@ print("practice answers right")
 
 # %% [answer q2]
 ### BEGIN SOLUTION
-factor_sum_only = 8
-factor_avg_then_divide = 1 / 8
+factor_sum_only = G.q2_ranks
+factor_avg_then_divide = 1 / G.q2_ranks
 ### END SOLUTION
 
 # %% [test q2_test points=2]
@@ -200,25 +208,29 @@ checks.check_number("practice_global_mean_grad", practice_global_mean_grad, 2.62
 print("practice answer right")
 
 # %% [markdown]
-# **Graded question.** The model has one parameter. Rank 0 has 2 examples, whose gradients are 6
-# and 10. Rank 1 has 6 examples whose mean gradient is 2. The loss is the mean over **all**
-# examples. Set `global_mean_grad` to the gradient a single process would compute on all 8
-# examples; this is what the synchronized gradient must equal.
+# **Graded question.** The model has one parameter. Rank 0 has 2 examples, whose gradients are
+# $g_1$ and $g_2$. Rank 1 has $n$ examples whose mean gradient is $m$, where
+# `(g1, g2, n, m) = G.q3`. The loss is the mean over **all** examples. Set `global_mean_grad` to
+# the gradient a single process would compute on all $2 + n$ examples; this is what the
+# synchronized gradient must equal.
 
 # %% [answer q3]
 ### BEGIN SOLUTION
-global_mean_grad = (6 + 10 + 6 * 2) / (2 + 6)
+g1, g2, n, m = G.q3
+global_mean_grad = (g1 + g2 + n * m) / (2 + n)
 ### END SOLUTION
 
 # %% [test q3_test points=2]
 # Visible: the type, and known wrong answers (the right value is checked when graded).
-checks.check_number("global_mean_grad", global_mean_grad, mistakes=[
-    (5.0, "that is the plain mean of the two ranks' means: rank 0's two examples weigh as much "
-          "as rank 1's six. Weight each rank's mean by its number of examples"),
-    (10.0, "that is the sum of the two ranks' means, neither weighted by the counts nor "
-           "divided"),
-    (6.0, "you counted rank 1's mean gradient as a single example; it stands for six "
-          "examples"),
+_g1, _g2, _n, _m = G.q3
+checks.check_number("global_mean_grad", global_mean_grad, variant=G.key("q3"), mistakes=[
+    (((_g1 + _g2) / 2 + _m) / 2, "that is the plain mean of the two ranks' means: rank 0's two "
+                                 "examples weigh as much as rank 1's many. Weight each rank's "
+                                 "mean by its number of examples"),
+    ((_g1 + _g2) / 2 + _m, "that is the sum of the two ranks' means, neither weighted by the "
+                           "counts nor divided"),
+    ((_g1 + _g2 + _m) / 3, f"you counted rank 1's mean gradient as a single example; it stands "
+                           f"for {_n} examples"),
 ])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
@@ -258,26 +270,31 @@ checks.check_number("practice_ring_gb_per_rank", practice_ring_gb_per_rank, 4.2,
 print("practice answer right")
 
 # %% [markdown]
-# **Graded question.** A model has $1.5 \times 10^9$ parameters and its gradients are bf16 (2 bytes
-# each). It trains on D = 16 ranks, which all-reduce the gradients with a ring every step. Set
-# `ring_gb_per_rank` to the number of **GB** each rank sends per step.
+# **Graded question.** A model has $N$ parameters and its gradients are bf16 (2 bytes each). It
+# trains on $D$ ranks, which all-reduce the gradients with a ring every step, where
+# `(N, D) = G.q4`. Set `ring_gb_per_rank` to the number of **GB** each rank sends per step.
 
 # %% [answer q4]
 ### BEGIN SOLUTION
-ring_gb_per_rank = 2 * (16 - 1) / 16 * 1.5e9 * 2 / 1e9
+n_params, d = G.q4
+ring_gb_per_rank = 2 * (d - 1) / d * n_params * 2 / 1e9
 ### END SOLUTION
 
 # %% [test q4_test points=2]
 # Visible: the type, and known wrong answers (the right value is checked when graded).
-checks.check_number("ring_gb_per_rank", ring_gb_per_rank, unit="GB", mistakes=[
-    (3.0, "that is the gradient buffer sent once; a ring all-reduce has two phases, a "
-          "reduce-scatter and an all-gather, and each sends part of the buffer"),
-    (6.0, "that is 2 x the buffer, the limit for very many ranks; use the ring's exact factor "
-          "for D = 16"),
-    (45.0, "that is every rank sending its whole buffer to each of the 15 others; in a ring "
-           "each rank sends only to its neighbour, one shard at a time"),
-    (0.1875, "that is a single shard (1/D of the buffer); count the shards each rank sends in "
-             "both phases"),
+_n, _d = G.q4
+_buffer = _n * 2 / 1e9
+checks.check_number("ring_gb_per_rank", ring_gb_per_rank, unit="GB", variant=G.key("q4"),
+                    mistakes=[
+    (_buffer, "that is the gradient buffer sent once; a ring all-reduce has two phases, a "
+              "reduce-scatter and an all-gather, and each sends part of the buffer"),
+    (2 * _buffer, f"that is 2 x the buffer, the limit for very many ranks; use the ring's exact "
+                  f"factor for D = {_d}"),
+    ((_d - 1) * _buffer, f"that is every rank sending its whole buffer to each of the {_d - 1} "
+                         "others; in a ring each rank sends only to its neighbour, one shard at "
+                         "a time"),
+    (_buffer / _d, "that is a single shard (1/D of the buffer); count the shards each rank sends "
+                   "in both phases"),
 ])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit

@@ -27,6 +27,11 @@
 # functions on other meshes (and against a real `init_device_mesh`) and the graded values
 # themselves.
 #
+# **Your own numbers.** Q4 and Q5 use numbers drawn for you (the table the next cell shows,
+# `G`): your classmates have other ones, so their answers are wrong for you. They come from
+# your identity (your JupyterHub user, the name `make lab` asked for once, or, when your
+# instructor grades, your student id, whatever this notebook says). Do not edit that cell.
+#
 # **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
 # outright (here, for example, `mesh.hand_mesh_groups`). An answer that uses one is flagged for
 # your instructor: the questions ask for the reasoning those helpers do.
@@ -35,7 +40,10 @@
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, launch
+from course_utils import checks, launch, variants
+
+G = variants.givens("a6_device_mesh", on=True)  # your numbers (do not edit this cell)
+G
 
 # %% [markdown]
 # ## Q1. Coordinates and groups by hand (3 points)
@@ -393,8 +401,9 @@ checks.check_number("practice_gb_zero1", practice_gb_zero1, 22.5, unit="GB", mis
 print("Q4 practice: all right.")
 
 # %% [markdown]
-# **Graded.** 64 devices: TP = 8, PP = 2, DP = 4; a 78 × 10⁹-parameter model; 16 bytes per parameter.
-# Give floats, in billions of parameters and in GB.
+# **Graded.** TP × PP × DP devices and a model of N × 10⁹ parameters, where
+# `(TP, PP, DP, N) = G.q4` (yours are in the table at the top); 16 bytes per parameter. Give
+# floats, in billions of parameters and in GB.
 #
 # * `params_per_shard_b`: parameters each device's TP/PP shard holds, in billions.
 # * `gb_zero3`: persistent state per device with ZeRO-3 over the DP ranks.
@@ -402,9 +411,10 @@ print("Q4 practice: all right.")
 
 # %% [answer q4]
 ### BEGIN SOLUTION
-params_per_shard_b = 78 / (8 * 2)
-gb_zero3 = params_per_shard_b * 16 / 4
-gb_zero1 = params_per_shard_b * (2 + 2 + 12 / 4)
+tp, pp, dp, n_b = G.q4
+params_per_shard_b = n_b / (tp * pp)
+gb_zero3 = params_per_shard_b * 16 / dp
+gb_zero1 = params_per_shard_b * (2 + 2 + 12 / dp)
 ### END SOLUTION
 
 # %% [test q4_test points=2]
@@ -413,20 +423,22 @@ for _name in ("params_per_shard_b", "gb_zero3", "gb_zero1"):
     assert _name in globals(), f"define {_name} in the answer cell above"
     checks.check_number(_name, globals()[_name])
 _p = float(params_per_shard_b)
-assert _p < 1000, "params_per_shard_b is in billions of parameters (78 means 78 x 10**9)"
-for _name in ("gb_zero3", "gb_zero1"):  # a 78B model's state per device is far below 10**6 GB
+_tp, _pp, _dp, _n = G.q4
+assert _p < 1000, f"params_per_shard_b is in billions of parameters ({_n} means {_n} x 10**9)"
+for _name in ("gb_zero3", "gb_zero1"):  # a model's state per device is far below 10**6 GB
     assert float(globals()[_name]) < 1e6, (
         f"{_name} = {float(globals()[_name]):g}: that looks like bytes; give GB (10**9 bytes)")
-checks.check_number("params_per_shard_b", params_per_shard_b, mistakes=[
-    (78 / 64, "that splits the model over all 64 devices, but DP ranks hold copies of the "
-              "model, they do not split it"),
-    (78 / 8, "that divides 78 by one degree of 8 only: which degrees split the model, and "
-             "which replicate it?")])
-checks.check_number("gb_zero3", gb_zero3, unit="GB", mistakes=[
+_devices = _tp * _pp * _dp
+checks.check_number("params_per_shard_b", params_per_shard_b, variant=G.key("q4"), mistakes=[
+    (_n / _devices, f"that splits the model over all {_devices} devices, but DP ranks hold "
+                    "copies of the model, they do not split it"),
+    (_n / _tp, f"that divides {_n} by one degree only: which degrees split the model, and "
+               "which replicate it?")])
+checks.check_number("gb_zero3", gb_zero3, unit="GB", variant=G.key("q4"), mistakes=[
     (_p * 16, "that is your shard's state without ZeRO; ZeRO-3 shards it over the DP ranks"),
-    (_p * 16 / 64, "that shards your TP/PP shard again over all 64 devices; ZeRO shards only "
-                   "over the DP ranks")])
-checks.check_number("gb_zero1", gb_zero1, unit="GB", mistakes=[
+    (_p * 16 / _devices, f"that shards your TP/PP shard again over all {_devices} devices; "
+                         "ZeRO shards only over the DP ranks")])
+checks.check_number("gb_zero1", gb_zero1, unit="GB", variant=G.key("q4"), mistakes=[
     (float(gb_zero3), "that is your ZeRO-3 figure; ZeRO-1 shards less (only the optimizer "
                       "state), so it keeps more per device"),
     (_p * 16, "that is your shard's state without ZeRO; ZeRO-1 shards the optimizer state "
@@ -484,29 +496,32 @@ print("Q5 practice: all right.")
 # %% [markdown]
 # **Graded.** Devices have 80 GB. Count only the persistent 16-byte state (ideal balance, no activations).
 #
-# * Plan A: a 175B model on 128 devices, TP = 8, PP = 4, DP = 4, ZeRO-1.
-# * Plan B: a 70B model on 32 devices, TP = 4, PP = 1, DP = 8, ZeRO-1.
+# * Plan A: a model of N_A × 10⁹ parameters with ZeRO-1 on TP × PP × DP devices, where
+#   `(N_A, TP, PP, DP), _ = G.q5`.
+# * Plan B: the same for `_, (N_B, TP, PP, DP) = G.q5`.
 #
 # Give `gb_a` and `gb_b` (floats, GB per device) and `fits_a`, `fits_b` (bools).
 
 # %% [answer q5]
 ### BEGIN SOLUTION
-gb_a = 175 / (8 * 4) * (4 + 12 / 4)
-gb_b = 70 / (4 * 1) * (4 + 12 / 8)
+(n_a, tp_a, pp_a, dp_a), (n_b, tp_b, pp_b, dp_b) = G.q5
+gb_a = n_a / (tp_a * pp_a) * (4 + 12 / dp_a)
+gb_b = n_b / (tp_b * pp_b) * (4 + 12 / dp_b)
 fits_a = gb_a <= 80
 fits_b = gb_b <= 80
 ### END SOLUTION
 
 # %% [test q5_test points=2]
 # Checks the types and rejects known wrong answers; the values are checked when graded.
-checks.check_number("gb_a", gb_a, unit="GB", mistakes=[
-    (21.875, "that is plan A with ZeRO-3 (all 16 bytes sharded); ZeRO-1 shards only the "
-             "optimizer state"),
-    (30.078125, "that is plan A with ZeRO-2; ZeRO-1 keeps the gradients whole"),
-    (22.3876953125, "ZeRO-1 shards over the DP ranks only, not over all 128 devices")])
-checks.check_number("gb_b", gb_b, unit="GB", mistakes=[
-    (65.625, "that is plan B with ZeRO-2; ZeRO-1 keeps the gradients whole"),
-    (76.5625, "ZeRO-1 shards over the DP ranks only, not over all 32 devices")])
+for _plan, (_n, _tp, _pp, _dp), _gb in zip("ab", G.q5, (gb_a, gb_b)):
+    _shard, _devices = _n / (_tp * _pp), _tp * _pp * _dp
+    checks.check_number(f"gb_{_plan}", _gb, unit="GB", variant=G.key("q5"), mistakes=[
+        (_shard * 16 / _dp, f"that is plan {_plan.upper()} with ZeRO-3 (all 16 bytes sharded); "
+                            "ZeRO-1 shards only the optimizer state"),
+        (_shard * (2 + 14 / _dp), f"that is plan {_plan.upper()} with ZeRO-2; ZeRO-1 keeps the "
+                                  "gradients whole"),
+        *([(_shard * (4 + 12 / _devices), f"ZeRO-1 shards over the DP ranks only, not over all "
+                                          f"{_devices} devices")] if _devices != _dp else [])])
 assert type(fits_a) is bool and type(fits_b) is bool, "fits_a and fits_b should be True or False"
 for _fits, _gb, _plan in ((fits_a, gb_a, "a"), (fits_b, gb_b, "b")):
     assert _fits == (float(_gb) <= 80), (

@@ -25,6 +25,11 @@
 # the values. When the assignment is graded, your specs are compiled, your predictions are
 # compared with the compiled HLO and with `addressable_shards`, and your function runs on
 # hidden cases.
+#
+# **Your own numbers.** Q2's sizes are drawn for you (the table the next cell shows, `G`):
+# your classmates have other ones, so their byte counts are wrong for you. They come from your
+# identity (your JupyterHub user, the name `make lab` asked for once, or, when your instructor
+# grades, your student id, whatever this notebook says). Do not edit that cell.
 
 # %%
 # course_utils.jax_sharding first: it puts --xla_force_host_platform_device_count=8 into
@@ -35,8 +40,12 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from course_utils import variants
+
 devices = js.require_devices(8)
 COLLECTIVES = ["none", "all-gather", "all-reduce", "reduce-scatter"]
+G = variants.givens("a8_jax_sharding", on=True)  # your numbers (do not edit this cell)
+G
 
 # %% [markdown]
 # ## Q1. Write the specs of a plan (3 points)
@@ -194,9 +203,10 @@ print("practice Q2: all right (checked against the compiled programs and their s
 
 # %% [markdown]
 # **Graded.** A 1-D mesh of 8 devices with axis `"model"`; the weight is stored as PyTorch's
-# `nn.Linear` stores it, `(out_features, in_features)`: `X` is `(96, 640)`, `W` is
-# `(1536, 640)`, float32, and the layer computes `Y = X @ W.T`, compiled with `jit` (Auto
-# axes). Work out which of `W`'s dims is contracted before you answer.
+# `nn.Linear` stores it, `(out_features, in_features)`: `X` is `(b, in_features)`, `W` is
+# `(out_features, in_features)`, float32, where
+# `(b, in_features, out_features, rows, cols) = G.q2` (yours are in the table at the top), and
+# the layer computes `Y = X @ W.T`, compiled with `jit` (Auto axes). Work out which of `W`'s dims is contracted before you answer.
 #
 # * `collective_a`: `X: P()`, `W: P("model", None)`, `Y: P()`.
 # * `collective_b`: `X: P(None, "model")`, `W: P(None, "model")`, `Y: P()`.
@@ -204,16 +214,17 @@ print("practice Q2: all right (checked against the compiled programs and their s
 # * `w_bytes_b`: the bytes one device holds of `W` in layout b (an int).
 # * `y_bytes_c`: the bytes one device holds of `Y` in layout c (an int).
 # * `w_bytes_2d`: on the `2 x 4` mesh `("data", "model")`, a float32 weight of shape
-#   `(768, 3072)` with spec `P("data", "model")`: bytes per device (an int).
+#   `(rows, cols)` with spec `P("data", "model")`: bytes per device (an int).
 
 # %% [answer q2]
 ### BEGIN SOLUTION
 collective_a = "all-gather"
 collective_b = "all-reduce"
 collective_c = "none"
-w_bytes_b = 1536 * 640 * 4 // 8
-y_bytes_c = 96 * 1536 * 4 // 8
-w_bytes_2d = 768 * 3072 * 4 // 8
+b, n_in, n_out, rows, cols = G.q2
+w_bytes_b = n_out * n_in * 4 // 8
+y_bytes_c = b * n_out * 4 // 8
+w_bytes_2d = rows * cols * 4 // 8
 ### END SOLUTION
 
 # %% [test q2_test points=3]
@@ -232,14 +243,15 @@ for _name, _value in (("w_bytes_b", w_bytes_b), ("y_bytes_c", y_bytes_c),
                       ("w_bytes_2d", w_bytes_2d)):
     checks.check_number(_name, _value, unit="bytes")
     assert float(_value) == int(_value), f"{_name} should be a whole number"
-checks.check_number("w_bytes_b", w_bytes_b, unit="bytes", mistakes=[
-    (1536 * 640 * 4, "that is the global W: count the bytes of one device's shard (its own "
+_b, _in, _out, _rows, _cols = G.q2
+checks.check_number("w_bytes_b", w_bytes_b, unit="bytes", variant=G.key("q2"), mistakes=[
+    (_out * _in * 4, "that is the global W: count the bytes of one device's shard (its own "
                      "block), as addressable_shards does"),
-    (1536 * 640 / 8, "that is a count of elements; each float32 is 4 bytes")])
-checks.check_number("w_bytes_2d", w_bytes_2d, unit="bytes", mistakes=[
-    (768 * 3072 * 4, "that is the global array: count one device's shard"),
-    (768 * 3072 * 4 / 4, "the spec names both mesh axes: the array is split 2 x 4 ways, not "
-                         "only over \"model\"")])
+    (_out * _in / 8, "that is a count of elements; each float32 is 4 bytes")])
+checks.check_number("w_bytes_2d", w_bytes_2d, unit="bytes", variant=G.key("q2"), mistakes=[
+    (_rows * _cols * 4, "that is the global array: count one device's shard"),
+    (_rows * _cols * 4 / 4, "the spec names both mesh axes: the array is split 2 x 4 ways, not "
+                            "only over \"model\"")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
@@ -249,7 +261,8 @@ for _name, _value in (("collective_a", collective_a), ("collective_b", collectiv
     submit(_name, _value)
 _m8 = js.make_mesh((8,), ("model",))
 _mm = lambda x, w: x @ w.T  # noqa: E731   (nn.Linear's layout: W is (out, in))
-_shapes = {"x": (96, 640), "w": (1536, 640)}
+_b, _in, _out, _rows, _cols = G.q2
+_shapes = {"x": (_b, _in), "w": (_out, _in)}
 for _k, _specs, _out in (("a", {"x": P(), "w": P("model", None)}, P()),
                          ("b", {"x": P(None, "model"), "w": P(None, "model")}, P()),
                          ("c", {"x": P(), "w": P("model", None)}, P(None, "model"))):
@@ -257,7 +270,7 @@ for _k, _specs, _out in (("a", {"x": P(), "w": P("model", None)}, P()),
     submit(f"compiled {_k}: collectives", _plan["collectives"])
     submit(f"compiled {_k}: W bytes on a device", _plan["bytes"]["w"])
     submit(f"compiled {_k}: Y bytes on a device", _plan["out_bytes"])
-_w2d = js.place(np.zeros((768, 3072), np.float32), js.make_mesh((2, 4), ("data", "model")),
+_w2d = js.place(np.zeros((_rows, _cols), np.float32), js.make_mesh((2, 4), ("data", "model")),
                 P("data", "model"))
 submit("2-D weight: bytes per device", js.bytes_per_device(_w2d))
 ### END HIDDEN TESTS

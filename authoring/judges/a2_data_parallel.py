@@ -22,62 +22,76 @@ HELPERS_NOT_ALLOWED = {
 
 
 def q1_test(got, ref):
-    check_number("w_new_0", got["w_new_0"], 0.5, mistakes=[
-        (-2.5, "you used the SUM of the gradients [9, 6]: an all-reduce with SUM must still be "
-               "divided by D = 3 to get the mean"),
-        (-0.25, "you divided the sum by 2 (the lesson had two ranks); here D = 3"),
-        (1.5, "you divided twice: the mean of [1, 3, 5] is already 3 (AVG, or SUM / D), not 1"),
-        (3.5, "the SGD step subtracts lr x gradient: w - 0.5 x 3, not w + 0.5 x 3"),
-    ])
-    check_number("w_new_1", got["w_new_1"], -1.0, mistakes=[
-        (-3.0, "you used the SUM of the gradients [9, 6]: divide by D = 3 to get the mean "
-               "[3, 2]"),
-        (-1.5, "you divided the sum by 2 (the lesson had two ranks); here D = 3"),
-        (-1 / 3, "you divided twice: the mean gradient's second component is 2, not 2/3"),
-        (1.0, "the SGD step subtracts lr x gradient: 0 - 0.5 x 2, not 0 + 0.5 x 2"),
-    ])
+    w, grads, lr = got.givens.q1
+    d = len(grads)
+    for i, name in enumerate(("w_new_0", "w_new_1")):
+        total = sum(g[i] for g in grads)
+        mean = total / d
+        sums = "[" + ", ".join(f"{sum(g[k] for g in grads):g}" for k in range(2)) + "]"
+        check_number(name, got[name], w[i] - lr * mean, mistakes=[
+            (w[i] - lr * total, f"you used the SUM of the gradients {sums}: an all-reduce with "
+                                f"SUM must still be divided by D = {d} to get the mean"),
+            (w[i] - lr * total / 2, f"you divided the sum by 2 (the lesson had two ranks); here "
+                                    f"D = {d}"),
+            (w[i] - lr * mean / d, f"you divided twice: the mean of component {i} is already "
+                                   f"{mean:g} (AVG, or SUM / D)"),
+            (w[i] + lr * mean, f"the SGD step subtracts lr x gradient: w - {lr:g} x {mean:g}, not "
+                               f"w + {lr:g} x {mean:g}"),
+        ])
 
 
 def q2_test(got, ref):
-    check_number("factor_sum_only", got["factor_sum_only"], 8, mistakes=[
-        (1, "SUM adds the 8 ranks' mean gradients and divides by nothing: the result is 8 x the "
-            "mean"),
-        (1 / 8, "that is the factor of the other bug (dividing after AVG); SUM without a "
+    d = got.givens.q2_ranks
+    check_number("factor_sum_only", got["factor_sum_only"], d, mistakes=[
+        (1, f"SUM adds the {d} ranks' mean gradients and divides by nothing: the result is "
+            f"{d} x the mean"),
+        (1 / d, "that is the factor of the other bug (dividing after AVG); SUM without a "
                 "division makes the gradient too large"),
-        (7, "all 8 ranks' gradients are added, including this rank's own: the factor is D, not "
-            "D - 1"),
+        (d - 1, f"all {d} ranks' gradients are added, including this rank's own: the factor is "
+                "D, not D - 1"),
     ])
-    check_number("factor_avg_then_divide", got["factor_avg_then_divide"], 0.125, mistakes=[
+    check_number("factor_avg_then_divide", got["factor_avg_then_divide"], 1 / d, mistakes=[
         (1, "AVG already divides by D; dividing again makes the gradient D times too small"),
-        (8, "dividing twice makes the gradient smaller, not larger: the factor is 1/D"),
-        (1 / 64, "the AVG op divides by D once and you divide once more: 1/D, not 1/D^2"),
+        (d, "dividing twice makes the gradient smaller, not larger: the factor is 1/D"),
+        (1 / d**2, "the AVG op divides by D once and you divide once more: 1/D, not 1/D^2"),
     ])
 
 
 def q3_test(got, ref):
-    check_number("global_mean_grad", got["global_mean_grad"], 3.5, mistakes=[
-        (5.0, "that is the mean of the two ranks' means, (8 + 2) / 2: it weighs rank 0's two "
-              "examples as much as rank 1's six. Weight each rank's mean by its example count"),
-        (28.0, "that is the sum of all 8 gradients: divide by the number of examples, 8"),
-        (10.0, "that is the sum of the two ranks' means: weight them by example count and "
-               "divide by the total count"),
-        (4.5, "rank 1 contributes 6 x 2 = 12 to the sum, not 2 x 6 as one example"),
+    g1, g2, n, m = got.givens.q3
+    total, count = g1 + g2 + n * m, 2 + n
+    check_number("global_mean_grad", got["global_mean_grad"], total / count, mistakes=[
+        (((g1 + g2) / 2 + m) / 2, f"that is the mean of the two ranks' means, "
+                                  f"({(g1 + g2) / 2:g} + {m:g}) / 2: it weighs rank 0's two "
+                                  f"examples as much as rank 1's {n}. Weight each rank's mean "
+                                  "by its example count"),
+        (total, f"that is the sum of all {count} gradients: divide by the number of examples, "
+                f"{count}"),
+        ((g1 + g2) / 2 + m, "that is the sum of the two ranks' means: weight them by example "
+                            "count and divide by the total count"),
+        ((g1 + g2 + m) / 3, f"rank 1 contributes {n} x {m:g} = {n * m:g} to the sum, not "
+                            f"{m:g} as one example"),
     ])
 
 
 def q4_test(got, ref):
-    check_number("ring_gb_per_rank", got["ring_gb_per_rank"], 5.625, unit="GB", mistakes=[
-        (2.8125, "that counts one phase only: the ring sends (D-1)/D x N in the reduce-scatter "
-                 "AND again in the all-gather, 2(D-1)/D x N x 2 bytes in total"),
-        (6.0, "2 x the buffer is the limit for large D; with D = 16 it is 2 x 15/16 x the "
-              "buffer"),
-        (3.0, "that is the gradient buffer sent once; the ring sends 2(D-1)/D times it"),
-        (11.25, "bf16 gradients are 2 bytes each, not 4"),
-        (5.625 * 1e9 / 2**30, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
-        (5.625e9, "that is bytes; the question asks for GB"),
-        (45.0, "that is every rank sending its whole buffer to each of the other 15: the ring "
-               "sends each rank's data only to its neighbour, shard by shard"),
-        (0.1875, "that is one rank's shard (N/D x 2 bytes); the ring sends 2(D-1) such shards"),
+    n, d = got.givens.q4
+    buffer = n * 2 / 1e9                                  # GB of bf16 gradients
+    ring = 2 * (d - 1) / d * buffer
+    check_number("ring_gb_per_rank", got["ring_gb_per_rank"], ring, unit="GB", mistakes=[
+        (ring / 2, "that counts one phase only: the ring sends (D-1)/D x N in the reduce-scatter "
+                   "AND again in the all-gather, 2(D-1)/D x N x 2 bytes in total"),
+        (2 * buffer, f"2 x the buffer is the limit for large D; with D = {d} it is "
+                     f"2 x {d - 1}/{d} x the buffer"),
+        (buffer, "that is the gradient buffer sent once; the ring sends 2(D-1)/D times it"),
+        (ring * 2, "bf16 gradients are 2 bytes each, not 4"),
+        (ring * 1e9 / 2**30, "that is GiB (2^30 bytes); the question asks for GB (10^9 bytes)"),
+        (ring * 1e9, "that is bytes; the question asks for GB"),
+        ((d - 1) * buffer, f"that is every rank sending its whole buffer to each of the other "
+                           f"{d - 1}: the ring sends each rank's data only to its neighbour, "
+                           "shard by shard"),
+        (buffer / d, "that is one rank's shard (N/D x 2 bytes); the ring sends 2(D-1) such "
+                     "shards"),
     ])
 
 

@@ -179,35 +179,45 @@ def q3_test(got, ref):
 
 
 def q4_test(got, ref):
-    checks.check_number("params_per_shard_b", got["params_per_shard_b"], 4.875, mistakes=[
-        (78 / 64, "you counted the DP ranks in the model shard: each DP index holds a whole copy "
-                  "of the model, split over its TP x PP = 16 devices"),
-        (78 / 8, "PP splits the layers too: divide by TP x PP"),
-        (78e9 / 16, "give the answer in billions of parameters")])
-    checks.check_number("gb_zero3", got["gb_zero3"], 19.5, mistakes=[
-        (1.21875, "you applied ZeRO-3 over all 64 devices; ZeRO shards over the DP = 4 ranks, "
-                  "the TP/PP split already divided the model by 16"),
-        (4.875, "you counted the DP ranks in the model shard and then divided by DP again"),
-        (78.0, "ZeRO-3 shards the whole 16 bytes over the DP = 4 ranks: divide by 4"),
-        (19.5e9 / 2**30, "that is GiB; the question asks for GB (10**9 bytes)")])
-    checks.check_number("gb_zero1", got["gb_zero1"], 34.125, mistakes=[
-        (19.5, "that is ZeRO-3; ZeRO-1 shards only the 12 optimizer bytes (master copy and "
-               "moments), weights and gradients stay whole: (4 + 12/4) x 4.875"),
-        (4.875 * (2 + 14 / 4), "that is ZeRO-2 (gradients sharded too); ZeRO-1 shards only the "
-                               "optimizer bytes"),
-        (4.875 * (4 + 12 / 64), "ZeRO-1 shards over the DP = 4 ranks, not all 64 devices")])
+    tp, pp, dp, n = got.givens.q4
+    devices, shard = tp * pp * dp, n / (tp * pp)
+    checks.check_number("params_per_shard_b", got["params_per_shard_b"], shard, mistakes=[
+        (n / devices, f"you counted the DP ranks in the model shard: each DP index holds a "
+                      f"whole copy of the model, split over its TP x PP = {tp * pp} devices"),
+        (n / tp, "PP splits the layers too: divide by TP x PP"),
+        (n * 1e9 / (tp * pp), "give the answer in billions of parameters")])
+    zero3 = shard * 16 / dp
+    checks.check_number("gb_zero3", got["gb_zero3"], zero3, mistakes=[
+        (shard * 16 / devices, f"you applied ZeRO-3 over all {devices} devices; ZeRO shards "
+                               f"over the DP = {dp} ranks, the TP/PP split already divided the "
+                               f"model by {tp * pp}"),
+        (n / devices * 16 / dp, "you counted the DP ranks in the model shard and then divided "
+                                "by DP again"),
+        (shard * 16, f"ZeRO-3 shards the whole 16 bytes over the DP = {dp} ranks: divide by "
+                     f"{dp}"),
+        (zero3 * 1e9 / 2**30, "that is GiB; the question asks for GB (10**9 bytes)")])
+    checks.check_number("gb_zero1", got["gb_zero1"], shard * (4 + 12 / dp), mistakes=[
+        (zero3, f"that is ZeRO-3; ZeRO-1 shards only the 12 optimizer bytes (master copy and "
+                f"moments), weights and gradients stay whole: (4 + 12/{dp}) x {shard:g}"),
+        (shard * (2 + 14 / dp), "that is ZeRO-2 (gradients sharded too); ZeRO-1 shards only the "
+                                "optimizer bytes"),
+        (shard * (4 + 12 / devices), f"ZeRO-1 shards over the DP = {dp} ranks, not all "
+                                     f"{devices} devices")])
 
 
 def q5_test(got, ref):
-    checks.check_number("gb_a", got["gb_a"], 38.28125, mistakes=[
-        (175 / 32 * 16 / 4, "that is ZeRO-3; ZeRO-1 keeps weights and gradients whole"),
-        (175 / 128 * 7, "you counted the DP ranks in the model shard"),
-        (175 / 32 * (4 + 12 / 128), "ZeRO-1 shards over the DP = 4 ranks, not all 128 devices")])
-    checks.check_number("gb_b", got["gb_b"], 96.25, mistakes=[
-        (70 / 4 * 16 / 8, "that is ZeRO-3; ZeRO-1 shards only the 12 optimizer bytes"),
-        (70 / 32 * (4 + 12 / 8), "you counted the DP ranks in the model shard"),
-        (70 / 4 * (4 + 12 / 32), "ZeRO-1 shards over the DP = 8 ranks, not all 32 devices")])
-    checks.check_choice("fits_a", got["fits_a"], True, [True, False])
-    checks.check_choice("fits_b", got["fits_b"], False, [True, False], hint=(
-        "96.25 GB of persistent state does not fit 80 GB: ZeRO-2/3 or more TP/PP would be "
-        "needed"))
+    for plan, (n, tp, pp, dp) in zip("ab", got.givens.q5):
+        shard, devices = n / (tp * pp), tp * pp * dp
+        gb = shard * (4 + 12 / dp)
+        mistakes = [(shard * 16 / dp, "that is ZeRO-3; ZeRO-1 keeps weights and gradients whole "
+                                      "and shards only the 12 optimizer bytes"),
+                    (n / devices * (4 + 12 / dp), "you counted the DP ranks in the model shard"),
+                    (shard * (2 + 14 / dp), "that is ZeRO-2; ZeRO-1 keeps the gradients whole")]
+        if devices != dp:
+            mistakes.append((shard * (4 + 12 / devices), f"ZeRO-1 shards over the DP = {dp} "
+                                                         f"ranks, not all {devices} devices"))
+        checks.check_number(f"gb_{plan}", got[f"gb_{plan}"], gb, mistakes=mistakes)
+        hint = "" if gb <= 80 else (f"{gb:g} GB of persistent state does not fit 80 GB: "
+                                    "ZeRO-2/3 or more TP/PP would be needed")
+        checks.check_choice(f"fits_{plan}", got[f"fits_{plan}"], gb <= 80, [True, False],
+                            hint=hint)

@@ -91,22 +91,31 @@ def _choice(names) -> str:
 GLOBAL = "counting the bytes of the global array instead of the local shard: a device holds "
 
 
+def q2_bytes(b, n_in, n_out, rows, cols):
+    """Bytes one device holds: W in layout b (split 8 ways), Y in layout c (its columns split 8
+    ways), the 2-D weight (split 2 x 4): float32. The reference run compiles the base numbers
+    and this judge checks these against it; tests/test_reference_answers.py compiles every
+    variant."""
+    return {"w_bytes_b": n_out * n_in * 4 // 8, "y_bytes_c": b * n_out * 4 // 8,
+            "w_bytes_2d": rows * cols * 4 // 8}
+
+
 def q2_test(got, ref):
-    # Y = X @ W.T with W (out, in) = (1536, 640): W's dim 1 is the contraction dim
+    # Y = X @ W.T with W (out, in): W's dim 1 is the contraction dim. The collectives do not
+    # depend on the sizes; the bytes are the student's own sizes'.
     expected = {"a": "all-gather", "b": "all-reduce", "c": "none"}
-    for k, want in expected.items():
-        assert _choice(ref[f"compiled {k}: collectives"]) == want, (
-            f"layout {k} no longer compiles to {want!r}: JAX changed what it inserts")
+    for k, want in expected.items():  # (what the reference's kernel compiled, where it ran)
+        if ref is not None and f"compiled {k}: collectives" in ref:
+            assert _choice(ref[f"compiled {k}: collectives"]) == want, (
+                f"layout {k} no longer compiles to {want!r}: JAX changed what it inserts")
     transposed = ("W is (out_features, in_features) and the layer uses W.T: W: P(\"model\", None) "
                   "splits the OUTPUT features, a column-parallel layer")
-    checks.check_choice("collective_a", got["collective_a"],
-                        _choice(ref["compiled a: collectives"]), CHOICES, mistakes={
+    checks.check_choice("collective_a", got["collective_a"], expected["a"], CHOICES, mistakes={
         "all-reduce": transposed + "; its pieces are different features, concatenated "
                       "(all-gather), not added",
         "none": "each device holds only its own output features of Y, and Y: P() asks for all "
                 "of it on every device"})
-    checks.check_choice("collective_b", got["collective_b"],
-                        _choice(ref["compiled b: collectives"]), CHOICES, mistakes={
+    checks.check_choice("collective_b", got["collective_b"], expected["b"], CHOICES, mistakes={
         "none": "W: P(None, \"model\") splits W's dim 1, the in_features that W.T contracts: "
                 "each device holds a partial sum of the full Y, and the compiler all-reduces "
                 "them",
@@ -114,24 +123,23 @@ def q2_test(got, ref):
                       "sums, which are added (all-reduce), not concatenated",
         "reduce-scatter": "Y: P() asks for all of Y on every device; a reduce-scatter would "
                           "leave each device only a slice"})
-    checks.check_choice("collective_c", got["collective_c"],
-                        _choice(ref["compiled c: collectives"]), CHOICES, mistakes={
+    checks.check_choice("collective_c", got["collective_c"], expected["c"], CHOICES, mistakes={
         "all-reduce": transposed + ", whose outputs are different features, not partial sums",
         "all-gather": "Y: P(None, \"model\") lets Y stay split by features: each device "
                       "computes its own output features from all of X and nothing is gathered"})
-    w_global, y_global, w2d_global = 1536 * 640 * 4, 96 * 1536 * 4, 768 * 3072 * 4
-    checks.check_number("w_bytes_b", got["w_bytes_b"], ref["compiled b: W bytes on a device"],
-                        unit="bytes", mistakes=[
+    b, n_in, n_out, rows, cols = got.givens.q2
+    right = q2_bytes(b, n_in, n_out, rows, cols)
+    w_global, y_global, w2d_global = n_out * n_in * 4, b * n_out * 4, rows * cols * 4
+    checks.check_number("w_bytes_b", got["w_bytes_b"], right["w_bytes_b"], unit="bytes",
+                        mistakes=[
         (w_global, GLOBAL + "1/8 of W"),
         (w_global / 4 / 8, "that counts elements; float32 has 4 bytes each")])
-    checks.check_number("y_bytes_c", got["y_bytes_c"], ref["compiled c: Y bytes on a device"],
-                        unit="bytes", mistakes=[
+    checks.check_number("y_bytes_c", got["y_bytes_c"], right["y_bytes_c"], unit="bytes",
+                        mistakes=[
         (y_global, GLOBAL + "only its own columns of Y (Y: P(None, \"model\"))"),
         (y_global / 4 / 8, "that counts elements; float32 has 4 bytes each")])
-    per_device = ref["2-D weight: bytes per device"]
-    assert len(set(per_device.values())) == 1
-    checks.check_number("w_bytes_2d", got["w_bytes_2d"], next(iter(per_device.values())),
-                        unit="bytes", mistakes=[
+    checks.check_number("w_bytes_2d", got["w_bytes_2d"], right["w_bytes_2d"], unit="bytes",
+                        mistakes=[
         (w2d_global, GLOBAL + "1/8 of the weight"),
         (w2d_global / 4, "P(\"data\", \"model\") splits dim 0 over \"data\" (2) AND dim 1 over "
                          "\"model\" (4): 8 blocks, not 4"),
