@@ -25,6 +25,9 @@ Questions whose givens stay fixed, and why:
   ratios (4 and 1 for every model: the point of those parts).
 * a6: the practice questions; Q1 (one rank's coordinates and groups in the lesson's mesh:
   Q2 and Q3 ask the same for hidden meshes drawn per submission); Q6 (graded by hand).
+* a7: the practice questions; Q4's diagnoses (run A is the straggler, run B the
+  communication-bound and run C the memory-bound run for everyone: their tables differ); Q7
+  (each student's own timings); Q8 (graded by hand).
 * a8: the practice questions; Q1's specs and Q2's collectives (a layout's collective does
   not depend on the sizes); Q3's function (hidden cases); Q4 (graded by hand).
 * a9: the practice questions; Q3's function (hidden modules drawn per submission); Q4's
@@ -141,14 +144,29 @@ GIVENS = {
                     ((175, 8, 2, 8), (13, 1, 1, 32)), ((130, 4, 2, 4), (40, 2, 1, 8)),
                     ((70, 8, 1, 4), (65, 8, 1, 16)), ((405, 8, 4, 8), (22, 2, 1, 8))),
     },
+    "a7_measuring": {
+        # Q1: the gradient norm over the single process's, D = 4: summed (D) or averaged twice
+        # (1/D)
+        "q1": given("Q1: run A's gradient norm / one process's", 4.0, 0.25),
+        # Q2, Q6 (and run B's wait, which the bytes explain): (parameters N, bus GB/s,
+        # sequences per rank, tokens per sequence), every prediction of Q6 its own
+        "job": given("the job: (parameters N, bus GB/s, BATCH_PER_RANK, SEQ_LEN)",
+                     (1.4e9, 16.0, 16, 1024), (2.7e9, 25.0, 8, 2048), (1.1e9, 12.0, 16, 2048),
+                     (0.95e9, 10.0, 32, 1024), (1.9e9, 24.0, 8, 4096), (3.0e9, 40.0, 4, 4096),
+                     (2.2e9, 30.0, 16, 1024), (0.8e9, 7.5, 32, 2048)),
+        # Q2, Q3, Q5: run A (the slow rank, the others' compute ms, the slow rank's compute ms)
+        "run_a": given("run A: (slow rank, others' compute ms, slow rank's compute ms)",
+                       (2, 250, 398), (0, 240, 372), (1, 262, 410), (3, 231, 355),
+                       (1, 205, 330), (0, 270, 440), (3, 248, 390), (2, 222, 350)),
+    },
     "a8_jax_sharding": {
-        # Q2: (X rows b, in_features, out_features) of Y = X @ W.T on 8 devices and the 2-D
+        # Q2: (X rows b, in_features, out_features) of Y = X @ W.T on 8 devices, and the 2-D
         # weight (rows, cols) on the 2 x 4 mesh: every split dim divisible by its axis
-        "q2": given("Q2: (batch b, in_features, out_features, 2-D weight rows, cols)",
-                    (96, 640, 1536, 768, 3072), (64, 512, 1280, 1024, 2560),
-                    (80, 768, 2304, 640, 1536), (48, 1024, 2560, 1536, 1024),
-                    (112, 384, 1152, 896, 2048), (88, 896, 1792, 640, 2816),
-                    (40, 1280, 640, 1280, 960), (120, 576, 1664, 384, 2816)),
+        "q2": given("Q2: (batch b, in_features, out_features)", (96, 640, 1536),
+                    (64, 512, 1280), (80, 768, 2304), (48, 1024, 2560), (112, 384, 1152),
+                    (88, 896, 1792), (40, 1280, 640), (120, 576, 1664)),
+        "q2_2d": given("Q2: the 2-D weight (rows, cols)", (768, 3072), (1024, 2560), (640, 1536),
+                       (1536, 1024), (896, 2048), (640, 2816), (1280, 960), (384, 2816)),
     },
     "a9_activations": {
         # Q1 (a): a GPT config (hidden h, heads a, layers L, tokens s, micro-batch b); b >= 2
@@ -178,3 +196,29 @@ GIVENS = {
                     (3072, 24, 28, 8192, 4), (8192, 64, 80, 4096, 8), (6144, 48, 44, 4096, 4)),
     },
 }
+
+
+def a7_runs(givens) -> tuple[dict, dict, dict]:
+    """a7's measured runs A, B and C for a student's givens (4 ranks, ms and GB per rank, rank 0
+    first): run A has one slow rank the others wait for, run B waits in its all-reduce about as
+    long as the bytes take at the bus bandwidth (7.5 ms more), run C is at the device's memory.
+    The base givens give the tables the lesson's numbers were written for."""
+    n_params, bus_gb_per_s, _, _ = givens["job"]
+    slow, fast_ms, slow_ms = givens["run_a"]
+    d = 4
+    step_a, jitter = slow_ms + 14.0, iter([0.0, 2.0, -1.0])
+    compute_a = [float(slow_ms) if r == slow else fast_ms + next(jitter) for r in range(d)]
+    peak = iter([51.2, 51.3, 51.2])
+    run_a = {"step_ms": step_a, "compute_ms": compute_a,
+             "wait_ms": [step_a - c - 2.0 for c in compute_a],
+             "peak_gb": [51.9 if r == slow else next(peak) for r in range(d)],
+             "alloc_retries": [0] * d}
+    ring_ms = 2 * (d - 1) / d * 2 * n_params / (bus_gb_per_s * 1e9) * 1000
+    wait_b = round(ring_ms + 7.5)
+    run_b = {"step_ms": 140.0 + wait_b + 2.0, "compute_ms": [140.0, 141.0, 139.0, 140.0],
+             "wait_ms": [float(wait_b), wait_b - 1.0, wait_b + 1.0, float(wait_b)],
+             "peak_gb": [38.4, 38.5, 38.4, 38.6], "alloc_retries": [0] * d}
+    run_c = {"step_ms": 412.0, "compute_ms": [384.0, 385.0, 383.0, 384.0],
+             "wait_ms": [26.0, 25.0, 27.0, 26.0], "peak_gb": [79.2, 79.4, 79.1, 79.3],
+             "alloc_retries": [37, 41, 35, 39]}
+    return run_a, run_b, run_c

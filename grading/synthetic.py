@@ -63,7 +63,7 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
     "a7_measuring": ("q2", "q2_tokens_per_s = BATCH_PER_RANK * SEQ_LEN / (RUN_A['step_ms'] / 1000)",
                      "the global batch is BATCH_PER_RANK x D sequences"),
     "a8_jax_sharding": ("q2", 'collective_a = "all-gather"\ncollective_b = "all-reduce"\n'
-                        'collective_c = "none"\nb, n_in, n_out, rows, cols = G.q2\n'
+                        'collective_c = "none"\nb, n_in, n_out = G.q2\nrows, cols = G.q2_2d\n'
                         'w_bytes_b = n_out * n_in * 4 // 8\ny_bytes_c = b * n_out * 4\n'
                         'w_bytes_2d = rows * cols * 4 // 8',
                         "instead of the local shard"),
@@ -652,7 +652,8 @@ def _variant_cases(assignment: str, model: Model, correct: dict, references: dic
         own = variants.givens(assignment, student=prefix + kind)
         lost, flags = 0.0, list(extra_flags)
         for gid, right in peer_right.items():
-            pairs = [(n, right[n]) for n, _ in ref_subs.get(gid, [])]
+            # (what the judge does not check, a8's compiled programs, stays the reference's)
+            pairs = [(n, right.get(n, v)) for n, v in ref_subs.get(gid, [])]
             if not judge.judge_cell(rules, gid, pairs, pairs, givens=own).passed:
                 lost += model.points[gid]
                 if informative.get(gid):  # the report names the peer (integrity.copied_answers)

@@ -137,7 +137,6 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.])", r
 COINCIDENCES: dict[tuple[str, str, float], str] = {
     ("a1_training_state", "q3_state_gb", 182.0):
         "182 is a slice size in elements in lecture 3 (ZeRO with D = 3: [182, 352, 88])",
-    ("a2_data_parallel", "w_new_0", 0.5): "0.500 is a column of lecture 5's bubble table",
     ("a2_data_parallel", "global_mean_grad", 3.5):
         "3.5 is a per-rank bubble in lecture 5's interleaved schedule",
     **{("a4_tensor_parallel", name, 512): "ffn / t of the base numbers (4096 / 8); powers of "

@@ -677,15 +677,16 @@ def test_a8_q2_judge_agrees_with_the_compiled_program_in_every_variant():
                "b": ({"x": js.P(None, "model"), "w": js.P(None, "model")}, js.P()),
                "c": ({"x": js.P(), "w": js.P("model", None)}, js.P(None, "model"))}
     collectives = {"a": "all-gather", "b": "all-reduce", "c": "none"}
-    for option in variants.givens_of("a8_jax_sharding")["q2"].options:
-        b, n_in, n_out, rows, cols = option
+    table = variants.givens_of("a8_jax_sharding")
+    for option in zip(table["q2"].options, table["q2_2d"].options):
+        (b, n_in, n_out), (rows, cols) = option
         shapes = {"x": (b, n_in), "w": (n_out, n_in)}
         plans = {k: js.compile_plan(m8, lambda x, w: x @ w.T, shapes, specs, out)
                  for k, (specs, out) in layouts.items()}
         for k, want in collectives.items():
             assert (plans[k]["collectives"] or ["none"])[0] == want, (option, k)
         w2d = js.place(np.zeros((rows, cols), np.float32), m24, js.P("data", "model"))
-        assert rules.q2_bytes(*option) == {
+        assert rules.q2_bytes(b, n_in, n_out, rows, cols) == {
             "w_bytes_b": plans["b"]["bytes"]["w"], "y_bytes_c": plans["c"]["out_bytes"],
             "w_bytes_2d": max(js.bytes_per_device(w2d).values())}, option
         assert len(set(js.bytes_per_device(w2d).values())) == 1

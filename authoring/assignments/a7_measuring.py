@@ -36,6 +36,12 @@
 #   collectives are not the problem.
 # * **healthy**: none of the above.
 #
+# **Your own numbers.** The job, run A and Q1's ratio are drawn for you (the table the next
+# cell shows, `G`, and the tables built from it): your classmates have other ones, so their
+# answers are wrong for you. They come from your identity (your JupyterHub user, the name
+# `make lab` asked for once, or, when your instructor grades, your student id, whatever this
+# notebook says). Do not edit that cell.
+#
 # **Work the answers out yourself.** Some `course_utils` helpers compute a graded answer
 # outright (here, for example, `measure.throughput`). An answer that uses one is flagged for
 # your instructor: the questions ask for the reasoning those helpers do.
@@ -46,14 +52,16 @@ import time
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, launch
+from course_utils import assignment_givens, checks, launch, variants
 
 _ = launch.run(lambda rank, world_size: None, 2, timeout_s=55)  # start the rank launcher once
+G = variants.givens("a7_measuring", on=True)  # your numbers (do not edit this cell)
+G
 
 # %% [markdown]
 # ## The measurements
 #
-# Three data-parallel runs of the same 1.4B-parameter model on D = 4 GPUs with 80 GB each.
+# Three data-parallel runs of the same `N_PARAMS`-parameter model on D = 4 GPUs with 80 GB each.
 # Each rank processes `BATCH_PER_RANK` sequences of `SEQ_LEN` tokens per step. Gradients are
 # all-reduced in BF16 (2 bytes per parameter) at a measured bus bandwidth of `BUS_GB_PER_S`
 # GB/s per rank. Every list has one entry per rank (rank 0 first): means over 50 steps after a
@@ -61,28 +69,13 @@ _ = launch.run(lambda rank, world_size: None, 2, timeout_s=55)  # start the rank
 
 # %%
 D = 4
-N_PARAMS = 1.4e9
+N_PARAMS, BUS_GB_PER_S, BATCH_PER_RANK, SEQ_LEN = G.job  # BUS_GB_PER_S: 10**9 bytes/s per rank
 GRAD_BYTES = 2 * N_PARAMS        # BF16 gradients
-BUS_GB_PER_S = 16.0              # GB/s (10**9 bytes/s) sent per rank
 DEVICE_GB = 80.0
-BATCH_PER_RANK = 16              # sequences per rank per step
-SEQ_LEN = 1024                   # tokens per sequence
-
-RUN_A = {"step_ms": 412.0,
-         "compute_ms": [250.0, 252.0, 398.0, 249.0],   # data + forward + backward + optimizer
-         "wait_ms": [160.0, 158.0, 12.0, 161.0],
-         "peak_gb": [51.2, 51.3, 51.9, 51.2],
-         "alloc_retries": [0, 0, 0, 0]}
-RUN_B = {"step_ms": 412.0,
-         "compute_ms": [140.0, 141.0, 139.0, 140.0],
-         "wait_ms": [270.0, 269.0, 271.0, 270.0],
-         "peak_gb": [38.4, 38.5, 38.4, 38.6],
-         "alloc_retries": [0, 0, 0, 0]}
-RUN_C = {"step_ms": 412.0,
-         "compute_ms": [384.0, 385.0, 383.0, 384.0],
-         "wait_ms": [26.0, 25.0, 27.0, 26.0],
-         "peak_gb": [79.2, 79.4, 79.1, 79.3],
-         "alloc_retries": [37, 41, 35, 39]}
+# compute_ms: data + forward + backward + optimizer
+RUN_A, RUN_B, RUN_C = assignment_givens.a7_runs(G)
+for _name, _run in (("RUN_A", RUN_A), ("RUN_B", RUN_B), ("RUN_C", RUN_C)):
+    print(f"{_name} = {_run}")
 
 # %% [markdown]
 # Two more runs, used only by the practice questions: run P (4 ranks) and run H (4 ranks), the
@@ -133,20 +126,21 @@ print("practice_diagnosis: right")
 
 # %% [markdown]
 # **Graded**: before any of these runs was timed, one step was compared with a single process
-# on the same global batch. In run A the gradient norm on every rank came out **4.0 times** the
-# single-process gradient norm, with the same direction (cosine 1.0), and the same loss.
+# on the same global batch. In run A the gradient norm on every rank came out **`G.q1` times**
+# the single-process gradient norm (yours is in the table at the top), with the same direction
+# (cosine 1.0), and the same loss.
 # Which is it? Assign one of these strings to `q1_diagnosis`:
 #
 # `"correct"`, `"summed, not averaged"`, `"averaged twice"`, `"ranks saw the same data"`
 
 # %% [answer q1]
 ### BEGIN SOLUTION
-q1_diagnosis = "summed, not averaged"
+q1_diagnosis = "summed, not averaged" if G.q1 == D else "averaged twice"
 ### END SOLUTION
 
 # %% [test q1_test points=2]
 Q1_CHOICES = ["correct", "summed, not averaged", "averaged twice", "ranks saw the same data"]
-checks.check_choice("q1_diagnosis", q1_diagnosis, None, Q1_CHOICES, mistakes={
+checks.check_choice("q1_diagnosis", q1_diagnosis, None, Q1_CHOICES, variant=G.key("q1"), mistakes={
     "correct": "equal losses do not show that the reduction is right (the logged loss is "
                "computed before any gradient is reduced); a right reduction gives the "
                "single-process gradient, length included.",
@@ -193,7 +187,8 @@ q2_tokens_per_s = BATCH_PER_RANK * D * SEQ_LEN / (RUN_A["step_ms"] / 1000)
 ### END SOLUTION
 
 # %% [test q2_test points=2]
-checks.check_number("q2_tokens_per_s", q2_tokens_per_s, unit="tokens/s", mistakes=[
+checks.check_number("q2_tokens_per_s", q2_tokens_per_s, unit="tokens/s",
+                    variant=G.key("job", "run_a"), mistakes=[
     (BATCH_PER_RANK * SEQ_LEN / (RUN_A["step_ms"] / 1000),
      "that counts the tokens of one rank: the global batch is BATCH_PER_RANK x D sequences, and "
      "the D ranks process theirs at the same time, within one step."),
@@ -259,10 +254,12 @@ for _name, _value in (("q3a_rank0_fraction", q3a_rank0_fraction),
     if not 0 <= float(_value) <= 1:
         raise AssertionError(f"{_name} = {float(_value):g} is not a fraction between 0 and 1. "
                              "A percentage? Or a total wait compared with a shorter time?")
-checks.check_number("q3a_rank0_fraction", q3a_rank0_fraction, mistakes=[
+checks.check_number("q3a_rank0_fraction", q3a_rank0_fraction, variant=G.key("run_a"), mistakes=[
     (RUN_A["wait_ms"][_r] / RUN_A["step_ms"],
-     f"that is rank {_r}'s wait; the lists are in rank order, rank 0 first.") for _r in (1, 2, 3)])
-checks.check_number("q3b_cluster_fraction", q3b_cluster_fraction, mistakes=[
+     f"that is rank {_r}'s wait; the lists are in rank order, rank 0 first.") for _r in (1, 2, 3)
+    if RUN_A["wait_ms"][_r] != RUN_A["wait_ms"][0]])
+checks.check_number("q3b_cluster_fraction", q3b_cluster_fraction, variant=G.key("run_a"),
+                    mistakes=[
     (max(RUN_A["wait_ms"]) / RUN_A["step_ms"],
      "that is the largest wait of one rank; (b) is about the GPU time of all ranks together."),
     (min(RUN_A["wait_ms"]) / RUN_A["step_ms"],
@@ -358,7 +355,7 @@ print("practice_straggler_rank: right")
 
 # %% [answer q5]
 ### BEGIN SOLUTION
-q5_straggler_rank = 2
+q5_straggler_rank = RUN_A["compute_ms"].index(max(RUN_A["compute_ms"]))
 ### END SOLUTION
 
 # %% [test q5_test points=1]
@@ -366,7 +363,7 @@ checks.check_number("q5_straggler_rank", q5_straggler_rank)
 if float(q5_straggler_rank) not in [float(_r) for _r in range(D)]:
     raise AssertionError(f"q5_straggler_rank = {q5_straggler_rank}: run A's ranks are "
                          f"numbered 0 to {D - 1}.")
-checks.check_number("q5_straggler_rank", q5_straggler_rank, mistakes=[
+checks.check_number("q5_straggler_rank", q5_straggler_rank, variant=G.key("run_a"), mistakes=[
     (RUN_A["wait_ms"].index(max(RUN_A["wait_ms"])),
      "that rank waits the longest; a rank waits inside the all-reduce when it arrives early, so "
      "a long wait does not make it the slow one."),
@@ -415,7 +412,8 @@ q6_predicted_ms = 2 * (D - 1) / D * GRAD_BYTES / (BUS_GB_PER_S * 1e9) * 1000
 ### END SOLUTION
 
 # %% [test q6_test points=2]
-checks.check_number("q6_predicted_ms", q6_predicted_ms, unit="ms", mistakes=[
+checks.check_number("q6_predicted_ms", q6_predicted_ms, unit="ms", variant=G.key("job"),
+                    mistakes=[
     (GRAD_BYTES / (BUS_GB_PER_S * 1e9) * 1000,
      "that sends GRAD_BYTES once; each rank of a ring all-reduce sends 2(D-1)/D x GRAD_BYTES."),
     (2 * GRAD_BYTES / (BUS_GB_PER_S * 1e9) * 1000,
@@ -548,6 +546,8 @@ None
 
 # %% [manual q8_explain points=3]
 # ### BEGIN SOLUTION
+# (Written for the base numbers, 1.4B parameters at 16 GB/s; a student's own job, in their
+# table, scales the bytes and the wait: the reasoning and the rubric are the same.)
 # Each rank sends 2(D-1)/D x GRAD_BYTES: 1.5 x 2.8 GB = 4.2 GB at D = 4, 1.75 x 2.8 GB = 4.9 GB
 # at D = 8, so at the same bus bandwidth the wait grows from about 262 ms to about 306 ms (more
 # if the extra ranks sit on a slower link). Compute per rank stays about 140 ms, so the step

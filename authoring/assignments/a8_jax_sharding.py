@@ -204,9 +204,8 @@ print("practice Q2: all right (checked against the compiled programs and their s
 # %% [markdown]
 # **Graded.** A 1-D mesh of 8 devices with axis `"model"`; the weight is stored as PyTorch's
 # `nn.Linear` stores it, `(out_features, in_features)`: `X` is `(b, in_features)`, `W` is
-# `(out_features, in_features)`, float32, where
-# `(b, in_features, out_features, rows, cols) = G.q2` (yours are in the table at the top), and
-# the layer computes `Y = X @ W.T`, compiled with `jit` (Auto axes). Work out which of `W`'s dims is contracted before you answer.
+# `(out_features, in_features)`, float32, where `(b, in_features, out_features) = G.q2`
+# (yours are in the table at the top), and the layer computes `Y = X @ W.T`, compiled with `jit` (Auto axes). Work out which of `W`'s dims is contracted before you answer.
 #
 # * `collective_a`: `X: P()`, `W: P("model", None)`, `Y: P()`.
 # * `collective_b`: `X: P(None, "model")`, `W: P(None, "model")`, `Y: P()`.
@@ -214,14 +213,15 @@ print("practice Q2: all right (checked against the compiled programs and their s
 # * `w_bytes_b`: the bytes one device holds of `W` in layout b (an int).
 # * `y_bytes_c`: the bytes one device holds of `Y` in layout c (an int).
 # * `w_bytes_2d`: on the `2 x 4` mesh `("data", "model")`, a float32 weight of shape
-#   `(rows, cols)` with spec `P("data", "model")`: bytes per device (an int).
+#   `(rows, cols) = G.q2_2d` with spec `P("data", "model")`: bytes per device (an int).
 
 # %% [answer q2]
 ### BEGIN SOLUTION
 collective_a = "all-gather"
 collective_b = "all-reduce"
 collective_c = "none"
-b, n_in, n_out, rows, cols = G.q2
+b, n_in, n_out = G.q2
+rows, cols = G.q2_2d
 w_bytes_b = n_out * n_in * 4 // 8
 y_bytes_c = b * n_out * 4 // 8
 w_bytes_2d = rows * cols * 4 // 8
@@ -239,16 +239,18 @@ assert collective_b != "none", (
     "matmul?")
 assert collective_a != collective_c, (
     "layouts a and c differ only in Y's layout, and they need different communication")
-for _name, _value in (("w_bytes_b", w_bytes_b), ("y_bytes_c", y_bytes_c),
-                      ("w_bytes_2d", w_bytes_2d)):
-    checks.check_number(_name, _value, unit="bytes")
+for _name, _value, _key in (("w_bytes_b", w_bytes_b, G.key("q2")),
+                            ("y_bytes_c", y_bytes_c, G.key("q2")),
+                            ("w_bytes_2d", w_bytes_2d, G.key("q2_2d"))):
+    checks.check_number(_name, _value, unit="bytes", variant=_key)
     assert float(_value) == int(_value), f"{_name} should be a whole number"
-_b, _in, _out, _rows, _cols = G.q2
+_b, _in, _out = G.q2
+_rows, _cols = G.q2_2d
 checks.check_number("w_bytes_b", w_bytes_b, unit="bytes", variant=G.key("q2"), mistakes=[
     (_out * _in * 4, "that is the global W: count the bytes of one device's shard (its own "
                      "block), as addressable_shards does"),
     (_out * _in / 8, "that is a count of elements; each float32 is 4 bytes")])
-checks.check_number("w_bytes_2d", w_bytes_2d, unit="bytes", variant=G.key("q2"), mistakes=[
+checks.check_number("w_bytes_2d", w_bytes_2d, unit="bytes", variant=G.key("q2_2d"), mistakes=[
     (_rows * _cols * 4, "that is the global array: count one device's shard"),
     (_rows * _cols * 4 / 4, "the spec names both mesh axes: the array is split 2 x 4 ways, not "
                             "only over \"model\"")])
@@ -261,7 +263,8 @@ for _name, _value in (("collective_a", collective_a), ("collective_b", collectiv
     submit(_name, _value)
 _m8 = js.make_mesh((8,), ("model",))
 _mm = lambda x, w: x @ w.T  # noqa: E731   (nn.Linear's layout: W is (out, in))
-_b, _in, _out, _rows, _cols = G.q2
+_b, _in, _out = G.q2
+_rows, _cols = G.q2_2d
 _shapes = {"x": (_b, _in), "w": (_out, _in)}
 for _k, _specs, _out in (("a", {"x": P(), "w": P("model", None)}, P()),
                          ("b", {"x": P(None, "model"), "w": P(None, "model")}, P()),

@@ -10,6 +10,7 @@ compared with the reference's.
 
 import torch
 
+from course_utils.assignment_givens import a7_runs
 from course_utils.checks import as_number, check_choice, check_number
 
 # Course helpers that compute a graded answer outright, per answer cell: a submission whose
@@ -39,69 +40,98 @@ def _draw_q7(rng):
 HIDDEN_CASES = {"q7_test": _draw_q7}
 
 
+D = 4
+
+
+def _runs(givens):
+    return a7_runs(givens)
+
+
 def q1_test(got, ref):
-    check_choice("q1_diagnosis", got["q1_diagnosis"], "summed, not averaged", Q1_CHOICES,
-                 mistakes={
+    summed = got.givens.q1 == D
+    answer = "summed, not averaged" if summed else "averaged twice"
+    mistakes = {
         "correct": "a correct reduction gives the single-process gradient exactly (ratio 1.0). "
                    "Equal losses do not prove the gradients are right: the logged loss does not "
                    "depend on how gradients are reduced.",
-        "averaged twice": "dividing by D twice would make the norm 1/D = 0.25 times the "
-                          "reference, not 4 times.",
         "ranks saw the same data": "duplicated data changes the gradient's direction (it is the "
                                    "mean over fewer distinct examples), not its length by "
-                                   "exactly D = 4; here the cosine is 1.0 and the ratio "
-                                   "equals D.",
-    })
+                                   f"exactly {got.givens.q1:g}; here the cosine is 1.0.",
+    }
+    if summed:
+        mistakes["averaged twice"] = ("dividing by D twice would make the norm 1/D = 0.25 "
+                                      "times the reference, not 4 times.")
+    else:
+        mistakes["summed, not averaged"] = ("summing without dividing by D would make the norm "
+                                            "D = 4 times the reference, not 1/4.")
+    check_choice("q1_diagnosis", got["q1_diagnosis"], answer, Q1_CHOICES, mistakes=mistakes)
 
 
 def q2_test(got, ref):
-    tokens = 16 * 4 * 1024
-    check_number("q2_tokens_per_s", got["q2_tokens_per_s"], tokens / 0.412, unit="tokens/s",
+    _, _, batch, seq = got.givens.job
+    run_a = _runs(got.givens)[0]
+    tokens, step_s = batch * D * seq, run_a["step_ms"] / 1000
+    check_number("q2_tokens_per_s", got["q2_tokens_per_s"], tokens / step_s, unit="tokens/s",
                  mistakes=[
-        (tokens / 4 / 0.412, "that is one rank's throughput: the global batch is "
-                             "BATCH_PER_RANK x D sequences per step."),
-        (tokens / 412, "that divides by milliseconds: convert the step time to seconds."),
-        (16 * 4 / 0.412, "that counts sequences per second; multiply by SEQ_LEN tokens per "
-                         "sequence."),
-        (tokens / (0.412 - 0.160), "the step time includes the wait: throughput is tokens per "
-                                   "wall-clock step, waiting included."),
-        (tokens / (0.412 * 4), "dividing by D again: the D ranks run at the same time, so "
-                               "their tokens add up within one step time."),
+        (tokens / D / step_s, "that is one rank's throughput (or the global batch divided by "
+                              "D again): the global batch is BATCH_PER_RANK x D sequences per "
+                              "step, and the D ranks process theirs within the same step."),
+        (tokens / run_a["step_ms"], "that divides by milliseconds: convert the step time to "
+                                    "seconds."),
+        (batch * D / step_s, "that counts sequences per second; multiply by SEQ_LEN tokens per "
+                             "sequence."),
+        (tokens / (step_s - run_a["wait_ms"][0] / 1000), "the step time includes the wait: "
+                                                         "throughput is tokens per wall-clock "
+                                                         "step, waiting included."),
     ])
 
 
 def q3_test(got, ref):
-    check_number("q3a_rank0_fraction", got["q3a_rank0_fraction"], 160 / 412, mistakes=[
-        (100 * 160 / 412, "that is a percentage; give a fraction between 0 and 1."),
-        (160 / 250, "that divides by the compute time; the question asks for a fraction of the "
-                    "whole step."),
-        (12 / 412, "that is rank 2's wait (the list is in rank order, rank 0 first)."),
-        (491 / 4 / 412, "that is the mean over ranks; part (a) asks about rank 0 only."),
-    ])
-    check_number("q3b_cluster_fraction", got["q3b_cluster_fraction"], 491 / (4 * 412),
-                 mistakes=[
-        (100 * 491 / (4 * 412), "that is a percentage; give a fraction between 0 and 1."),
-        (491 / 412, "that adds the waits of 4 ranks but compares them with one rank's step: "
-                    "divide by D x step time."),
-        (160 / 412, "that is rank 0 alone; average the wait over all ranks."),
-        (161 / 412, "that is the largest wait; average the wait over all ranks."),
-    ])
+    run_a = _runs(got.givens)[0]
+    step, wait, compute = run_a["step_ms"], run_a["wait_ms"], run_a["compute_ms"]
+    right_a, right_b = wait[0] / step, sum(wait) / (D * step)
+    mistakes_a = [(100 * right_a, "that is a percentage; give a fraction between 0 and 1."),
+                  (wait[0] / compute[0], "that divides by the compute time; the question asks "
+                                         "for a fraction of the whole step."),
+                  (right_b, "that is the mean over ranks; part (a) asks about rank 0 only.")]
+    slow = compute.index(max(compute))
+    if slow != 0:
+        mistakes_a.append((wait[slow] / step, f"that is rank {slow}'s wait (the list is in rank "
+                                              "order, rank 0 first)."))
+    check_number("q3a_rank0_fraction", got["q3a_rank0_fraction"], right_a, mistakes=mistakes_a)
+    longest = max(wait)
+    mistakes_b = [(100 * right_b, "that is a percentage; give a fraction between 0 and 1."),
+                  (sum(wait) / step, f"that adds the waits of {D} ranks but compares them with "
+                                     "one rank's step: divide by D x step time."),
+                  (right_a, "that is rank 0 alone; average the wait over all ranks.")]
+    if longest != wait[0]:
+        mistakes_b.append((longest / step, "that is the largest wait; average the wait over all "
+                                           "ranks."))
+    check_number("q3b_cluster_fraction", got["q3b_cluster_fraction"], right_b,
+                 mistakes=mistakes_b)
 
 
 def q4_test(got, ref):
+    run_a, run_b, _ = _runs(got.givens)
+    slow = run_a["compute_ms"].index(max(run_a["compute_ms"]))
+    others = [w for r, w in enumerate(run_a["wait_ms"]) if r != slow]
+    waiting = sum(others) / len(others) / run_a["step_ms"]
     check_choice("q4_run_a", got["q4_run_a"], "straggler", Q4_CHOICES, mistakes={
         "communication-bound": "if moving bytes were the problem, every rank would wait about "
-                               "as long; here rank 2 waits 12 ms and the others about 160 ms. "
+                               f"as long; here rank {slow} waits {run_a['wait_ms'][slow]:g} ms "
+                               f"and the others about {sum(others) / len(others):.0f} ms. "
                                "Ranks that wait long are waiting for a slow peer.",
         "memory-bound": "peak memory is about 51 of 80 GB and the allocator never retried.",
-        "healthy": "three ranks spend almost 40% of every step waiting for one rank.",
+        "healthy": f"three ranks spend about {waiting:.0%} of every step waiting for one rank.",
     })
+    wait_b = run_b["wait_ms"][0]
     check_choice("q4_run_b", got["q4_run_b"], "communication-bound", Q4_CHOICES, mistakes={
         "straggler": "a straggler shows as one rank that waits much less than the others; here "
-                     "all four wait about 270 ms, about as long as sending the gradients takes "
-                     "(see Q6).",
+                     f"all four wait about {wait_b:g} ms, about as long as sending the gradients "
+                     "takes (see Q6).",
         "memory-bound": "peak memory is about 38 of 80 GB.",
-        "healthy": "two thirds of every step is spent inside the all-reduce.",
+        "healthy": f"{wait_b / run_b['step_ms']:.0%} of every step is spent inside the "
+                   "all-reduce.",
     })
     check_choice("q4_run_c", got["q4_run_c"], "memory-bound", Q4_CHOICES, mistakes={
         "healthy": "look at memory: the peak is within 1 GB of the 80 GB device and the "
@@ -113,30 +143,35 @@ def q4_test(got, ref):
 
 
 def q5_test(got, ref):
-    check_number("q5_straggler_rank", got["q5_straggler_rank"], 2, mistakes=[
-        (3, "rank 3 waits the longest: it is a victim, waiting for the slow rank. The straggler "
-            "is the rank that waits least, because everyone else is already there when it "
-            "arrives."),
-        (0, "rank 0 waits about 160 ms: it is waiting for the slow rank, not causing the wait."),
-        (1, "rank 1 waits about 158 ms: it is waiting for the slow rank, not causing the wait."),
-    ])
+    run_a = _runs(got.givens)[0]
+    wait = run_a["wait_ms"]
+    slow = run_a["compute_ms"].index(max(run_a["compute_ms"]))
+    longest = wait.index(max(wait))
+    mistakes = [(longest, f"rank {longest} waits the longest: it is a victim, waiting for the "
+                          "slow rank. The straggler is the rank that waits least, because "
+                          "everyone else is already there when it arrives.")]
+    mistakes += [(r, f"rank {r} waits about {wait[r]:g} ms: it is waiting for the slow rank, "
+                     "not causing the wait.") for r in range(D) if r not in (slow, longest)]
+    check_number("q5_straggler_rank", got["q5_straggler_rank"], slow, mistakes=mistakes)
 
 
 def q6_test(got, ref):
-    check_number("q6_predicted_ms", got["q6_predicted_ms"], 262.5, unit="ms", mistakes=[
-        (175.0, "that sends GRAD_BYTES once; a ring all-reduce sends (D-1)/D x bytes in its "
-                "reduce-scatter half and as much again in its all-gather half: 2(D-1)/D x "
-                "bytes."),
-        (131.25, "that is only one half of the ring (reduce-scatter or all-gather): the full "
-                 "all-reduce sends 2(D-1)/D x bytes."),
-        (350.0, "that uses 2 x bytes; each rank sends 2(D-1)/D x bytes, which is 1.5 x for "
-                "D = 4."),
-        (0.2625, "that is in seconds; the question asks for milliseconds."),
-        (525.0, "that uses 4 bytes per parameter; the gradients are all-reduced in BF16 "
-                "(GRAD_BYTES = 2 x N_PARAMS)."),
-        (2100.0, "GB/s are bytes, not bits: do not multiply by 8."),
+    n_params, bus, _, _ = got.givens.job
+    once = 2 * n_params / (bus * 1e9) * 1000               # GRAD_BYTES once, in ms
+    right = 2 * (D - 1) / D * once
+    check_number("q6_predicted_ms", got["q6_predicted_ms"], right, unit="ms", mistakes=[
+        (once, "that sends GRAD_BYTES once; a ring all-reduce sends (D-1)/D x bytes in its "
+               "reduce-scatter half and as much again in its all-gather half: 2(D-1)/D x "
+               "bytes."),
+        (right / 2, "that is only one half of the ring (reduce-scatter or all-gather): the full "
+                    "all-reduce sends 2(D-1)/D x bytes."),
+        (2 * once, "that uses 2 x bytes; each rank sends 2(D-1)/D x bytes, which is 1.5 x for "
+                   "D = 4."),
+        (right / 1000, "that is in seconds; the question asks for milliseconds."),
+        (2 * right, "that uses 4 bytes per parameter; the gradients are all-reduced in BF16 "
+                    "(GRAD_BYTES = 2 x N_PARAMS)."),
+        (8 * right, "GB/s are bytes, not bits: do not multiply by 8."),
     ])
-
 
 def _q7_check(got, number, world_size, late_rank, delay_s):
     """One run of timed_mean_allreduce on ``world_size`` ranks, ``late_rank`` ``delay_s`` late."""

@@ -127,7 +127,7 @@ def q2_test(got, ref):
         "all-reduce": transposed + ", whose outputs are different features, not partial sums",
         "all-gather": "Y: P(None, \"model\") lets Y stay split by features: each device "
                       "computes its own output features from all of X and nothing is gathered"})
-    b, n_in, n_out, rows, cols = got.givens.q2
+    (b, n_in, n_out), (rows, cols) = got.givens.q2, got.givens.q2_2d
     right = q2_bytes(b, n_in, n_out, rows, cols)
     w_global, y_global, w2d_global = n_out * n_in * 4, b * n_out * 4, rows * cols * 4
     checks.check_number("w_bytes_b", got["w_bytes_b"], right["w_bytes_b"], unit="bytes",
