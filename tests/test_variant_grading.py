@@ -72,17 +72,40 @@ def test_every_variant_keeps_its_mistakes_wrong_and_apart(name):
     assert judged > len(tour) > len(cells)
 
 
-def _uses_givens(cell) -> bool:
-    import re
+def _follows_the_givens(cells) -> list[bool]:
+    """Per cell: whether its code reads ``G`` or a name that an earlier such cell assigned (a7's
+    answers read ``RUN_A``, which the tables cell builds from ``G``): what must run again with
+    another student's numbers."""
+    import ast
 
-    return cell.cell_type == "code" and re.search(r"\bG\b", cell.source) is not None
+    tainted, out = {"G"}, []
+    for cell in cells:
+        try:
+            tree = ast.parse(cell.source) if cell.cell_type == "code" else None
+        except SyntaxError:
+            tree = None
+        if tree is None:
+            out.append(False)
+            continue
+        names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+        bound = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
+        bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+                  for a in n.posonlyargs + n.args + n.kwonlyargs}
+        bound |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                  if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        # what the cell reads from earlier cells: names it loads and never binds itself
+        reads = any(isinstance(n.ctx, ast.Load) and n.id in tainted - bound for n in names)
+        if reads and variants.switch_of(cell.source) is None:
+            tainted |= {n.id for n in names if isinstance(n.ctx, ast.Store)}
+        out.append(reads)
+    return out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", WITH_GIVENS)
 def test_the_reference_passes_its_judge_for_20_students(name):
     """The reference solution, run once in the sandbox with the base numbers, then every cell
-    that reads the givens and every test cell of numbers again with each of 20 students'
+    that reads the givens (or what a cell built from them) and every test cell of numbers again with each of 20 students'
     numbers (20 distinct variants, as the grader's kernel draws them), passes its judge for
     every student: the solution notebook and the judge agree on every variant, and the base
     numbers' answers are wrong for a student wherever that student's answers differ."""
@@ -108,8 +131,10 @@ def test_the_reference_passes_its_judge_for_20_students(name):
                                         allow_errors=True,
                                         resources={"metadata": {"path": str(integrity.ROOT)}})
     drawn = set(getattr(rules, "HIDDEN_CASES", {}))  # (functions on hidden cases: not numbers)
+    follows = _follows_the_givens(nb.cells)
     cells = [(i, c) for i, c in enumerate(nb.cells)
-             if (_uses_givens(c) and variants.switch_of(c.source) is None)
+             if (follows[i] and variants.switch_of(c.source) is None
+                 and not (integrity.is_test_cell(c) and integrity._meta(c)["grade_id"] in drawn))
              or (integrity.is_test_cell(c) and integrity._meta(c)["grade_id"] not in drawn)]
     tests = [(i, c) for i, c in cells if integrity.is_test_cell(c)]
     assert tests, f"{name}: no test cell reads the givens"
