@@ -42,11 +42,6 @@ HIDDEN_CASES = {"q7_test": _draw_q7}
 
 D = 4
 
-
-def _runs(givens):
-    return a7_runs(givens)
-
-
 def q1_test(got, ref):
     summed = got.givens.q1 == D
     answer = "summed, not averaged" if summed else "averaged twice"
@@ -69,7 +64,7 @@ def q1_test(got, ref):
 
 def q2_test(got, ref):
     _, _, batch, seq = got.givens.job
-    run_a = _runs(got.givens)[0]
+    run_a = a7_runs(got.givens)[0]
     tokens, step_s = batch * D * seq, run_a["step_ms"] / 1000
     check_number("q2_tokens_per_s", got["q2_tokens_per_s"], tokens / step_s, unit="tokens/s",
                  mistakes=[
@@ -87,7 +82,7 @@ def q2_test(got, ref):
 
 
 def q3_test(got, ref):
-    run_a = _runs(got.givens)[0]
+    run_a = a7_runs(got.givens)[0]
     step, wait, compute = run_a["step_ms"], run_a["wait_ms"], run_a["compute_ms"]
     right_a, right_b = wait[0] / step, sum(wait) / (D * step)
     mistakes_a = [(100 * right_a, "that is a percentage; give a fraction between 0 and 1."),
@@ -112,7 +107,7 @@ def q3_test(got, ref):
 
 
 def q4_test(got, ref):
-    run_a, run_b, _ = _runs(got.givens)
+    run_a, run_b, _ = a7_runs(got.givens)
     slow = run_a["compute_ms"].index(max(run_a["compute_ms"]))
     others = [w for r, w in enumerate(run_a["wait_ms"]) if r != slow]
     waiting = sum(others) / len(others) / run_a["step_ms"]
@@ -143,7 +138,7 @@ def q4_test(got, ref):
 
 
 def q5_test(got, ref):
-    run_a = _runs(got.givens)[0]
+    run_a = a7_runs(got.givens)[0]
     wait = run_a["wait_ms"]
     slow = run_a["compute_ms"].index(max(run_a["compute_ms"]))
     longest = wait.index(max(wait))
