@@ -105,10 +105,11 @@ def _follows_the_givens(cells) -> list[bool]:
 @pytest.mark.parametrize("name", WITH_GIVENS)
 def test_the_reference_passes_its_judge_for_20_students(name):
     """The reference solution, run once in the sandbox with the base numbers, then every cell
-    that reads the givens (or what a cell built from them) and every test cell of numbers again with each of 20 students'
-    numbers (20 distinct variants, as the grader's kernel draws them), passes its judge for
-    every student: the solution notebook and the judge agree on every variant, and the base
-    numbers' answers are wrong for a student wherever that student's answers differ."""
+    that reads the givens (or what a cell built from them) and every test cell of numbers
+    again with each of 20 students' numbers (20 distinct variants, as the grader's kernel draws
+    them), passes its judge for every student: the solution notebook and the judge agree on
+    every variant, and the base numbers' answers are wrong for a student wherever that
+    student's answers differ."""
     import copy
 
     import nbformat
