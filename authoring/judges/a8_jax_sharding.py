@@ -93,9 +93,8 @@ GLOBAL = "counting the bytes of the global array instead of the local shard: a d
 
 def q2_bytes(b, n_in, n_out, rows, cols):
     """Bytes one device holds: W in layout b (split 8 ways), Y in layout c (its columns split 8
-    ways), the 2-D weight (split 2 x 4): float32. The reference run compiles the base numbers
-    and this judge checks these against it; tests/test_reference_answers.py compiles every
-    variant."""
+    ways), the 2-D weight (split 2 x 4): float32. tests/test_jax_sharding.py compiles every
+    variant and checks these against the devices' ``addressable_shards``."""
     return {"w_bytes_b": n_out * n_in * 4 // 8, "y_bytes_c": b * n_out * 4 // 8,
             "w_bytes_2d": rows * cols * 4 // 8}
 
