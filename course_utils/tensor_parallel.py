@@ -87,6 +87,7 @@ class CommEvent:
     phase: str     # "forward" or "backward"
     shape: tuple   # shape of the collective's result on this rank
     nbytes: int    # bytes of that result (the tensor every rank ends up holding)
+    seconds: float = field(default=0.0, compare=False)  # wall time inside the collective
 
 
 _recorders: list[list[CommEvent]] = []
@@ -103,8 +104,9 @@ def record_comms() -> Iterator[list[CommEvent]]:
         _recorders.remove(events)
 
 
-def _log(op: str, phase: str, result: torch.Tensor) -> None:
-    event = CommEvent(op, phase, tuple(result.shape), result.numel() * result.element_size())
+def _log(op: str, phase: str, result: torch.Tensor, seconds: float = 0.0) -> None:
+    event = CommEvent(op, phase, tuple(result.shape), result.numel() * result.element_size(),
+                      seconds)
     for events in _recorders:
         events.append(event)
 
@@ -116,8 +118,9 @@ def _group_size(group: dist.ProcessGroup | None) -> int:
 def _all_reduce(x: torch.Tensor, group: dist.ProcessGroup | None, phase: str) -> torch.Tensor:
     out = x.contiguous().clone()  # never reduce into a tensor autograd may still need
     if _group_size(group) > 1:
+        t0 = clock(out)
         dist.all_reduce(out, group=group)
-        _log("all_reduce", phase, out)
+        _log("all_reduce", phase, out, clock(out) - t0)
     return out
 
 
@@ -130,9 +133,11 @@ def _all_gather_cat(x: torch.Tensor, group: dist.ProcessGroup | None, phase: str
         return x
     x = x.contiguous()
     parts = [torch.empty_like(x) for _ in range(t)]
+    t0 = clock(x)
     dist.all_gather(parts, x, group=group)
+    seconds = clock(x) - t0
     out = torch.cat(parts, dim=dim)  # t times x's size along dim
-    _log("all_gather", phase, out)
+    _log("all_gather", phase, out, seconds)
     return out
 
 

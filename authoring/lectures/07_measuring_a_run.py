@@ -409,12 +409,6 @@ print(measure.profile_table(prof_res, top=3))
 # %% [markdown]
 # **Next**: assignment `a7_measuring` (in your workspace under `assignments/a7_measuring/`)
 # practises reading a run's measurements: verify the scaling, compute throughput and wait
-# fractions, find the straggler, and time a collective's wait yourself on real ranks. This is the
-# course's last module. After it, take the checklist to a real multi-GPU run (NCCL instead of
-# gloo, a synchronize or CUDA events around everything you time,
-# `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline), and read the
-# papers listed under *References* in the course README. Where to go next: **quantization**
-# (weights, and then activations and optimizer state, stored in 8 bits or fewer: Module 1's bytes
-# per parameter, cut again), then **model serving** (running a trained model for many users at
-# once: batching requests, the KV cache, and this course's tensor and pipeline splits applied
-# to inference).
+# fractions, find the straggler, and time a collective's wait yourself on real ranks. Module 8,
+# `08_jax_sharding`, then builds the same plans in JAX, where the compiler inserts the
+# collectives; module 10 puts every piece into one trainer and checks it this module's way.

@@ -1,0 +1,95 @@
+"""ZeRO-1 as an optimizer: each DP rank keeps Adam's moments for one shard, then all-gathers.
+
+The parameters of a model replica (here: one rank's pipeline stage, already split by TP) are
+read as one flat vector, padded with zeros to a multiple of D (the size of ``dp_group``), and
+DP rank r owns elements ``[r*S, (r+1)*S)`` with ``S = ceil(n / D)`` (module 3's flat-buffer
+layout). :meth:`ShardedAdam.step` expects gradients already averaged over DP (a bucketed
+all-reduce, as DDP does: the same pairing as DDP + ``ZeroRedundancyOptimizer``), updates its
+own shard with exactly ``torch.optim.Adam``'s arithmetic, and all-gathers the updated shards so
+every replica holds the same weights again. Persistent bytes per rank in fp32: 4n weights +
+4n gradients + 8S moments (``memory.zero_state_bytes(n, D, stage=1, layout_name="fp32_adam")``
+plus at most D - 1 padding elements).
+
+The optimizer's own all-gather is timed (:attr:`ShardedAdam.comm_s`) for the step breakdown.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterable
+
+import torch
+import torch.distributed as dist
+
+from course_utils.validate import check_real
+
+__all__ = ["ShardedAdam"]
+
+
+class ShardedAdam:
+    """Adam over ``params`` with the moments sharded over ``dp_group`` (ZeRO stage 1).
+
+    ``lr``, ``betas`` and ``eps`` as in ``torch.optim.Adam`` (no weight decay). ``state`` has
+    the moments in the layout ``memory.count_state_bytes`` reads (``{0: {"exp_avg": ...}}``).
+    """
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], dp_group=None, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.params = [p for p in params]
+        if not self.params or not all(isinstance(p, torch.Tensor) for p in self.params):
+            raise ValueError("params must be a non-empty iterable of tensors")
+        self.lr = check_real("lr", lr)
+        if (not isinstance(betas, tuple) or len(betas) != 2
+                or not all(0 <= check_real("betas", b, 0, strict=False) < 1 for b in betas)):
+            raise ValueError(f"betas must be a pair of numbers in [0, 1); got {betas!r}")
+        self.betas, self.eps = betas, check_real("eps", eps, 0, strict=False)
+        self.dp_group = dp_group
+        self.dp_size = dist.get_world_size(dp_group)
+        self.dp_rank = dist.get_rank(dp_group)
+        self.numel = sum(p.numel() for p in self.params)
+        self.shard = math.ceil(self.numel / self.dp_size)         # S elements per DP rank
+        self.start = self.dp_rank * self.shard
+        ref = self.params[0]
+        self.state = {0: {"exp_avg": torch.zeros(self.shard, dtype=ref.dtype, device=ref.device),
+                          "exp_avg_sq": torch.zeros(self.shard, dtype=ref.dtype,
+                                                    device=ref.device)}}
+        self.steps = 0
+        self.comm_s = 0.0   # seconds in the all-gather, summed over steps
+
+    def _flat(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        flat = torch.cat([t.reshape(-1) for t in tensors])                  # (n,)
+        return torch.nn.functional.pad(flat, (0, self.shard * self.dp_size - self.numel))
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Adam on this rank's shard, then all-gather the shards into every replica's weights."""
+        missing = [i for i, p in enumerate(self.params) if p.grad is None]
+        if missing:
+            raise ValueError(f"parameter {missing[0]} has no gradient: run backward first")
+        self.steps += 1
+        beta1, beta2 = self.betas
+        lo, hi = self.start, self.start + self.shard
+        p = self._flat(self.params)[lo:hi]                                    # (S,) mine
+        g = self._flat([q.grad for q in self.params])[lo:hi]                  # (S,)
+        m, v = self.state[0]["exp_avg"], self.state[0]["exp_avg_sq"]
+        # torch.optim.Adam's single-tensor update, step for step (torch/optim/adam.py)
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        step_size = self.lr / (1 - beta1 ** self.steps)
+        denom = (v.sqrt() / math.sqrt(1 - beta2 ** self.steps)).add_(self.eps)
+        p.addcdiv_(m, denom, value=-step_size)
+        parts = [torch.empty_like(p) for _ in range(self.dp_size)]
+        t0 = time.perf_counter()
+        dist.all_gather(parts, p, group=self.dp_group)                        # D x (S,)
+        self.comm_s += time.perf_counter() - t0
+        flat = torch.cat(parts)                                               # (D*S,)
+        offset = 0
+        for q in self.params:
+            q.copy_(flat[offset:offset + q.numel()].view_as(q))
+            offset += q.numel()
+
+    def zero_grad(self) -> None:
+        """Set every gradient to None."""
+        for p in self.params:
+            p.grad = None
