@@ -27,7 +27,7 @@ from torch import nn
 from course_utils.pipeline_parallel import stage_bounds
 from course_utils.tensor_parallel import (ColumnParallelLinear, RowParallelLinear,
                                           TensorParallelAttention, TensorParallelMLP,
-                                          column_shard, row_shard, shard_range)
+                                          column_shard, copy_to_tp, row_shard, shard_range)
 from course_utils.tiny_lm import TinyLMConfig, build
 from course_utils.validate import check_int
 
@@ -102,22 +102,31 @@ def shard_state(full: Mapping[str, torch.Tensor], cfg: TinyLMConfig, pp_rank: in
 
 
 class TensorParallelBlock(nn.Module):
-    """TinyLM's pre-norm block with Megatron TP: x + attn(ln1(x)), then x + mlp(ln2(x))."""
+    """TinyLM's pre-norm block with Megatron TP: x + attn(f(ln1(x))), then x + mlp(f(ln2(x))).
 
-    def __init__(self, cfg: TinyLMConfig, tp_size: int, tp_group=None):
+    ``f`` is Megatron's "f" operator before each column-parallel layer: identity forward,
+    all-reduce of the input gradient over ``tp_group`` backward. Default
+    :func:`course_utils.tensor_parallel.copy_to_tp`; any ``f(x, tp_group)`` can replace it (how
+    assignment a10 runs a student's). The "g" after each row-parallel layer is in the layer.
+    """
+
+    def __init__(self, cfg: TinyLMConfig, tp_size: int, tp_group=None, f=None):
         super().__init__()
-        d, f, t = cfg.d_model, cfg.d_ff, tp_size
+        d, ff, t = cfg.d_model, cfg.d_ff, tp_size
+        self.f, self.tp_group = f or copy_to_tp, tp_group
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        qkv = ColumnParallelLinear(torch.empty(d, 3 * d // t), torch.empty(3 * d // t), tp_group)
+        qkv = ColumnParallelLinear(torch.empty(d, 3 * d // t), torch.empty(3 * d // t), tp_group,
+                                   copy_input=False)
         o = RowParallelLinear(torch.empty(d // t, d), torch.empty(d), tp_group)
         self.attn = TensorParallelAttention(qkv, o, cfg.n_heads // t)
         self.mlp = TensorParallelMLP(
-            ColumnParallelLinear(torch.empty(d, f // t), torch.empty(f // t), tp_group),
-            RowParallelLinear(torch.empty(f // t, d), torch.empty(d), tp_group))
+            ColumnParallelLinear(torch.empty(d, ff // t), torch.empty(ff // t), tp_group,
+                                 copy_input=False),
+            RowParallelLinear(torch.empty(ff // t, d), torch.empty(d), tp_group))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))      # (B, T, D): heads local, one all-reduce in o
-        return x + self.mlp(self.ln2(x))    # (B, T, D): ffn/t local, one all-reduce in down
+        x = x + self.attn(self.f(self.ln1(x), self.tp_group))  # (B, T, D): local heads, g in o
+        return x + self.mlp(self.f(self.ln2(x), self.tp_group))  # (B, T, D): ffn/t, g in down
 
 
 class Stage(nn.Module):
@@ -125,13 +134,13 @@ class Stage(nn.Module):
     (B, T, D) out, or logits (B, T, V) on the last stage."""
 
     def __init__(self, cfg: TinyLMConfig, pp_rank: int, pp_size: int, tp_size: int,
-                 tp_group=None):
+                 tp_group=None, f=None):
         super().__init__()
         self.cfg, self.first, self.last = cfg, pp_rank == 0, pp_rank == pp_size - 1
         if self.first:
             self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
             self.pos = nn.Embedding(cfg.seq_len, cfg.d_model)
-        self.blocks = nn.ModuleDict({str(i): TensorParallelBlock(cfg, tp_size, tp_group)
+        self.blocks = nn.ModuleDict({str(i): TensorParallelBlock(cfg, tp_size, tp_group, f)
                                      for i in stage_blocks(cfg, pp_rank, pp_size)})
         if self.last:
             self.ln_f = nn.LayerNorm(cfg.d_model)
@@ -149,10 +158,11 @@ class Stage(nn.Module):
 
 
 def build_stage(cfg: TinyLMConfig, seed: int, pp_rank: int, pp_size: int, tp_rank: int,
-                tp_size: int, tp_group=None) -> Stage:
-    """This rank's :class:`Stage`, holding its slices of ``tiny_lm.build(cfg, seed)``."""
+                tp_size: int, tp_group=None, f=None) -> Stage:
+    """This rank's :class:`Stage`, holding its slices of ``tiny_lm.build(cfg, seed)`` (``f``: see
+    :class:`TensorParallelBlock`)."""
     full = build(cfg, seed).state_dict()
-    stage = Stage(cfg, pp_rank, pp_size, tp_size, tp_group)
+    stage = Stage(cfg, pp_rank, pp_size, tp_size, tp_group, f)
     stage.load_state_dict(shard_state(full, cfg, pp_rank, pp_size, tp_rank, tp_size))
     return stage
 

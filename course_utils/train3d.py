@@ -31,9 +31,10 @@ Run the same worker under torchrun (8 ranks: DP 2 x PP 2 x TP 2)::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -49,7 +50,8 @@ from course_utils.tiny_lm import MarkovCorpus, TinyLMConfig, shard_batch
 from course_utils.validate import check_int, check_real
 from course_utils.zero1 import ShardedAdam
 
-__all__ = ["Plan", "Groups", "build_groups", "Timer", "train_step", "train_worker", "run"]
+__all__ = ["Plan", "Groups", "build_groups", "Timer", "train_step", "count_comms", "train_worker",
+           "run"]
 
 
 @dataclass(frozen=True)
@@ -146,11 +148,13 @@ class Timer:
 
 
 def train_step(stage: torch.nn.Module, g: Groups, inputs: torch.Tensor, targets: torch.Tensor,
-               m: int, dp_sync: BucketAllReduce, optimizer: ShardedAdam,
+               m: int, optimizer: ShardedAdam, dp_sync: BucketAllReduce | None = None,
                timer: Timer | None = None) -> float | None:
     """One 1F1B step on this rank; returns the replica's mean loss on the last stage, else None.
 
     ``inputs``/``targets``: this DP replica's rows (b, T), cut here into ``m`` microbatches.
+    ``dp_sync``: buckets all-reduced during the last backward; None: one all-reduce per
+    gradient after it (no overlap).
     """
     timer = timer or Timer()
     dev = inputs.device
@@ -176,7 +180,8 @@ def train_step(stage: torch.nn.Module, g: Groups, inputs: torch.Tensor, targets:
             saved_in[i], saved_out[i] = x, out
         else:
             grad = None if g.last else timer.recv(boundary, g.pp_next_rank, dev)
-            dp_sync.active = i == m - 1   # DP all-reduces start in the last backward only
+            if dp_sync is not None:
+                dp_sync.active = i == m - 1   # DP all-reduces start in the last backward only
             torch.autograd.backward(saved_out.pop(i), grad_tensors=grad)
             x = saved_in.pop(i)
             if not g.first:
@@ -184,30 +189,70 @@ def train_step(stage: torch.nn.Module, g: Groups, inputs: torch.Tensor, targets:
     for work, _ in sends:
         work.wait()
     t0 = clock(dev)
-    dp_sync.finish()                      # wait for the buckets still in flight, average
+    if dp_sync is not None:
+        dp_sync.finish()                  # wait for the buckets still in flight, average
+    else:
+        for p in stage.parameters():      # sum over the replicas, then the mean
+            dist.all_reduce(p.grad, group=g.dp_group)
+            p.grad.div_(g.dp_size)
     timer.dp_wait += clock(dev) - t0
     optimizer.step()                      # ZeRO-1: my shard, then all-gather over DP
     return loss if g.last else None
+
+
+@contextlib.contextmanager
+def count_comms(g: Groups) -> Iterator[dict[str, int]]:
+    """Count this process's calls while the block runs: point-to-point (``send``, ``recv``,
+    ``isend``, ``irecv``) and ``all_reduce`` / ``all_gather`` by group ("tp", "dp" or "other"),
+    with the bytes of the TP all-reduces (``tp_bytes``). Read by wrapping ``torch.distributed``'s
+    functions, so it sees every caller: the layers, the step, the optimizer."""
+    counts = dict.fromkeys(("send", "recv", "isend", "irecv", "tp_bytes"), 0)
+    names = {id(g.tp_group): "tp", id(g.dp_group): "dp"}
+    real = {name: getattr(dist, name) for name in
+            ("send", "recv", "isend", "irecv", "all_reduce", "all_gather")}
+
+    def counted(name):
+        def call(*args, **kwargs):
+            if name in ("all_reduce", "all_gather"):
+                group = kwargs.get("group", args[2] if len(args) > 2 else None)
+                key = f"{name}_{names.get(id(group), 'other')}"
+                counts[key] = counts.get(key, 0) + 1
+                if key == "all_reduce_tp":
+                    counts["tp_bytes"] += args[0].numel() * args[0].element_size()
+            else:
+                counts[name] += 1
+            return real[name](*args, **kwargs)
+        return call
+    for name in real:
+        setattr(dist, name, counted(name))
+    try:
+        yield counts
+    finally:
+        for name, fn in real.items():
+            setattr(dist, name, fn)
 
 
 def _numpy(tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
     return {k: backend.to_cpu(v.detach()).numpy().copy() for k, v in tensors.items()}
 
 
-def train_worker(rank: int, world_size: int, plan: Plan, step_fn=None) -> dict[str, Any]:
+def train_worker(rank: int, world_size: int, plan: Plan, step_fn=None, f=None) -> dict[str, Any]:
     """One rank of ``plan``: trains, returns losses, first-step grads, final weights, bytes, times.
 
-    ``step_fn`` replaces :func:`train_step` (same signature): how a student's step is run.
+    ``step_fn(stage, g, inputs, targets, m, optimizer)`` replaces :func:`train_step` (how a
+    student's step runs: no buckets, and the optimizer leaves the all-gather to it); ``f``
+    replaces the blocks' TP operator "f" (:class:`~course_utils.stage_model.TensorParallelBlock`).
     """
-    step_fn = step_fn or train_step
     if world_size != plan.world_size:
         raise ValueError(f"the plan needs {plan.world_size} ranks; got world_size={world_size}")
     g = build_groups(plan.mesh, rank)
     dev = backend.device()
     stage = build_stage(plan.cfg, plan.seed, g.pp_rank, g.pp_size, g.tp_rank, g.tp_size,
-                        g.tp_group).to(dev)
-    dp_sync = BucketAllReduce(stage, plan.bucket_mb, group=g.dp_group)
-    optimizer = ShardedAdam(stage.parameters(), g.dp_group, lr=plan.lr)
+                        g.tp_group, f).to(dev)
+    optimizer = ShardedAdam(stage.parameters(), g.dp_group, lr=plan.lr,
+                            allow_step=step_fn is None)
+    dp_sync = BucketAllReduce(stage, plan.bucket_mb, group=g.dp_group) if step_fn is None \
+        else None
     corpus = MarkovCorpus(plan.cfg.vocab_size, seed=plan.seed)
     out: dict[str, Any] = {"coords": (g.dp_rank, g.pp_rank, g.tp_rank), "losses": [],
                            "times": []}
@@ -216,9 +261,12 @@ def train_worker(rank: int, world_size: int, plan: Plan, step_fn=None) -> dict[s
         x, y = (backend.to_device(shard_batch(t, g.dp_rank, g.dp_size)) for t in (x, y))
         timer, opt_comm_before = Timer(), optimizer.comm_s
         dist.barrier()
-        with tensor_parallel.record_comms() as tp_events:
+        with tensor_parallel.record_comms() as tp_events, count_comms(g) as calls:
             t0 = clock(dev)
-            loss = step_fn(stage, g, x, y, plan.m, dp_sync, optimizer, timer)
+            if step_fn is None:
+                loss = train_step(stage, g, x, y, plan.m, optimizer, dp_sync, timer)
+            else:
+                loss = step_fn(stage, g, x, y, plan.m, optimizer)
             total = clock(dev) - t0
         tp_s = sum(e.seconds for e in tp_events)
         dp_s = timer.dp_wait + optimizer.comm_s - opt_comm_before
@@ -226,23 +274,25 @@ def train_worker(rank: int, world_size: int, plan: Plan, step_fn=None) -> dict[s
                              "compute": total - tp_s - timer.pp_wait - dp_s})
         out["losses"].append(loss)
         if step == 0:
-            out["grads"] = _numpy({n: p.grad for n, p in stage.named_parameters()})
+            out["grads"] = _numpy({n: p.grad for n, p in stage.named_parameters()
+                                   if p.grad is not None})
             out["state_bytes"] = memory.count_state_bytes(stage, optimizer)
-            out["comms"] = {"tp_all_reduces": len(tp_events),
-                            "tp_bytes": sum(e.nbytes for e in tp_events),
-                            "dp_buckets": dp_sync.n_buckets}
+            out["comms"] = {"tp_all_reduces": calls.get("all_reduce_tp", 0),
+                            "tp_bytes": calls["tp_bytes"],
+                            "dp_buckets": dp_sync.n_buckets if dp_sync else 0,
+                            "calls": dict(calls)}
         optimizer.zero_grad()
     out["weights"] = _numpy(dict(stage.named_parameters()))
     return out
 
 
-def run(plan: Plan, timeout_s: float = 120.0, step_fn=None) -> list[dict[str, Any]]:
+def run(plan: Plan, timeout_s: float = 120.0, step_fn=None, f=None) -> list[dict[str, Any]]:
     """Train ``plan`` on ``plan.world_size`` real ranks; each rank's :func:`train_worker` result."""
     from course_utils import launch
 
     if not isinstance(plan, Plan):
         raise ValueError(f"plan must be a train3d.Plan; got {type(plan).__name__}")
-    return launch.run(functools.partial(train_worker, plan=plan, step_fn=step_fn),
+    return launch.run(functools.partial(train_worker, plan=plan, step_fn=step_fn, f=f),
                       plan.world_size, timeout_s=timeout_s, threads_per_rank=1)
 
 

@@ -16,12 +16,12 @@ The optimizer's own all-gather is timed (:attr:`ShardedAdam.comm_s`) for the ste
 from __future__ import annotations
 
 import math
-import time
 from typing import Iterable
 
 import torch
 import torch.distributed as dist
 
+from course_utils.measure import clock
 from course_utils.validate import check_real
 
 __all__ = ["ShardedAdam"]
@@ -32,10 +32,13 @@ class ShardedAdam:
 
     ``lr``, ``betas`` and ``eps`` as in ``torch.optim.Adam`` (no weight decay). ``state`` has
     the moments in the layout ``memory.count_state_bytes`` reads (``{0: {"exp_avg": ...}}``).
+    ``allow_step=False`` makes :meth:`step` refuse, so that the caller writes the all-gather
+    (assignment a10).
     """
 
     def __init__(self, params: Iterable[torch.nn.Parameter], dp_group=None, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 allow_step: bool = True):
         self.params = [p for p in params]
         if not self.params or not all(isinstance(p, torch.Tensor) for p in self.params):
             raise ValueError("params must be a non-empty iterable of tensors")
@@ -56,14 +59,19 @@ class ShardedAdam:
                                                     device=ref.device)}}
         self.steps = 0
         self.comm_s = 0.0   # seconds in the all-gather, summed over steps
+        self.allow_step = allow_step
 
     def _flat(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         flat = torch.cat([t.reshape(-1) for t in tensors])                  # (n,)
         return torch.nn.functional.pad(flat, (0, self.shard * self.dp_size - self.numel))
 
     @torch.no_grad()
-    def step(self) -> None:
-        """Adam on this rank's shard, then all-gather the shards into every replica's weights."""
+    def update_shard(self) -> torch.Tensor:
+        """Adam on this rank's shard of the weights; returns the updated shard, (S,).
+
+        The weights themselves are unchanged until :meth:`load_gathered` copies every rank's
+        updated shard back into them.
+        """
         missing = [i for i, p in enumerate(self.params) if p.grad is None]
         if missing:
             raise ValueError(f"parameter {missing[0]} has no gradient: run backward first")
@@ -78,16 +86,33 @@ class ShardedAdam:
         v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
         step_size = self.lr / (1 - beta1 ** self.steps)
         denom = (v.sqrt() / math.sqrt(1 - beta2 ** self.steps)).add_(self.eps)
-        p.addcdiv_(m, denom, value=-step_size)
-        parts = [torch.empty_like(p) for _ in range(self.dp_size)]
-        t0 = time.perf_counter()
-        dist.all_gather(parts, p, group=self.dp_group)                        # D x (S,)
-        self.comm_s += time.perf_counter() - t0
-        flat = torch.cat(parts)                                               # (D*S,)
+        return p.addcdiv_(m, denom, value=-step_size)
+
+    @torch.no_grad()
+    def load_gathered(self, flat: torch.Tensor) -> None:
+        """Copy the D shards, concatenated in DP-rank order ((D*S,) elements), into the weights."""
+        if not isinstance(flat, torch.Tensor) or flat.shape != (self.shard * self.dp_size,):
+            raise ValueError(f"flat must be a tensor of shape ({self.shard * self.dp_size},) "
+                             f"(D = {self.dp_size} shards of {self.shard}); got "
+                             f"{getattr(flat, 'shape', type(flat).__name__)}")
         offset = 0
         for q in self.params:
             q.copy_(flat[offset:offset + q.numel()].view_as(q))
             offset += q.numel()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """ZeRO-1's whole update: :meth:`update_shard`, all-gather over DP, :meth:`load_gathered`."""
+        if not self.allow_step:
+            raise RuntimeError("this optimizer leaves the all-gather to you: call "
+                               "update_shard(), all-gather the shards over the DP group and "
+                               "pass them to load_gathered()")
+        shard = self.update_shard()
+        parts = [torch.empty_like(shard) for _ in range(self.dp_size)]
+        t0 = clock(shard)
+        dist.all_gather(parts, shard, group=self.dp_group)                    # D x (S,)
+        self.comm_s += clock(shard) - t0
+        self.load_gathered(torch.cat(parts))                                  # (D*S,)
 
     def zero_grad(self) -> None:
         """Set every gradient to None."""

@@ -73,6 +73,41 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
                              "q1_block_bytes = 4 * (8 * batch * t * d + 2 * batch * t * f"
                              " + 4 * batch * t + batch * n_heads * t * t)",
                        "leaves out the attention term"),
+    "a10_capstone": ("q1", "def train_step(stage, g, inputs, targets, m, optimizer):\n"
+                           "    xs, ys = inputs.chunk(m), targets.chunk(m)\n"
+                           "    shape = (xs[0].shape[0], inputs.shape[1], stage.cfg.d_model)\n"
+                           "    ins, outs, loss = [], [], 0.0\n"
+                           "    for i in range(m):\n"
+                           "        x = xs[i]\n"
+                           "        if not g.first:\n"
+                           "            x = torch.empty(shape)\n"
+                           "            dist.recv(x, src=g.pp_prev_rank)\n"
+                           "            x.requires_grad_(True)\n"
+                           "        out = stage(x)\n"
+                           "        if g.last:\n"
+                           "            out = torch.nn.functional.cross_entropy(\n"
+                           "                out.reshape(-1, out.shape[-1]), ys[i].reshape(-1)) / m\n"
+                           "            loss += out.item()\n"
+                           "        else:\n"
+                           "            dist.send(out.detach(), dst=g.pp_next_rank)\n"
+                           "        ins.append(x)\n"
+                           "        outs.append(out)\n"
+                           "    for i in range(m):\n"
+                           "        grad = None\n"
+                           "        if not g.last:\n"
+                           "            grad = torch.empty(shape)\n"
+                           "            dist.recv(grad, src=g.pp_next_rank)\n"
+                           "        torch.autograd.backward(outs[i], grad_tensors=grad)\n"
+                           "        if not g.first:\n"
+                           "            dist.send(ins[i].grad, dst=g.pp_prev_rank)\n"
+                           "    for p in stage.parameters():\n"
+                           "        dist.all_reduce(p.grad, group=g.dp_group)\n"
+                           "    shard = optimizer.update_shard()\n"
+                           "    parts = [torch.empty_like(shard) for _ in range(g.dp_size)]\n"
+                           "    dist.all_gather(parts, shard, group=g.dp_group)\n"
+                           "    optimizer.load_gathered(torch.cat(parts))\n"
+                           "    return loss if g.last else None",
+                     "D times too large"),
 }
 
 

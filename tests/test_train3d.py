@@ -93,21 +93,25 @@ def test_uneven_stages_and_more_microbatches():
     train3d_check.check_against_reference(plan, train3d.run(plan))
 
 
-def _scaled_grads_step(stage, g, x, y, m, dp_sync, optimizer, timer=None, factor="dp"):
-    """A wrong step: the right one, with the averaged gradients then multiplied by D (an
-    all-reduce that sums) or by m (microbatch losses not divided by m)."""
-    finish = dp_sync.finish
-    scale = g.dp_size if factor == "dp" else m
+class _ScaledSync:
+    """A wrong DP sync: the right average, then the gradients multiplied by ``scale`` (D: an
+    all-reduce that sums; m: microbatch losses not divided by m)."""
 
-    def finish_then_scale():
-        finish()
-        for p in stage.parameters():
-            p.grad.mul_(scale)
-    dp_sync.finish = finish_then_scale
-    try:
-        return train3d.train_step(stage, g, x, y, m, dp_sync, optimizer, timer)
-    finally:
-        del dp_sync.finish
+    active = False
+
+    def __init__(self, stage, g, scale):
+        self.stage, self.g, self.scale = stage, g, scale
+
+    def finish(self):
+        for p in self.stage.parameters():
+            torch.distributed.all_reduce(p.grad, group=self.g.dp_group)
+            p.grad.div_(self.g.dp_size).mul_(self.scale)
+
+
+def _scaled_grads_step(stage, g, x, y, m, optimizer, factor="dp"):
+    optimizer.allow_step = True
+    sync = _ScaledSync(stage, g, g.dp_size if factor == "dp" else m)
+    return train3d.train_step(stage, g, x, y, m, optimizer, sync)
 
 
 @pytest.mark.parametrize("factor", ["dp", "m"], ids=["dp-sum", "no-1/m"])
@@ -116,6 +120,66 @@ def test_the_check_fails_a_wrong_step(factor):
     results = train3d.run(plan, step_fn=functools.partial(_scaled_grads_step, factor=factor))
     with pytest.raises(AssertionError, match="grads"):
         train3d_check.check_against_reference(plan, results)
+
+
+def _gpipe_step(stage, g, inputs, targets, m, optimizer):
+    """A step written the way assignment a10 asks: GPipe order, one all-reduce per gradient
+    after backward, the ZeRO-1 all-gather by hand."""
+    dist = torch.distributed
+    xs, ys = inputs.chunk(m), targets.chunk(m)
+    shape = (xs[0].shape[0], inputs.shape[1], stage.cfg.d_model)
+    ins, outs, loss = [], [], 0.0
+    for i in range(m):
+        x = xs[i]
+        if not g.first:
+            x = torch.empty(shape)
+            dist.recv(x, src=g.pp_prev_rank)
+            x.requires_grad_(True)
+        out = stage(x)
+        if g.last:
+            out = torch.nn.functional.cross_entropy(out.flatten(0, 1), ys[i].flatten()) / m
+            loss += out.item()
+        else:
+            dist.send(out.detach(), dst=g.pp_next_rank)
+        ins.append(x)
+        outs.append(out)
+    for i in range(m):
+        grad = None
+        if not g.last:
+            grad = torch.empty(shape)
+            dist.recv(grad, src=g.pp_next_rank)
+        torch.autograd.backward(outs[i], grad_tensors=grad)
+        if not g.first:
+            dist.send(ins[i].grad, dst=g.pp_prev_rank)
+    for p in stage.parameters():
+        dist.all_reduce(p.grad, group=g.dp_group)
+        p.grad /= g.dp_size
+    shard = optimizer.update_shard()
+    parts = [torch.empty_like(shard) for _ in range(g.dp_size)]
+    dist.all_gather(parts, shard, group=g.dp_group)
+    optimizer.load_gathered(torch.cat(parts))
+    return loss if g.last else None
+
+
+def test_a_step_written_outside_the_library_runs_and_is_counted():
+    plan = train3d.Plan(steps=2)
+    results = train3d.run(plan, step_fn=_gpipe_step)
+    train3d_check.check_against_reference(plan, results)
+    for r in results:
+        first, last = r["coords"][1] == 0, r["coords"][1] == plan.pp - 1
+        assert r["comms"]["calls"]["send"] == (0 if first else plan.m) + (0 if last else plan.m)
+        assert r["comms"]["calls"]["all_gather_dp"] == 1   # ZeRO-1's, by hand
+        assert r["comms"]["tp_all_reduces"] == train3d_check.predicted_comms(
+            plan, r["coords"][1])["tp_all_reduces"]
+
+
+def _library_step(stage, g, inputs, targets, m, optimizer):
+    return train3d.train_step(stage, g, inputs, targets, m, optimizer)
+
+
+def test_a_student_step_must_write_the_all_gather():
+    with pytest.raises(launch.RankError, match="leaves the all-gather to you"):
+        train3d.run(train3d.Plan(dp=2, pp=1, tp=1, steps=1), step_fn=_library_step)
 
 
 def test_torch_parts_train_like_one_process_and_the_hand_built():

@@ -306,13 +306,15 @@ print("PyTorch's parts equal one process (losses, and every rank's gathered weig
 # | DeviceMesh + DTensor + pipelining + FSDP2 | one process's | equal (5 steps) |
 
 # %% [markdown]
-# **Next.** This is the course's last module. Take module 7's checklist to a real multi-GPU run
-# (NCCL instead of gloo, a synchronize or CUDA events around everything you time,
-# `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline) and read the
-# papers under *References* in the course README: Megatron-LM's interleaved schedule and
-# sequence parallelism, ZeRO, and TorchTitan, which composes the same PyTorch parts as
-# section 7 with context parallelism at scale. Where to go after it: **quantization** (weights,
-# then activations and optimizer state, stored in 8 bits or fewer: module 1's bytes per
-# parameter, cut again), then **model serving** (running a trained model for many users at
-# once: batching requests, the KV cache, and this course's tensor and pipeline splits applied to
-# inference).
+# **Next**: assignment `a10_capstone` (in your workspace under `assignments/a10_capstone/`):
+# write this step yourself (any schedule, the DP average and ZeRO-1's all-gather by hand) and
+# Megatron's "f" operator, both run on real ranks against one process on meshes the notebook
+# does not show. This is the course's last module. After it, take module 7's checklist to a
+# real multi-GPU run (NCCL instead of gloo, a synchronize or CUDA events around everything you
+# time, `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline) and read
+# the papers under *References* in the course README: Megatron-LM's interleaved schedule and
+# sequence parallelism, ZeRO, and TorchTitan, which composes the same PyTorch parts as section
+# 7 with context parallelism at scale. Where to go after it: **quantization** (weights, then
+# activations and optimizer state, stored in 8 bits or fewer: module 1's bytes per parameter,
+# cut again), then **model serving** (running a trained model for many users at once: batching
+# requests, the KV cache, and this course's tensor and pipeline splits applied to inference).
