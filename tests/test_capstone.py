@@ -1,0 +1,203 @@
+"""Assignment a10's harness (an instructor's test: its steps are a10's answers): each named mistake of a training step or of Megatron's f is
+recognised on real ranks, a hang ends in bounded time, and a step that does not run its stage
+(the one-process answer loaded on every rank) fails the per-rank checks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from course_utils import capstone, launch, stage_model
+from course_utils.tiny_lm import build
+from course_utils.train3d_check import reference_train
+
+
+def _step(dp_div=True, m_div=True, group="dp", gather=True, misorder=False, hang=False,
+          loss_sum=False):
+    """A student's step (GPipe order) with one of the known mistakes switched on."""
+    def step(stage, g, inputs, targets, m, optimizer):
+        xs, ys = inputs.chunk(m), targets.chunk(m)
+        shape = (xs[0].shape[0], inputs.shape[1], stage.cfg.d_model)
+        ins, outs, loss = [], [], 0.0
+        for i in range(m):
+            x = xs[i]
+            if not g.first:
+                x = torch.empty(shape)
+                dist.recv(x, src=g.pp_prev_rank)
+                x.requires_grad_(True)
+            out = stage(x)
+            if g.last:
+                out = torch.nn.functional.cross_entropy(out.flatten(0, 1), ys[i].flatten())
+                loss += out.item() / (1 if loss_sum else m)
+                out = out / m if m_div else out
+            else:
+                dist.send(out.detach(), dst=g.pp_next_rank)
+            ins.append(x)
+            outs.append(out)
+        if hang and g.last:
+            dist.recv(torch.empty(shape), src=g.pp_prev_rank)   # waits for a send never made
+        order = reversed(range(m)) if misorder and not g.last else range(m)
+        for i in order:
+            grad = None
+            if not g.last:
+                grad = torch.empty(shape)
+                dist.recv(grad, src=g.pp_next_rank)
+            torch.autograd.backward(outs[i], grad_tensors=grad)
+            if not g.first:
+                dist.send(ins[i].grad, dst=g.pp_prev_rank)
+        if group is not None:
+            grp, size = (g.dp_group, g.dp_size) if group == "dp" else (g.tp_group, g.tp_size)
+            for p in stage.parameters():
+                dist.all_reduce(p.grad, group=grp)
+                if dp_div:
+                    p.grad /= size
+        shard = optimizer.update_shard()
+        if gather:
+            parts = [torch.empty_like(shard) for _ in range(g.dp_size)]
+            dist.all_gather(parts, shard, group=g.dp_group)
+            optimizer.load_gathered(torch.cat(parts))
+        return loss if g.last else None
+    return step
+
+
+def test_a_step_written_outside_the_library_runs_and_is_counted():
+    """The count of every rank's calls: m sends per pipeline neighbour, the layers' TP
+    all-reduces, one hand-written ZeRO-1 all-gather (the 8-rank mesh of lecture 10)."""
+    from course_utils import train3d, train3d_check
+
+    plan = train3d.Plan(steps=2)
+    results = train3d.run(plan, step_fn=_step())
+    train3d_check.check_against_reference(plan, results)
+    for r in results:
+        first, last = r["coords"][1] == 0, r["coords"][1] == plan.pp - 1
+        assert r["comms"]["calls"]["send"] == (0 if first else plan.m) + (0 if last else plan.m)
+        assert r["comms"]["calls"]["all_gather_dp"] == 1   # ZeRO-1's, by hand
+        assert r["comms"]["tp_all_reduces"] == train3d_check.predicted_comms(
+            plan, r["coords"][1])["tp_all_reduces"]
+
+
+def _one_process_answer(stage, g, inputs, targets, m, optimizer):
+    """A cheat: every rank loads one process's result (computed here from the seed) instead of
+    running its stage; the plan's seed is read off the stage's weights by brute force."""
+    cfg = stage.cfg
+    for seed in range(100):
+        full = stage_model.shard_state(build(cfg, seed).state_dict(), cfg, g.pp_rank,
+                                       g.pp_size, g.tp_rank, g.tp_size)
+        if all(torch.equal(full[n], p.detach()) for n, p in stage.named_parameters()):
+            break
+    p = capstone.plan(g.dp_size, g.pp_size, g.tp_size, seed=seed, m=m, steps=1)
+    ref = reference_train(p)
+    grads = stage_model.shard_state(ref["grads"], cfg, g.pp_rank, g.pp_size, g.tp_rank,
+                                    g.tp_size)
+    for n, q in stage.named_parameters():
+        q.grad = grads[n].clone()
+    shard = optimizer.update_shard()
+    parts = [torch.empty_like(shard) for _ in range(g.dp_size)]
+    dist.all_gather(parts, shard, group=g.dp_group)
+    optimizer.load_gathered(torch.cat(parts))
+    return ref["losses"][0] if g.last else None
+
+
+MISTAKES = [
+    ("dp-sum", (2, 2, 1, 4), dict(dp_div=False), "D times too large"),
+    ("no-1/m", (2, 2, 1, 4), dict(m_div=False), "m times too large"),
+    ("no-dp-average", (2, 1, 2, 4), dict(group=None), "this replica's own"),
+    ("tp-group", (1, 2, 2, 2), dict(group="tp"), "averaged over the TP group"),
+    ("not-gathered", (2, 2, 1, 4), dict(gather=False), "all-gathered over the DP group"),
+    ("misordered", (1, 2, 2, 2), dict(misorder=True), "paired with the wrong microbatch"),
+    ("loss-summed", (1, 2, 2, 2), dict(loss_sum=True), "sum of the 2 microbatch losses"),
+]
+
+
+@pytest.mark.parametrize("mesh,kwargs,words", [m[1:] for m in MISTAKES],
+                         ids=[m[0] for m in MISTAKES])
+def test_each_mistake_of_a_step_is_named(mesh, kwargs, words):
+    dp, pp, tp, m = mesh
+    p = capstone.plan(dp, pp, tp, seed=3, m=m)
+    with pytest.raises(AssertionError, match=words):
+        capstone.diagnose(p, capstone.run_step(_step(**kwargs), p))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_right_step_passes_on_every_mesh_shape(seed):
+    for dp, pp, tp in [(1, 2, 2), (2, 1, 2), (2, 2, 1)]:
+        p = capstone.plan(dp, pp, tp, seed=seed, m=2)
+        capstone.diagnose(p, capstone.run_step(_step(), p))
+
+
+def test_a_hang_is_a_readable_timeout_naming_the_ranks():
+    p = capstone.plan(1, 2, 1, seed=0, m=2)
+    t0 = time.monotonic()
+    with pytest.raises(launch.LaunchTimeout) as err:
+        capstone.run_step(_step(hang=True), p, timeout_s=8)
+    assert time.monotonic() - t0 < 30
+    message = str(err.value)   # the ranks that were stuck, and the line of the step they were at
+    assert "rank(s) [0, 1] had not finished" in message and " in step" in message
+
+
+def test_a_step_that_loads_the_one_process_answer_fails_the_per_rank_checks():
+    """Right gradients and weights on every rank, but no stage ran: no TP all-reduce and no
+    pipeline traffic, which the checks require."""
+    p = capstone.plan(1, 2, 2, seed=5, m=2, steps=1)
+    with pytest.raises(AssertionError, match="TP all-reduces"):
+        capstone.diagnose(p, capstone.run_step(_one_process_answer, p))
+
+
+class _F(torch.autograd.Function):
+    mode = "right"
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        if _F.mode == "forward":
+            y = x.clone()
+            dist.all_reduce(y, group=group)
+            return y
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        if _F.mode == "mean":
+            dist.all_reduce(grad, group=ctx.group)
+            grad /= dist.get_world_size(ctx.group)
+        elif _F.mode == "world":
+            dist.all_reduce(grad)
+        elif _F.mode == "right":
+            dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+def _f(mode):
+    def f(x, group):
+        _F.mode = mode
+        return _F.apply(x, group)
+    return f
+
+
+@pytest.mark.parametrize("mode,words", [("right", None), ("none", "own upstream gradient"),
+                                        ("forward", "forward all-reduces"),
+                                        ("mean", "mean over the TP group"),
+                                        ("world", "all 4 ranks")])
+def test_each_mistake_of_f_is_named(mode, words):
+    probe = capstone.probe_f(_f(mode), seed=4)
+    if words is None:
+        capstone.diagnose_f(probe, seed=4)
+        p = capstone.plan(1, 1, 2, seed=4)
+        capstone.diagnose(p, capstone.run_step(None, p, f=_f(mode)))
+    else:
+        with pytest.raises(AssertionError, match=words):
+            capstone.diagnose_f(probe, seed=4)
+
+
+@pytest.mark.parametrize("bad,words", [
+    ([], "one result per rank"), ([{"coords": [0, 0, 0]}] * 2, "incomplete"),
+    ([{"coords": "x", "losses": [], "grads": {}, "weights": {}, "comms": {}}] * 2,
+     "coordinates"),
+])
+def test_a_malformed_submission_is_refused_with_a_message(bad, words):
+    with pytest.raises(AssertionError, match=words):
+        capstone.diagnose(capstone.plan(1, 2, 1, seed=0), bad)
