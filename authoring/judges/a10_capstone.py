@@ -33,10 +33,9 @@ def _draw_q1(rng):
 
 
 def _draw_q2(rng):
-    """f's hidden runs: (seed, dp, tp): the probe with that seed, then training on TP 4 and on
-    DP 2 x TP 2."""
-    seeds = rng.sample(range(10_000), 2)
-    return [[seeds[0], 1, 4], [seeds[1], 2, 2]]
+    """f's hidden run: (seed, dp, tp): the probe with that seed (two TP groups side by side),
+    then training on TP 4 (f does not depend on DP, which Q1 tests)."""
+    return [[rng.randrange(10_000), 1, 4]]
 
 
 HIDDEN_CASES = {"q1_test": _draw_q1, "q2_test": _draw_q2}
