@@ -131,16 +131,20 @@ class TensorParallelBlock(nn.Module):
 
 class Stage(nn.Module):
     """Stage ``pp_rank``'s layers: token ids (B, T) or activations (B, T, D) in; activations
-    (B, T, D) out, or logits (B, T, V) on the last stage."""
+    (B, T, D) out, or logits (B, T, V) on the last stage.
 
-    def __init__(self, cfg: TinyLMConfig, pp_rank: int, pp_size: int, tp_size: int,
-                 tp_group=None, f=None):
+    ``block(cfg)`` makes each block (default: a :class:`TensorParallelBlock` over ``tp_group``).
+    """
+
+    def __init__(self, cfg: TinyLMConfig, pp_rank: int, pp_size: int, tp_size: int = 1,
+                 tp_group=None, f=None, block=None):
         super().__init__()
+        block = block or (lambda c: TensorParallelBlock(c, tp_size, tp_group, f))
         self.cfg, self.first, self.last = cfg, pp_rank == 0, pp_rank == pp_size - 1
         if self.first:
             self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
             self.pos = nn.Embedding(cfg.seq_len, cfg.d_model)
-        self.blocks = nn.ModuleDict({str(i): TensorParallelBlock(cfg, tp_size, tp_group, f)
+        self.blocks = nn.ModuleDict({str(i): block(cfg)
                                      for i in stage_blocks(cfg, pp_rank, pp_size)})
         if self.last:
             self.ln_f = nn.LayerNorm(cfg.d_model)

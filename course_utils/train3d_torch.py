@@ -32,13 +32,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils import backend
-from course_utils.stage_model import logits_loss, stage_blocks
+from course_utils.stage_model import Stage, logits_loss
 from course_utils.tiny_lm import MarkovCorpus, TinyLMConfig, build, shard_batch
 from course_utils.train3d import Plan
 from course_utils.train3d_check import (TOLERANCES, compared_weight, reference_train,
                                         replica_losses)
 
-__all__ = ["qkv_for_tp", "TorchStage", "torch_train_worker", "run", "full_weights",
+__all__ = ["qkv_for_tp", "torch_stage", "torch_train_worker", "run", "full_weights",
            "check_against_reference", "mesh_groups_worker"]
 
 
@@ -80,30 +80,12 @@ class _Block(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))             # (B, T, D)
 
 
-class TorchStage(nn.Module):
+def torch_stage(cfg: TinyLMConfig, pp_rank: int, pp_size: int) -> Stage:
     """Stage ``pp_rank`` of TinyLM with plain layers (DTensor splits them afterwards)."""
-
-    def __init__(self, cfg: TinyLMConfig, pp_rank: int, pp_size: int):
-        super().__init__()
-        self.first, self.last = pp_rank == 0, pp_rank == pp_size - 1
-        if self.first:
-            self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-            self.pos = nn.Embedding(cfg.seq_len, cfg.d_model)
-        self.blocks = nn.ModuleDict({str(i): _Block(cfg)
-                                     for i in stage_blocks(cfg, pp_rank, pp_size)})
-        if self.last:
-            self.ln_f = nn.LayerNorm(cfg.d_model)
-            self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.first:
-            x = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))  # (B, T, D)
-        for block in self.blocks.values():
-            x = block(x)
-        return self.head(self.ln_f(x)) if self.last else x              # (B, T, V) | (B, T, D)
+    return Stage(cfg, pp_rank, pp_size, block=_Block)
 
 
-def _load(stage: TorchStage, cfg: TinyLMConfig, seed: int, tp: int) -> None:
+def _load(stage: Stage, cfg: TinyLMConfig, seed: int, tp: int) -> None:
     full = build(cfg, seed).state_dict()
     mine = {}
     for name in stage.state_dict():
@@ -142,7 +124,7 @@ def torch_train_worker(rank: int, world_size: int, plan: Plan) -> dict[str, Any]
     mesh = init_device_mesh(dev.type, (plan.dp, plan.pp, plan.tp),
                             mesh_dim_names=("dp", "pp", "tp"))
     dp_rank, pp_rank = mesh["dp"].get_local_rank(), mesh["pp"].get_local_rank()
-    stage = TorchStage(plan.cfg, pp_rank, plan.pp)
+    stage = torch_stage(plan.cfg, pp_rank, plan.pp)
     _load(stage, plan.cfg, plan.seed, plan.tp)
     stage.to(dev)
     for block in stage.blocks.values():
