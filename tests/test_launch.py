@@ -230,7 +230,10 @@ def test_unpicklable_result_is_a_readable_error():
 # ------------------------------------------------------------------ interrupts and dying launchers
 
 _DRIVER = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    # Ctrl-C must raise here even when the suite runs as a shell's background job, whose
+    # processes start with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, {root!r})
     from tests.test_launch import _hang_in_python
     from course_utils import launch
@@ -563,6 +566,8 @@ def test_an_interrupt_says_which_ranks_it_stopped(tmp_path):
     import _thread
     import threading
 
+    # interrupt_main does nothing where SIGINT is ignored (a shell's background job): handle it
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(3.0, _thread.interrupt_main)
     timer.start()
     try:
@@ -571,4 +576,5 @@ def test_an_interrupt_says_which_ranks_it_stopped(tmp_path):
             launch.run(_hang_in_python, 2, str(tmp_path), timeout_s=60, show_output=False)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert _survivors(tmp_path) == []
