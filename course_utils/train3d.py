@@ -292,6 +292,9 @@ def run(plan: Plan, timeout_s: float = 120.0, step_fn=None, f=None) -> list[dict
 
     if not isinstance(plan, Plan):
         raise ValueError(f"plan must be a train3d.Plan; got {type(plan).__name__}")
+    for name, fn in (("step_fn", step_fn), ("f", f)):
+        if fn is not None and not callable(fn):
+            raise ValueError(f"{name} must be a function or None; got {type(fn).__name__}")
     return launch.run(functools.partial(train_worker, plan=plan, step_fn=step_fn, f=f),
                       plan.world_size, timeout_s=timeout_s, threads_per_rank=1)
 

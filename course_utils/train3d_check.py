@@ -138,6 +138,8 @@ def predicted_comms(plan: Plan, pp_rank: int) -> dict[str, int]:
 
 def groups_table(mesh: Mesh) -> str:
     """Each rank's coordinates, DP and TP groups and PP neighbours, read off the grid alone."""
+    if not isinstance(mesh, Mesh):
+        raise ValueError(f"mesh must be a course_utils.mesh.Mesh; got {type(mesh).__name__}")
     rows = ["rank  (dp, pp, tp)  dp_group  tp_group  pp_prev_rank  pp_next_rank"]
     for rank in range(mesh.world_size):
         c = mesh.coords(rank)

@@ -15,8 +15,9 @@ features. TinyLM orders them [q | k | v]; a contiguous block of that is not "ran
 q, k and v". So :func:`qkv_for_tp` reorders the rows once, [q_0 k_0 v_0 | q_1 k_1 v_1 | ...]
 (rank r's heads of each), and the block reads its local head count from the tensor it gets
 (``heads = width // head_dim``), as torchtitan's Llama attention does ("Use -1 instead of
-`n_heads` ... as TP may have sharded them", torchtitan/models/llama3/model/model.py). :func:`full_weights` undoes the
-reordering, so weights are compared in TinyLM's own names and layout.
+`n_heads` ... as TP may have sharded them", torchtitan/models/llama3/model/model.py).
+:func:`full_weights` undoes the reordering, so weights are compared in TinyLM's own names and
+layout; :func:`colwise_rows_worker` shows which rows ``ColwiseParallel`` leaves on each rank.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from course_utils.train3d_check import (TOLERANCES, compared_weight, reference_t
                                         replica_losses)
 
 __all__ = ["qkv_for_tp", "torch_stage", "torch_train_worker", "run", "full_weights",
-           "check_against_reference", "mesh_groups_worker"]
+           "check_against_reference", "colwise_rows_worker", "mesh_groups_worker"]
 
 
 def qkv_for_tp(w: torch.Tensor, d: int, tp: int) -> torch.Tensor:
@@ -187,6 +188,20 @@ def check_against_reference(plan: Plan, results: Sequence[dict[str, Any]],
                                        msg=lambda s, n=name: f"rank {r['coords']}, {n}: {s}")
             worst["weights"] = max(worst["weights"], float((got - want).abs().max()))
     return worst
+
+
+def colwise_rows_worker(rank: int, world_size: int, d: int = 4) -> list[int]:
+    """The rows of a fused (3d, d) q/k/v weight that ``ColwiseParallel`` leaves on this rank
+    (each row filled with its own index, then read back from the local shard)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    qkv = nn.Linear(d, 3 * d)
+    with torch.no_grad():
+        qkv.weight.copy_(torch.arange(3 * d, dtype=torch.float32)[:, None].expand(3 * d, d))
+    mesh = init_device_mesh(backend.device().type, (world_size,))
+    parallelize_module(qkv, mesh, ColwiseParallel())
+    return [int(v) for v in qkv.weight.to_local()[:, 0].tolist()]
 
 
 def mesh_groups_worker(rank: int, world_size: int, plan: Plan) -> dict[str, list[int]]:

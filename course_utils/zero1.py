@@ -102,7 +102,8 @@ class ShardedAdam:
 
     @torch.no_grad()
     def step(self) -> None:
-        """ZeRO-1's whole update: :meth:`update_shard`, all-gather over DP, :meth:`load_gathered`."""
+        """ZeRO-1's whole update: :meth:`update_shard`, all-gather over DP,
+        :meth:`load_gathered`."""
         if not self.allow_step:
             raise RuntimeError("this optimizer leaves the all-gather to you: call "
                                "update_shard(), all-gather the shards over the DP group and "

@@ -1,6 +1,8 @@
-"""Assignment a10's harness (an instructor's test: its steps are a10's answers): each named mistake of a training step or of Megatron's f is
-recognised on real ranks, a hang ends in bounded time, and a step that does not run its stage
-(the one-process answer loaded on every rank) fails the per-rank checks."""
+"""Assignment a10's harness (an instructor's test: its steps are a10's answers).
+
+Each named mistake of a training step or of Megatron's f is recognised on real ranks, a hang
+ends in bounded time, and a step that does not run its stage (the one-process answer loaded on
+every rank) fails the per-rank checks."""
 
 from __future__ import annotations
 

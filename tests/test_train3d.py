@@ -141,6 +141,14 @@ def test_torch_parts_train_like_one_process_and_the_hand_built():
                                torch.tensor(ours), rtol=1e-5, atol=1e-5)
 
 
+def test_colwise_parallel_gives_a_rank_contiguous_rows():
+    """Why train3d_torch reorders q/k/v: on 2 ranks rank 0 holds rows 0-5 of a (12, 4) fused
+    weight: all of q (0-3) and half of k, not its heads of q, k and v."""
+    rows = launch.run(functools.partial(train3d_torch.colwise_rows_worker, d=4), 2,
+                      timeout_s=60)
+    assert rows == [list(range(6)), list(range(6, 12))]
+
+
 def test_device_mesh_builds_the_grid_groups():
     plan = train3d.Plan()
     mesh = Mesh.from_degrees(dp=2, pp=2, tp=2)
@@ -235,3 +243,7 @@ def test_bad_coordinates_and_arguments_are_named():
         train3d.train_worker(0, 4, train3d.Plan())
     with pytest.raises(ValueError, match="params must be a non-empty"):
         ShardedAdam([])
+    with pytest.raises(ValueError, match="step_fn must be a function or None"):
+        train3d.run(train3d.Plan(), step_fn="mine")
+    with pytest.raises(ValueError, match="mesh must be a course_utils.mesh.Mesh"):
+        train3d_check.groups_table((2, 2, 2))

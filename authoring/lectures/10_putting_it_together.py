@@ -257,6 +257,14 @@ plt.show()
 #   instead of `n_heads` ... as TP may have sharded them", in
 #   `torchtitan/models/llama3/model/model.py`).
 #
+# The second point, shown on 2 ranks: fill a fused (12, 4) q/k/v weight's rows with their own index,
+# apply `ColwiseParallel`, and read back which rows each rank kept.
+
+# %%
+print("rows of [q | k | v] (0-3 q, 4-7 k, 8-11 v) each rank keeps under ColwiseParallel:",
+      launch.run(train3d_torch.colwise_rows_worker, 2, 4, timeout_s=60))
+
+# %% [markdown]
 # Five steps here, to keep the notebook short (each step all-gathers FSDP2's weight shards);
 # `tests/test_train3d.py` runs more.
 
