@@ -72,7 +72,8 @@ def _grad_mistakes(p: train3d.Plan, coords: tuple, want: dict[str, torch.Tensor]
     dp_rank, pp_rank, tp_rank = coords
     scale = lambda k: {n: k * v for n, v in want.items()}  # noqa: E731
     out = []
-    local = shard_state(_replica_grads(p, dp_rank), p.cfg, pp_rank, p.pp, tp_rank, p.tp)
+    replica = _replica_grads(p, dp_rank)          # one process, this replica's rows only
+    local = shard_state(replica, p.cfg, pp_rank, p.pp, tp_rank, p.tp)
     if p.dp > 1:
         out.append(("the gradients are D times too large: the all-reduce over the DP group sums "
                     "the replicas' gradients; divide by the DP size to get the mean", scale(p.dp)))
@@ -80,8 +81,7 @@ def _grad_mistakes(p: train3d.Plan, coords: tuple, want: dict[str, torch.Tensor]
                     "group (all-reduce each gradient over g.dp_group, then divide by its size)",
                     local))
     if p.tp > 1:
-        shards = [shard_state(_replica_grads(p, dp_rank), p.cfg, pp_rank, p.pp, t, p.tp)
-                  for t in range(p.tp)]
+        shards = [shard_state(replica, p.cfg, pp_rank, p.pp, t, p.tp) for t in range(p.tp)]
         mixed = {n: sum(s[n] for s in shards) / p.tp for n in want}
         out.append(("the gradients were averaged over the TP group, not the DP group: the ranks "
                     "of g.tp_group hold different slices of the same replica", mixed))

@@ -22,6 +22,7 @@ from course_utils.mesh import Mesh
 from course_utils.stage_model import shard_state, stage_blocks, stage_param_count
 from course_utils.tiny_lm import MarkovCorpus, build
 from course_utils.train3d import Plan, train_worker
+from course_utils.zero import shard_numel
 
 __all__ = ["reference_train", "replica_losses", "TOLERANCES", "check_against_reference",
            "compared_weight", "predicted_state_bytes", "predicted_comms", "groups_table",
@@ -116,7 +117,7 @@ def predicted_state_bytes(plan: Plan, pp_rank: int) -> dict[str, int]:
     """
     n = stage_param_count(plan.cfg, pp_rank, plan.pp, plan.tp)
     ideal = memory.zero_state_bytes(n, plan.dp, 1, "fp32_adam")
-    shard = -(-n // plan.dp)
+    shard = shard_numel(n, plan.dp)
     out = {"weights": int(ideal["weights"]), "grads": int(ideal["grads"]),
            "optimizer": 8 * shard}
     out["total"] = sum(out.values())

@@ -46,8 +46,7 @@ __all__ = ["qkv_for_tp", "torch_stage", "torch_train_worker", "run", "full_weigh
 def qkv_for_tp(w: torch.Tensor, d: int, tp: int) -> torch.Tensor:
     """Rows (or entries) of a fused [q | k | v] projection reordered to [q_r k_r v_r] per rank.
 
-    ``w``: (3d, d) weight or (3d,) bias. Its inverse is ``qkv_for_tp(w, d, tp)`` read back with
-    :func:`_qkv_from_tp`.
+    ``w``: (3d, d) weight or (3d,) bias. :func:`_qkv_from_tp` undoes it.
     """
     q, k, v = w.split(d)                                           # 3 x (d, ...)
     parts = [z.chunk(tp) for z in (q, k, v)]                       # 3 x tp x (d/tp, ...)

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from course_utils.measure import clock
 from course_utils.validate import check_real
+from course_utils.zero import shard_numel
 
 __all__ = ["ShardedAdam"]
 
@@ -51,7 +52,7 @@ class ShardedAdam:
         self.dp_size = dist.get_world_size(dp_group)
         self.dp_rank = dist.get_rank(dp_group)
         self.numel = sum(p.numel() for p in self.params)
-        self.shard = math.ceil(self.numel / self.dp_size)         # S elements per DP rank
+        self.shard = shard_numel(self.numel, self.dp_size)        # S elements per DP rank
         self.start = self.dp_rank * self.shard
         ref = self.params[0]
         self.state = {0: {"exp_avg": torch.zeros(self.shard, dtype=ref.dtype, device=ref.device),
