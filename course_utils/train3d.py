@@ -65,6 +65,7 @@ class Plan:
     batch: int = 16           # global batch (rows), split over DP, then into m microbatches
     m: int = 4                # microbatches per DP replica per step
     lr: float = 3e-3
+    eps: float = 1e-8         # Adam's epsilon (torch.optim.Adam's default)
     seed: int = 0
     bucket_mb: float = 0.05   # DP gradient buckets (MiB): a few per stage at this size
     cfg: TinyLMConfig = TinyLMConfig()
@@ -74,6 +75,7 @@ class Plan:
             check_int(name, getattr(self, name))
         check_int("seed", self.seed, 0)
         check_real("lr", self.lr)
+        check_real("eps", self.eps)
         check_real("bucket_mb", self.bucket_mb)
         check_coords(self.cfg, 0, self.pp, 0, self.tp)
         if self.batch % (self.dp * self.m):
@@ -249,7 +251,7 @@ def train_worker(rank: int, world_size: int, plan: Plan, step_fn=None, f=None) -
     dev = backend.device()
     stage = build_stage(plan.cfg, plan.seed, g.pp_rank, g.pp_size, g.tp_rank, g.tp_size,
                         g.tp_group, f).to(dev)
-    optimizer = ShardedAdam(stage.parameters(), g.dp_group, lr=plan.lr,
+    optimizer = ShardedAdam(stage.parameters(), g.dp_group, lr=plan.lr, eps=plan.eps,
                             allow_step=step_fn is None)
     dp_sync = BucketAllReduce(stage, plan.bucket_mb, group=g.dp_group) if step_fn is None \
         else None

@@ -32,7 +32,7 @@ __all__ = ["reference_train", "replica_losses", "TOLERANCES", "check_against_ref
 def reference_train(plan: Plan) -> dict[str, Any]:
     """One process, whole model, whole global batch, ``torch.optim.Adam``: the same run."""
     model = build(plan.cfg, plan.seed)
-    opt = torch.optim.Adam(model.parameters(), lr=plan.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=plan.lr, eps=plan.eps)
     corpus = MarkovCorpus(plan.cfg.vocab_size, seed=plan.seed)
     losses, grads = [], {}
     for step in range(plan.steps):

@@ -136,7 +136,7 @@ def torch_train_worker(rank: int, world_size: int, plan: Plan) -> dict[str, Any]
     fully_shard(stage, mesh=mesh["dp"])
     pipe_stage = PipelineStage(stage, pp_rank, plan.pp, dev, group=mesh["pp"].get_group())
     schedule = Schedule1F1B(pipe_stage, n_microbatches=plan.m, loss_fn=logits_loss)
-    opt = torch.optim.Adam(stage.parameters(), lr=plan.lr)
+    opt = torch.optim.Adam(stage.parameters(), lr=plan.lr, eps=plan.eps)
     corpus = MarkovCorpus(plan.cfg.vocab_size, seed=plan.seed)
     losses = []
     for step in range(plan.steps):
