@@ -132,8 +132,19 @@ def _ring(group: dist.ProcessGroup | None) -> tuple[int, int, int, int]:
 # --------------------------------------------------------------------------- textbook version
 
 
-def reduce_scatter_phase(flat: torch.Tensor, group: dist.ProcessGroup | None = None) -> RingStats:
-    """Phase 1, in place on 1-D ``flat`` (N,): afterwards this rank's shard (rank + 1) % D is the sum."""
+def _record(trace: list | None, step: int, send: int, recv: int, sent: int, received: int,
+            flat: torch.Tensor) -> None:
+    """Append one step to ``trace``: the shards sent and received, their bytes, and a copy of
+    what this rank holds after the step (:mod:`course_utils.ring_trace` replays them)."""
+    if trace is not None:
+        trace.append({"step": step, "send": send, "recv": recv, "sent_bytes": sent,
+                      "received_bytes": received, "flat": flat.detach().clone()})
+
+
+def reduce_scatter_phase(flat: torch.Tensor, group: dist.ProcessGroup | None = None,
+                         trace: list | None = None) -> RingStats:
+    """Phase 1, in place on 1-D ``flat`` (N,): afterwards this rank's shard (rank + 1) % D is the
+    sum. ``trace``: a list to append each step to (what was sent, received and held)."""
     flat = _check_tensor(flat)
     rank, world_size, next_rank, prev_rank = _ring(group)
     bounds = shard_bounds(flat.numel(), world_size)
@@ -150,13 +161,18 @@ def reduce_scatter_phase(flat: torch.Tensor, group: dist.ProcessGroup | None = N
         for work in dist.batch_isend_irecv(ops) if ops else []:
             work.wait()
         flat[recv_lo:recv_hi] += incoming  # (shard,) += (shard,)
-        stats = stats.add(RingStats((send_hi - send_lo) * flat.element_size(),
-                                    (recv_hi - recv_lo) * flat.element_size(), 1))
+        step_stats = RingStats((send_hi - send_lo) * flat.element_size(),
+                               (recv_hi - recv_lo) * flat.element_size(), 1)
+        stats = stats.add(step_stats)
+        _record(trace, step, (rank - step) % world_size, (rank - step - 1) % world_size,
+                step_stats.bytes_sent, step_stats.bytes_received, flat)
     return stats
 
 
-def all_gather_phase(flat: torch.Tensor, group: dist.ProcessGroup | None = None) -> RingStats:
-    """Phase 2, in place on 1-D ``flat`` (N,) holding reduced shard (rank + 1) % D: fills the rest."""
+def all_gather_phase(flat: torch.Tensor, group: dist.ProcessGroup | None = None,
+                     trace: list | None = None) -> RingStats:
+    """Phase 2, in place on 1-D ``flat`` (N,) holding reduced shard (rank + 1) % D: fills the
+    rest. ``trace``: a list to append each step to (what was sent, received and held)."""
     flat = _check_tensor(flat)
     rank, world_size, next_rank, prev_rank = _ring(group)
     bounds = shard_bounds(flat.numel(), world_size)
@@ -171,8 +187,11 @@ def all_gather_phase(flat: torch.Tensor, group: dist.ProcessGroup | None = None)
             ops.append(dist.P2POp(dist.irecv, flat[recv_lo:recv_hi], prev_rank, group))
         for work in dist.batch_isend_irecv(ops) if ops else []:
             work.wait()
-        stats = stats.add(RingStats((send_hi - send_lo) * flat.element_size(),
-                                    (recv_hi - recv_lo) * flat.element_size(), 1))
+        step_stats = RingStats((send_hi - send_lo) * flat.element_size(),
+                               (recv_hi - recv_lo) * flat.element_size(), 1)
+        stats = stats.add(step_stats)
+        _record(trace, step, (rank + 1 - step) % world_size, (rank - step) % world_size,
+                step_stats.bytes_sent, step_stats.bytes_received, flat)
     return stats
 
 
