@@ -26,7 +26,8 @@ from typing import Any, Sequence
 
 __all__ = ["bubble_fraction", "bubble_ratio", "ratio_to_fraction", "fraction_to_ratio",
            "interleaved_bubble_fraction", "min_microbatches", "effective_batch", "SCHEDULES",
-           "Op", "Timeline", "schedule_order", "simulate", "format_timeline", "draw_timeline"]
+           "Op", "Timeline", "schedule_order", "simulate", "format_timeline", "draw_timeline",
+           "op_label", "op_color", "legend_handles"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -327,7 +328,8 @@ def simulate(schedule: str, p: int, m: int, *, v: int = 1,
 # ----------------------------------------------------------------------------------- drawing
 
 
-def _op_label(op: Op, v: int) -> str:
+def op_label(op: Op, v: int) -> str:
+    """``F3`` / ``B3`` (``F3a`` / ``F3b`` with v chunks): how charts name an op."""
     return f"{op.kind}{op.microbatch}" + ("abcdefghijklmnopqrstuvwxyz"[op.chunk] if v > 1 else "")
 
 
@@ -340,7 +342,7 @@ def format_timeline(timeline: Timeline, unit: float | None = None) -> str:
     if not isinstance(timeline, Timeline):
         raise ValueError(f"timeline must be a Timeline, got {type(timeline).__name__}")
     unit = min(o.duration for o in timeline.ops) if unit is None else _check_pos_number("unit", unit)
-    width = max(len(_op_label(o, timeline.v)) for o in timeline.ops) + 1
+    width = max(len(op_label(o, timeline.v)) for o in timeline.ops) + 1
     slots = round(timeline.makespan / unit)
     t0 = timeline.start
     lines = []
@@ -350,7 +352,7 @@ def format_timeline(timeline: Timeline, unit: float | None = None) -> str:
             a, b = round((o.start - t0) / unit), round((o.end - t0) / unit)
             for s in range(a, max(b, a + 1)):
                 if s < slots:
-                    cells[s] = _op_label(o, timeline.v).ljust(width)
+                    cells[s] = op_label(o, timeline.v).ljust(width)
         lines.append(f"rank {rank} | " + "".join(cells).rstrip())
     return "\n".join(lines)
 
@@ -362,7 +364,7 @@ def _tint(color: str, amount: float) -> tuple[float, float, float]:
     return tuple(c + (1.0 - c) * amount for c in to_rgb(color))
 
 
-def _op_color(kind: str, chunk: int, v: int) -> tuple[float, float, float]:
+def op_color(kind: str, chunk: int, v: int) -> tuple[float, float, float]:
     """Forward and backward in the course's phase colours; a later chunk in a lighter shade."""
     from course_utils.style import PHASE_COLORS
 
@@ -370,14 +372,15 @@ def _op_color(kind: str, chunk: int, v: int) -> tuple[float, float, float]:
     return _tint(base, 0.55 * chunk / max(v - 1, 1))
 
 
-def _legend_handles(v: int) -> list:
+def legend_handles(v: int) -> list:
+    """Legend patches naming :func:`op_color`'s colours (forward, backward; per chunk)."""
     from matplotlib.patches import Patch
 
     handles = []
     for kind, word in (("F", "forward"), ("B", "backward")):
         for chunk in range(v):
             name = word if v == 1 else f"{word}, chunk {'abcdefghijklmnopqrstuvwxyz'[chunk]}"
-            handles.append(Patch(facecolor=_op_color(kind, chunk, v), edgecolor="black",
+            handles.append(Patch(facecolor=op_color(kind, chunk, v), edgecolor="black",
                                  linewidth=0.5, label=name))
     return handles
 
@@ -433,12 +436,12 @@ def draw_timeline(timeline: Timeline, ax: Any = None, title: str | None = None, 
     fit_text = _fit_text_class()
     t0 = timeline.start
     for o in timeline.ops:
-        face = _op_color(o.kind, o.chunk, timeline.v)
+        face = op_color(o.kind, o.chunk, timeline.v)
         ax.broken_barh([(o.start - t0, o.duration)], (o.rank - 0.4, 0.8), facecolors=face,
                        edgecolor="black", linewidth=0.5)
         dark = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2] < 0.55
         label = fit_text(o.start - t0 + o.duration / 2, o.rank,
-                         candidates=[_op_label(o, timeline.v), str(o.microbatch)],
+                         candidates=[op_label(o, timeline.v), str(o.microbatch)],
                          span=(o.start - t0, o.end - t0), ha="center", va="center",
                          fontsize=9, color="white" if dark else "black", clip_on=True)
         ax.add_artist(label)
@@ -455,6 +458,6 @@ def draw_timeline(timeline: Timeline, ax: Any = None, title: str | None = None, 
                  + f", idle {timeline.idle_fraction():.1%}")
     ax.set_title(title)
     if legend:
-        ax.legend(handles=_legend_handles(timeline.v), loc="upper left", frameon=False,
+        ax.legend(handles=legend_handles(timeline.v), loc="upper left", frameon=False,
                   bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return ax

@@ -227,3 +227,73 @@ def accumulation_error(n_micro: int, grad_dtype: str = "bf16", features: int = 6
     mean = (acc / n_micro).bfloat16().double()
     exact = exact / n_micro
     return ((mean - exact).abs().mean() / exact.abs().mean()).item()
+
+
+# --------------------------------------------------------------------- one number, bit by bit
+
+FORMATS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+           "fp8 e4m3": torch.float8_e4m3fn, "fp8 e5m2": torch.float8_e5m2}
+FIELDS = {"fp32": (8, 23), "bf16": (8, 7), "fp16": (5, 10), "fp8 e4m3": (4, 3),
+          "fp8 e5m2": (5, 2)}  # (exponent bits, fraction bits); one sign bit before them
+_AS_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+
+
+def _check_finite(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number; got {value!r}")
+    return float(value)
+
+
+def _stored(x: float, dtype: torch.dtype) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64).to(dtype)  # () rounded by torch's cast
+
+
+def _bits(t: torch.Tensor) -> int:
+    """The bit pattern of a 0-d tensor, as an unsigned int."""
+    n = t.element_size()
+    return t.view(_AS_INT[n]).item() & (2 ** (8 * n) - 1)
+
+
+def _from_bits(raw: int, dtype: torch.dtype) -> float:
+    """The number whose bit pattern is ``raw`` (unsigned) in ``dtype``."""
+    n = torch.empty((), dtype=dtype).element_size()
+    signed = raw - 2 ** (8 * n) if n > 1 and raw >= 2 ** (8 * n - 1) else raw
+    return torch.tensor(signed, dtype=_AS_INT[n]).view(dtype).to(torch.float64).item()
+
+
+def represent(x: float, fmt: str = "bf16") -> dict[str, Any]:
+    """``x`` stored in ``fmt`` (one of :data:`FORMATS`) by torch's cast: the value stored, its
+    bits split into sign, exponent and fraction (:data:`FIELDS`), the gap from it to the next
+    number of the format further from zero (None when there is none: past the largest finite
+    value, inf or nan), and the rounding error stored - x. fp8 e4m3 has no inf: torch's cast
+    saturates at 448."""
+    x = _check_finite("x", x)
+    dtype = _check_dtype_map("fmt", fmt, FORMATS)
+    t = _stored(x, dtype)
+    stored = t.to(torch.float64).item()
+    raw, n = _bits(t), 8 * t.element_size()
+    bits = format(raw, f"0{n}b")
+    exponent, fraction = FIELDS[fmt]
+    gap = None
+    if math.isfinite(stored) and raw + 1 < 2 ** n:
+        up = _from_bits(raw + 1, dtype)  # the next pattern: one step further from zero
+        if math.isfinite(up) and abs(up) > abs(stored):
+            gap = abs(up) - abs(stored)
+    return {"format": fmt, "x": x, "stored": stored, "sign": bits[0],
+            "exponent": bits[1:1 + exponent], "fraction": bits[1 + exponent:], "gap": gap,
+            "error": stored - x if math.isfinite(stored) else math.inf}
+
+
+def update_lost(weight: float, update: float, fmt: str = "bf16") -> dict[str, Any]:
+    """Add ``update`` to ``weight`` stored in ``fmt`` as :func:`repeated_update` adds it to a
+    bf16 weight (in fp32, the sum rounded back to ``fmt``): the weight before and after, and
+    whether the update was lost (the stored weight did not change)."""
+    weight, update = _check_finite("weight", weight), _check_finite("update", update)
+    dtype = _check_dtype_map("fmt", fmt, FORMATS)
+    before = _stored(weight, dtype)
+    after = (before.float() + torch.tensor(update, dtype=torch.float32)).to(dtype)  # ()
+    b, a = before.to(torch.float64).item(), after.to(torch.float64).item()
+    return {"before": b, "after": a, "lost": a == b}
+
+
+__all__ += ["FORMATS", "FIELDS", "represent", "update_lost"]

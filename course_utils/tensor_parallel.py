@@ -57,7 +57,7 @@ __all__ = [
     "Comparison", "dtype_bytes", "tp_comm_bytes", "ring_all_reduce_bytes_per_rank",
     "mlp_param_count", "time_comm_vs_matmul", "spy_collectives", "row_parallel_harness",
     "run_row_parallel", "format_comms", "conjugate_worker", "mlp_comm_to_compute",
-    "comparison_table",
+    "comparison_table", "LayerPlan", "PLAN_KINDS", "layer_plan",
 ]
 
 # ------------------------------------------------------------------------------ checking input
@@ -732,6 +732,18 @@ def _combine(name: str, parts: list[tuple[torch.Tensor, Spec]],
     return float((got - expected).abs().max())
 
 
+def _check_split(kind: str, c: dict, tp_size: int) -> None:
+    """The dimension ``kind`` splits must divide by ``tp_size`` (whole heads for attention)."""
+    if kind == "attention":
+        if c["h"] % c["n_heads"]:
+            raise ValueError(f"h = {c['h']} must be divisible by n_heads = {c['n_heads']}")
+        if c["n_heads"] % tp_size:
+            raise ValueError(f"n_heads = {c['n_heads']} must be divisible by tp_size = {tp_size}")
+    elif c["ffn"] % tp_size:
+        raise ValueError(f"ffn = {c['ffn']} (the split dimension) must be divisible by "
+                         f"tp_size = {tp_size}")
+
+
 def compare(kind: str, tp_size: int, seeds: Sequence[int] = (0, 1), cfg: dict | None = None,
             timeout_s: float = 120.0) -> Comparison:
     """Run ``kind`` on ``tp_size`` real ranks and assert_close every tensor to one device."""
@@ -742,14 +754,7 @@ def compare(kind: str, tp_size: int, seeds: Sequence[int] = (0, 1), cfg: dict | 
     if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
         raise ValueError(f"seeds must be a non-empty sequence of ints; got {seeds!r}")
     c = _config(cfg)
-    if kind == "attention":
-        if c["h"] % c["n_heads"]:
-            raise ValueError(f"h = {c['h']} must be divisible by n_heads = {c['n_heads']}")
-        if c["n_heads"] % tp_size:
-            raise ValueError(f"n_heads = {c['n_heads']} must be divisible by tp_size = {tp_size}")
-    elif c["ffn"] % tp_size:
-        raise ValueError(f"ffn = {c['ffn']} (the split dimension) must be divisible by "
-                         f"tp_size = {tp_size}")
+    _check_split(kind, c, tp_size)
     from course_utils import launch
 
     per_rank = _unpack(launch.run(tp_worker, tp_size, kind, seeds, c, timeout_s=timeout_s))
@@ -827,6 +832,66 @@ def tp_comm_bytes(b: int, s: int, h: int, tp: int, dtype: torch.dtype | str = "b
             "payload_bytes": payload, "forward_bytes": fwd * payload,
             "backward_bytes": bwd * payload,
             "ring_bytes_sent_per_rank": ring_all_reduce_bytes_per_rank((fwd + bwd) * payload, tp)}
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """What every rank of a tensor-parallel layer holds and sends (:func:`layer_plan`)."""
+
+    kind: str
+    tp_size: int
+    cfg: dict
+    full_shapes: dict    # parameter name -> unsplit shape, in the Y = X W layout
+    shapes: dict         # parameter name -> each rank's shape (equal shards)
+    split: dict          # parameter name -> the dim it is cut along (None: whole on every rank)
+    comms: list          # the CommEvents one rank issues, in order (forward, then backward)
+    ring_bytes_sent_per_rank: float
+
+
+PLAN_KINDS = ("column", "row", "mlp", "attention")
+
+
+def layer_plan(kind: str, tp_size: int, cfg: dict | None = None,
+               dtype: torch.dtype | str = "fp32") -> LayerPlan:
+    """The shards and collectives of :func:`compare`'s ``kind`` on ``tp_size`` ranks, without
+    running it: the from-scratch layers' parameter shapes (``weight`` (h_in, h_out)) and the
+    :class:`CommEvent` list a rank records, for ``cfg`` (b, s, h, ffn, n_heads) in ``dtype``.
+    ``column`` is nn.Linear(h, ffn) with its output gathered, ``row`` nn.Linear(ffn, h) on split
+    input; the MLP's and attention's bytes are :func:`tp_comm_bytes`'s. A ring sends
+    2 (t-1)/t of an all-reduce's bytes and (t-1)/t of an all-gather's."""
+    if kind not in PLAN_KINDS:
+        raise ValueError(f"kind must be one of {PLAN_KINDS}; got {kind!r}")
+    _check_int("tp_size", tp_size)
+    c = _config(cfg)
+    _check_split(kind, c, tp_size)
+    b, s, h, ffn, t, e = c["b"], c["s"], c["h"], c["ffn"], tp_size, dtype_bytes(dtype)
+    col = lambda n_in, n_out: {"weight": ((n_in, n_out), 1), "bias": ((n_out,), 0)}  # noqa: E731
+    row = lambda n_in, n_out: {"weight": ((n_in, n_out), 0), "bias": ((n_out,), None)}  # noqa
+    params = {"column": col(h, ffn), "row": row(ffn, h),
+              "mlp": {**{f"up.{k}": v for k, v in col(h, ffn).items()},
+                      **{f"down.{k}": v for k, v in row(ffn, h).items()}},
+              "attention": {**{f"qkv.{k}": v for k, v in col(h, 3 * h).items()},
+                            **{f"o.{k}": v for k, v in row(h, h).items()}}}[kind]
+    full = {name: shape for name, (shape, _) in params.items()}
+    split = {name: dim for name, (_, dim) in params.items()}
+    shapes = {name: tuple(n // t if d == split[name] else n for d, n in enumerate(shape))
+              for name, shape in full.items()}
+    act = lambda width: ((b, s, width), b * s * width * e)  # noqa: E731  (shape, bytes)
+    comms: list[CommEvent] = []
+    if t > 1 and kind == "column":
+        comms = [CommEvent("all_gather", "forward", *act(ffn)),
+                 CommEvent("all_reduce", "backward", *act(h))]
+    elif t > 1 and kind == "row":
+        comms = [CommEvent("all_reduce", "forward", *act(h))]
+    elif kind in ("mlp", "attention"):
+        counted = tp_comm_bytes(b, s, h, t, dtype, layer=kind)
+        comms = ([CommEvent("all_reduce", "forward", (b, s, h), counted["payload_bytes"])]
+                 * counted["all_reduces_forward"]
+                 + [CommEvent("all_reduce", "backward", (b, s, h), counted["payload_bytes"])]
+                 * counted["all_reduces_backward"])
+    sent = sum(ring_all_reduce_bytes_per_rank(ev.nbytes, t) if ev.op == "all_reduce"
+               else (t - 1) / t * ev.nbytes for ev in comms)
+    return LayerPlan(kind, t, c, full, shapes, split, comms, sent)
 
 
 def mlp_param_count(h: int, ffn: int) -> int:

@@ -74,6 +74,10 @@ def test_shard_range_covers_in_order():
     (lambda: tp.compare("attention", 4, cfg={"n_heads": 2}), "n_heads"),
     (lambda: tp.compare("attention", 2, cfg={"h": 10, "n_heads": 4}), "n_heads"),
     (lambda: tp.compare("mlp", 3), "ffn"),
+    (lambda: tp.layer_plan("dtensor_mlp", 2), "kind"),
+    (lambda: tp.layer_plan("mlp", 3), "ffn"),
+    (lambda: tp.layer_plan("attention", 3), "n_heads"),
+    (lambda: tp.layer_plan("mlp", 2, dtype="int8"), "dtype"),
     (lambda: tp.time_comm_vs_matmul(0, 2, [(4, 4, 3)]), "sizes"),
     (lambda: tp.time_comm_vs_matmul(0, 2, []), "sizes"),
     (lambda: tp.time_comm_vs_matmul(0, 2, [(4, 4, 4)], repeats=0), "repeats"),
@@ -138,6 +142,14 @@ def _events(c: tp.Comparison) -> list[tuple[str, str, int]]:
     return [(e.op, e.phase, e.nbytes) for e in c.comms[0]]
 
 
+def _planned(c: tp.Comparison, cfg: dict | None = None) -> bool:
+    """Whether :func:`tp.layer_plan` (what module 4's widget shows) predicted the run: every
+    rank's parameter shapes and the collectives it recorded, in order, with their bytes."""
+    plan = tp.layer_plan(c.kind, c.tp_size, cfg)
+    return all(shapes == plan.shapes for shapes in c.shapes) and \
+        all(comms == plan.comms for comms in c.comms)
+
+
 @pytest.mark.parametrize("t", [2, 4])
 def test_column_parallel_matches_one_device(t):
     c = tp.compare("column", t, SEEDS)
@@ -145,6 +157,7 @@ def test_column_parallel_matches_one_device(t):
     assert c.shapes[0] == {"weight": (16, 32 // t), "bias": (32 // t,)}
     # forward: all-gather of (2, 4, 32) fp32; backward: f's all-reduce of dL/dX (2, 4, 16)
     assert _events(c) == [("all_gather", "forward", 1024), ("all_reduce", "backward", 512)]
+    assert _planned(c)
 
 
 @pytest.mark.parametrize("t", [2, 4])
@@ -153,6 +166,7 @@ def test_row_parallel_matches_one_device(t):
     assert "partial" in c.names and c.specs["partial"].startswith("partial sums")
     assert c.shapes[0] == {"weight": (32 // t, 16), "bias": (16,)}
     assert _events(c) == [("all_reduce", "forward", 512)]
+    assert _planned(c)
 
 
 @pytest.mark.parametrize("t", [2, 4])
@@ -165,6 +179,7 @@ def test_megatron_mlp_matches_one_device_with_one_all_reduce_each_way(t):
     for rank_comms in c.comms:  # every rank, not just rank 0
         assert [(e.op, e.phase, e.nbytes) for e in rank_comms] == [
             ("all_reduce", "forward", payload), ("all_reduce", "backward", payload)]
+    assert _planned(c)
 
 
 @pytest.mark.parametrize("t", [2, 4])
@@ -175,6 +190,7 @@ def test_attention_split_by_heads_matches_one_device(t):
     assert c.shapes[0]["o.weight"] == (16 // t, 16)
     assert [(e.op, e.phase) for e in c.comms[0]] == [("all_reduce", "forward"),
                                                      ("all_reduce", "backward")]
+    assert _planned(c, {"h": 16, "n_heads": 4})
 
 
 @pytest.mark.parametrize("t", [2, 4])
