@@ -557,20 +557,15 @@ def figure(p: Plan):
 def _figure_html(p: Plan, values: dict) -> str:
     """The plan's figure as an ``<img>`` (PNG, inline) whose ``data-plan`` names the inputs it
     was drawn from."""
-    import base64
-    import io
-    import json
-
     import matplotlib.pyplot as plt
 
+    from course_utils.widgets.base import figure_html, png
+
     fig = figure(p)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=72)
+    image = png(fig)
     plt.close(fig)
-    drawn = html.escape(json.dumps(values, sort_keys=True, default=str), quote=True)
-    return (f'<div class="pg-figure"><img alt="the plan\'s memory and device mesh" '
-            f'data-plan="{drawn}" style="max-width:100%" '
-            f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"/></div>')
+    return figure_html("pg", image, values, "the plan's memory and device mesh",
+                       attribute="data-plan")
 
 
 class Playground:
@@ -657,20 +652,16 @@ class Playground:
     def _update(self, change: Any = None) -> None:
         import time
 
+        from course_utils.widgets.base import error_html
+
         start = time.perf_counter()
         values = self.values()
         try:
             self.plan = plan(**values)
         except ValueError as err:
             self.plan = None
-            stale = self._figure.replace('<div class="pg-figure"',
-                                         '<div class="pg-figure pg-stale" style="opacity:0.3;'
-                                         'filter:grayscale(1)"', 1)
-            self.summary.value = (
-                '<div class="pg-error" role="alert" style="border-left:4px solid #b00020;'
-                'background:#fdecee;padding:6px 10px;margin:6px 0">'
-                f'<b>Not a plan that can run:</b> {html.escape(str(err))}. Change one of the '
-                'controls above; the figure below is the last plan that could.</div>' + stale)
+            self.summary.value = error_html("pg", str(err), self._figure,
+                                            heading="Not a plan that can run")
             self.redraw_s = time.perf_counter() - start
             return
         self._figure = _figure_html(self.plan, values) if self.draw else ""

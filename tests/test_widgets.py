@@ -1,0 +1,326 @@
+"""The lectures' widgets (course_utils.widgets): each shows what its tested function computes, one
+state drives its numbers and its figure, a setting that does not work becomes a message, and
+its figures pass the course's figure check.
+
+The sharding widget (JAX) is tested in ``tests/test_widgets_sharding.py``, the recorded ring in
+``tests/test_ring_trace.py``, the browser side in ``tests/test_browser_widgets.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+import struct
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from course_utils import (activations, memory, pipeline_schedule as ps, precision,  # noqa: E402
+                          ring_allreduce, ring_trace, style, tensor_parallel as tp, zero)
+from course_utils.widgets import (activation_memory, number_formats,  # noqa: E402
+                                  pipeline_timeline, ring_steps, tp_layout, training_state,
+                                  zero_shards)
+from course_utils.widgets.base import Explorer  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _course_style():
+    with matplotlib.rc_context():
+        style.use()
+        yield
+
+
+def shown(w: Explorer) -> dict[str, str]:
+    """The numbers the widget's HTML view shows, by their class (``<prefix>-<key>``)."""
+    cells = re.findall(rf'<td class="{w.prefix}-([\w-]+)"[^>]*>(.*?)</td>', w.view.value)
+    return {key: html.unescape(value) for key, value in cells}
+
+
+def drawn(w: Explorer) -> dict:
+    """The inputs the view's figure was drawn from (its ``data-state``)."""
+    m = re.search(r'data-state="([^"]*)"', w.view.value)
+    return json.loads(html.unescape(m.group(1)))
+
+
+def no_problems(w: Explorer) -> None:
+    """The course's figure check passes, and no text reaches past the figure's edges (the
+    check looks inside axes; a widget draws much of its text in figure space)."""
+    fig = w.figure(w.state)
+    assert style.problems(fig) == [], f"{type(w).__name__} {w.values()}: {style.problems(fig)}"
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    for text in style._visible_texts(fig):
+        ext = text.get_window_extent(renderer)
+        assert (ext.x0 >= box.x0 - 1 and ext.x1 <= box.x1 + 1 and ext.y0 >= box.y0 - 1
+                and ext.y1 <= box.y1 + 1), f"{type(w).__name__}: {text.get_text()!r} is cut"
+
+
+# ------------------------------------------------------------------------------ the base
+
+
+def test_one_state_drives_numbers_figure_and_text():
+    w = training_state.TrainingState()
+    w.controls["params_b"].value = 70.0
+    assert shown(w)["gb"] == "1120.00 GB" and drawn(w)["params_b"] == 70.0
+    assert "state in GB (10^9 B)   1120.00 GB" in w.text()
+    bundle = w._repr_mimebundle_()
+    assert bundle["text/plain"] == w.text()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert base64.b64decode(bundle["image/png"]) == w._png and w._png[:4] == b"\x89PNG"
+    assert w.redraw_s > 0
+
+
+def test_an_invalid_setting_is_a_message_not_a_traceback():
+    w = training_state.TrainingState()
+    figure = w._figure
+    w.controls["params_b"].value = -7.0
+    assert w.state is None
+    assert 'class="ts-error"' in w.view.value and "n_params must be non-negative" in w.view.value
+    assert 'ts-figure ts-stale' in w.view.value and "<table" not in w.view.value
+    assert w.text().endswith("Not a setting that works: n_params must be non-negative; got "
+                             "-7000000000.0.")
+    assert w._repr_mimebundle_()["text/plain"] == w.text()
+    w.controls["params_b"].value = 7.0
+    assert w.state is not None and w._figure == figure and "ts-error" not in w.view.value
+
+
+def test_constructor_arguments_are_checked():
+    with pytest.raises(ValueError, match=r"unknown TrainingState inputs \['params'\]; allowed"):
+        training_state.TrainingState(params=7)
+    with pytest.raises(ValueError, match="ranks must be from 1 to 64; got 100"):
+        zero_shards.ZeroShards(ranks=100)
+    with pytest.raises(ValueError, match="layout='fp64' is not one of the control's choices"):
+        training_state.TrainingState(layout="fp64")
+
+
+# ----------------------------------------------------------------- module 1: training state
+
+
+@pytest.mark.parametrize("params_b", [7.0, 0.35, 30.0, 1000.0])
+@pytest.mark.parametrize("layout", list(memory.LAYOUTS))
+def test_training_state_is_memorys(params_b, layout):
+    w = training_state.TrainingState(params_b=params_b, layout=layout)
+    total = memory.state_bytes(params_b * 1e9, layout)
+    got = shown(w)
+    assert got["gb"] == memory.format_bytes(total, "GB")
+    assert got["gib"] == memory.format_bytes(total, "GiB")
+    fits = [k for k, gb in training_state.BUDGETS_GB.items() if memory.fits(total, gb)]
+    assert got["fits"] == (", ".join(fits) if fits else "none of 24 GB, 64 GB, 80 GB, 141 GB")
+    assert got["per-param"].startswith(f"{memory.layout(layout).total} B (")
+
+
+def test_training_state_lecture_numbers_and_figure():
+    w = training_state.TrainingState()
+    assert shown(w) == {"params": "7 billion", "per-param": "16 B (2 + 2 + 4 + 8)",
+                        "gb": "112.00 GB", "gib": "104.31 GiB", "fits": "141 GB"}
+    for layout in memory.LAYOUTS:
+        w.controls["layout"].value = layout
+        no_problems(w)
+    w.controls["params_b"].value = 1000.0
+    no_problems(w)
+
+
+# ---------------------------------------------------------------- module 2: the ring stepper
+
+
+def test_ring_stepper_replays_the_recording():
+    w = ring_steps.RingSteps(collective="all_reduce", ranks=4)
+    t = ring_trace.trace("all_reduce", 4)
+    assert w.controls["step"].max == len(t.steps) == 6
+    for k in range(len(t.steps) + 1):
+        w.controls["step"].value = k
+        assert w.state["holds"] == t.holds(k)
+        assert shown(w)["sent"] == f"{t.sent_so_far(k)[0]:,} B"
+    assert t.sent_so_far(6) == [ring_allreduce.ring_bytes_per_rank(840, 4)] * 4  # 5,040 B
+    assert shown(w)["formula"].startswith("5,040 B per rank")
+    assert "Done: every rank holds the sum of every shard." in w.text()
+    no_problems(w)
+
+
+def test_ring_stepper_step_range_follows_the_collective_and_d():
+    w = ring_steps.RingSteps(collective="all_reduce", ranks=8, step=14)
+    assert w.controls["step"].value == 14
+    w.controls["collective"].value = "reduce_scatter"  # 7 steps: the step comes down to 7
+    assert (w.controls["step"].max, w.controls["step"].value) == (7, 7)
+    assert shown(w)["step"] == "7 of 7 (reduce-scatter)"
+    w.controls["ranks"].value = 2
+    assert (w.controls["step"].max, w.controls["step"].value) == (1, 1)
+    for name in ring_trace.COLLECTIVES:
+        w.controls["collective"].value = name
+        w.controls["ranks"].value = 5
+        w.controls["step"].value = 2
+        assert w.state["holds"] == ring_trace.trace(name, 5).holds(2)
+        no_problems(w)
+
+
+# ------------------------------------------------------------------------ module 3: ZeRO
+
+
+@pytest.mark.parametrize("stage", memory.ZERO_STAGES)
+@pytest.mark.parametrize("ranks", [1, 3, 8, 64])
+def test_zero_view_is_the_lectures_formulas(stage, ranks):
+    w = zero_shards.ZeroShards(params_b=7.0, ranks=ranks, stage=stage)
+    b = memory.zero_state_bytes(7e9, dp=ranks, stage=stage)
+    sent = zero.expected_comm_bytes([7_000_000_000], dp=ranks, stage=stage)
+    got = shown(w)
+    assert got["total"] == f"{b['total'] / 1e9:.2f} GB"
+    assert got["sent"] == f"{sent['total'] / 1e9:.2f} GB (ring, bf16)"
+    for part in ("weights", "grads", "optimizer"):  # the figure's sharded strips
+        sharded = zero_shards._is_sharded(part, stage)
+        full = memory.zero_state_bytes(7e9, dp=1, stage=stage)[part]
+        assert b[part] == pytest.approx(full / ranks if sharded else full)
+
+
+def test_zero_view_lecture_numbers_and_messages():
+    w = zero_shards.ZeroShards()  # 7B, D = 8, ZeRO-2: lecture 3's check-yourself answer
+    assert shown(w)["total"] == "26.25 GB" and shown(w)["sharded"] == "gradients, optimizer"
+    no_problems(w)
+    w.controls["stage"].value = 3
+    w.controls["ranks"].value = 64
+    assert shown(w)["total"] == "1.75 GB"
+    no_problems(w)
+    w.controls["params_b"].value = 0.0
+    assert "params_b must be a positive number of billions; got 0.0" in w.view.value
+
+
+# ---------------------------------------------------------------- module 4: TP layouts
+
+
+@pytest.mark.parametrize("layer", tp.PLAN_KINDS)
+def test_tp_view_is_layer_plan(layer):
+    w = tp_layout.TPLayout(layer=layer, tp=4)
+    sizes = dict(b=1, s=4096, h=4096, ffn=16384, n_heads=32)
+    p = tp_layout._plan(layer, 4, sizes, "bf16")
+    assert w.state == p
+    got = shown(w)
+    assert got["forward"] == tp_layout._comm(p.comms, "forward")
+    if layer in ("mlp", "attention"):  # the lecture's tp_comm_bytes
+        counted = tp.tp_comm_bytes(1, 4096, 4096, 4, "bf16", layer=layer)
+        assert p.ring_bytes_sent_per_rank == counted["ring_bytes_sent_per_rank"]
+        assert got["forward"] == got["backward"] == "1 all-reduce of (1, 4096, 4096) = 32.00 MiB"
+    no_problems(w)
+
+
+def test_tp_view_messages():
+    w = tp_layout.TPLayout(layer="attention", tp=8)
+    w.controls["tp"].value = 3
+    assert "n_heads = 32 must be divisible by tp_size = 3" in w.view.value
+    w.controls["layer"].value = "mlp"
+    assert "ffn = 16384 (the split dimension) must be divisible by tp_size = 3" in w.view.value
+    w.controls["tp"].value = 1
+    assert shown(w)["forward"] == "none" and "t = 1" in w.text()
+
+
+# ---------------------------------------------------------------- module 5: pipelines
+
+
+@pytest.mark.parametrize("schedule,p,m,v", [("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1),
+                                            ("interleaved", 4, 8, 2), ("1f1b", 8, 32, 1)])
+def test_pipeline_view_is_the_simulator(schedule, p, m, v):
+    w = pipeline_timeline.PipelineTimeline(schedule=schedule, stages=p, microbatches=m,
+                                           chunks=v)
+    tl = ps.simulate(schedule, p=p, m=m, v=v)
+    got = shown(w)
+    assert got["bubble"] == f"{tl.idle_fraction():.1%}"
+    formula = (ps.interleaved_bubble_fraction(p=p, m=m, v=v) if schedule == "interleaved"
+               else ps.bubble_fraction(p, m))
+    assert got["formula"] == f"{formula:.1%}" == got["bubble"]  # balanced: they agree
+    assert got["in-flight"] == ", ".join(f"{x:g}" for x in tl.peak_activations()) + \
+        " microbatches"
+    no_problems(w)
+
+
+def test_pipeline_view_slow_stage_and_messages():
+    w = pipeline_timeline.PipelineTimeline()
+    w.controls["slow_stage"].value = 2
+    tl = ps.simulate("1f1b", p=4, m=8, stage_times=[1, 1, 2, 1])
+    assert shown(w)["bubble"] == f"{tl.idle_fraction():.1%}" == "44.4%"
+    assert shown(w)["formula"] == "27.3% (balanced stages only)"
+    no_problems(w)
+    w.controls["stages"].value = 2
+    assert "slow_stage must be a stage from 0 to 1 (or none); got 2" in w.view.value
+    w.controls["slow_stage"].value = -1
+    w.controls["chunks"].value = 2
+    assert "v (chunks per rank) must be 1 for schedule &#x27;1f1b&#x27;" in w.view.value
+    w.controls["schedule"].value = "interleaved"
+    w.controls["microbatches"].value = 7
+    assert "m must be a multiple of p for the interleaved schedule" in w.view.value
+
+
+# ------------------------------------------------------------ module 9: number formats
+
+
+@pytest.mark.parametrize("x", [1.0, 0.02, 3.0, 1e-3, 250.0, 1e-30])
+def test_bf16_gap_is_the_lectures(x):
+    assert precision.represent(x, "bf16")["gap"] == precision.bf16_gap(x)
+
+
+def test_formats_at_one_and_their_bits():
+    for fmt, dtype in precision.FORMATS.items():
+        r = precision.represent(1.0, fmt)
+        assert r["gap"] == torch.finfo(dtype).eps and r["stored"] == 1.0
+        assert len(r["sign"] + r["exponent"] + r["fraction"]) == 8 * dtype.itemsize
+    f32 = precision.represent(0.1, "fp32")
+    bits = format(struct.unpack(">I", struct.pack(">f", 0.1))[0], "032b")
+    assert f32["sign"] + f32["exponent"] + f32["fraction"] == bits
+    assert precision.represent(1e6, "fp16")["stored"] == float("inf")
+    assert precision.represent(1e6, "fp8 e4m3")["stored"] == 448.0  # torch saturates e4m3
+    assert precision.represent(448.0, "fp8 e4m3")["gap"] is None
+    assert precision.represent(1e6, "bf16")["overflow"] is False
+
+
+def test_an_update_is_lost_as_repeated_update_loses_it():
+    assert precision.update_lost(1.0, 1e-3, "bf16")["lost"]        # the lecture's example
+    assert precision.repeated_update(1.0, 1e-3, 1)["bf16 only"] == 1.0
+    assert not precision.update_lost(1.0, 1e-3, "fp32")["lost"]
+    for x in (1.0, 0.02, 7.5):  # round to nearest: lost below half the gap, kept above it
+        half = precision.represent(x, "bf16")["gap"] / 2
+        assert precision.update_lost(x, 0.9 * half, "bf16")["lost"]
+        assert not precision.update_lost(x, 1.1 * half, "bf16")["lost"]
+    with pytest.raises(ValueError, match="update must be a finite number; got inf"):
+        precision.update_lost(1.0, float("inf"))
+
+
+def test_number_format_view():
+    w = number_formats.NumberFormats()
+    got = shown(w)
+    assert got["bf16"] == "stores 1, gap 0.0078125; w + u lost"
+    assert got["fp32"] == "stores 1, gap 1.19209e-07; w + u -> 1.001"
+    no_problems(w)
+    w.controls["value"].value = 0.02
+    w.controls["update"].value = 1e-5
+    assert shown(w)["bf16"].endswith("lost") and not shown(w)["fp32"].endswith("lost")
+    w.controls["value"].value = 1e6
+    assert shown(w)["fp16"] == "stores inf: w is past its largest number, 65504"
+    assert shown(w)["fp8-e4m3"] == "stores 448: w is past its largest number, 448"
+    no_problems(w)
+
+
+# ------------------------------------------------------- module 9: activation calculator
+
+
+def test_activation_view_is_korthikanti():
+    w = activation_memory.ActivationMemory()
+    seven_b = dict(s=4096, b=1, h=4096, a=32, layers=32)
+    assert shown(w)["activations"] == "18.27 GB"  # lecture 9, fused attention
+    assert w.state["bytes"] == activations.korthikanti_bytes(**seven_b, attention="fused")
+    w.controls["attention"].value = "math"
+    w.controls["tp"].value = 8
+    w.controls["recompute"].value = "attention"
+    assert shown(w)["activations"] == "6.98 GB"   # lecture 9: tp = 8, selective
+    w.controls["sp"].value = True
+    assert shown(w)["activations"] == "2.28 GB"   # ... and with SP
+    assert w.state["bytes"] == activations.korthikanti_bytes(**seven_b, recompute="attention",
+                                                             tp=8, sp=True)
+    no_problems(w)
+    w.controls["tp"].value = 1
+    assert "sp=True needs tp &gt; 1" in w.view.value
+    w.controls["sp"].value = False
+    w.controls["tp"].value = 3
+    assert "tp must divide the 32 attention heads of the 7B model" in w.view.value
