@@ -265,8 +265,9 @@ def represent(x: float, fmt: str = "bf16") -> dict[str, Any]:
     """``x`` stored in ``fmt`` (one of :data:`FORMATS`) by torch's cast: the value stored, its
     bits split into sign, exponent and fraction (:data:`FIELDS`), the gap from it to the next
     number of the format further from zero (None when there is none: past the largest finite
-    value, inf or nan), and the rounding error stored - x. fp8 e4m3 has no inf: torch's cast
-    saturates at 448."""
+    value, inf or nan), the rounding error stored - x, the format's largest finite number and
+    whether |x| is past it (``overflow``: fp16 and fp8 e5m2 then store inf; fp8 e4m3 has no
+    inf, torch's cast saturates at 448)."""
     x = _check_finite("x", x)
     dtype = _check_dtype_map("fmt", fmt, FORMATS)
     t = _stored(x, dtype)
@@ -279,9 +280,11 @@ def represent(x: float, fmt: str = "bf16") -> dict[str, Any]:
         up = _from_bits(raw + 1, dtype)  # the next pattern: one step further from zero
         if math.isfinite(up) and abs(up) > abs(stored):
             gap = abs(up) - abs(stored)
+    largest = float(torch.finfo(dtype).max)
     return {"format": fmt, "x": x, "stored": stored, "sign": bits[0],
             "exponent": bits[1:1 + exponent], "fraction": bits[1 + exponent:], "gap": gap,
-            "error": stored - x if math.isfinite(stored) else math.inf}
+            "error": stored - x if math.isfinite(stored) else math.inf, "largest": largest,
+            "overflow": abs(x) > largest}
 
 
 def update_lost(weight: float, update: float, fmt: str = "bf16") -> dict[str, Any]:
