@@ -790,15 +790,20 @@ def _sha256(path: Path) -> str:
         return f"unreadable ({err})"
 
 
-def record_digests(assignment: str, students: list[str], data: Path) -> Path:
+def record_digests(assignment: str, students: list[str], data: Path,
+                   finished: list[str] | None = None) -> Path:
     """When grading ends: the SHA-256 of each graded student's autograded notebooks, and how
-    the kernels were isolated. :func:`report` refuses to run if any of them changes later."""
+    the kernels were isolated. :func:`report` refuses to run if any of them changes later.
+    ``finished``: the students whose grading ran to its end (whatever nbgrader made of their
+    notebook): the digest of the submission graded is kept for them (:func:`graded_submissions`),
+    so a re-run can grade only the submissions not yet graded."""
     from grading import sandbox
 
     path = _digests_path(assignment, data)
     book = (json.loads(read_regular(path, MAX_NOTEBOOK_BYTES)) if entry_kind(path) == "file"
             else {"students": {}})
     book["isolation"] = sandbox.description()
+    submitted = book.setdefault("submitted", {})
     for student in students:
         auto = data / "autograded" / student / assignment
         files = {n: auto / n for n in notebook_names(assignment)}
@@ -806,9 +811,75 @@ def record_digests(assignment: str, students: list[str], data: Path) -> Path:
                       for n in notebook_names(assignment)})
         book["students"][student] = {n: _sha256(f) for n, f in files.items()
                                      if entry_kind(f) == "file"}
+        submitted.pop(student, None)
+    for student in finished or []:
+        submitted[student] = submission_digest(assignment, student, data)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_private(path, json.dumps(book, indent=1, sort_keys=True))
     return path
+
+
+def submission_digest(assignment: str, student: str, data: Path) -> str | None:
+    """SHA-256 over the names and contents of the regular files of
+    ``submitted/<student>/<assignment>/`` (None: no such folder). The folder is the grader's own
+    copy (``collect``); no link is followed."""
+    top = data / "submitted" / student / assignment
+    if entry_kind(top) != "dir":
+        return None
+    h = hashlib.sha256()
+    for folder, dirs, files in os.walk(top):  # (os.walk follows no link to a folder)
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(folder) / name
+            if entry_kind(path) == "file":
+                h.update(path.relative_to(top).as_posix().encode() + b"\0")
+                h.update(_sha256(path).encode() + b"\0")
+    return h.hexdigest()
+
+
+def graded_submissions(assignment: str, data: Path) -> dict[str, str]:
+    """``{student: digest of the submission graded}`` for every student whose grading ran to
+    its end and whose recorded results are all still there (see :func:`record_digests`)."""
+    path = _digests_path(assignment, data)
+    if entry_kind(path) != "file":
+        return {}
+    book = json.loads(read_regular(path, MAX_NOTEBOOK_BYTES))
+    out = {}
+    for student, digest in book.get("submitted", {}).items():
+        files = book["students"].get(student, {})
+        present = all(entry_kind(
+            judge.log_path(data, assignment, student, name.removeprefix("judge log "))
+            if name.startswith("judge log ") else data / "autograded" / student / assignment / name)
+            == "file" for name in files)
+        if present and digest:
+            out[student] = digest
+    return out
+
+
+def _not_graded_path(assignment: str, data: Path) -> Path:
+    return data / "logs" / f"not-graded-{assignment}.json"
+
+
+def record_not_graded(assignment: str, data: Path, reasons: dict[str, str | None]) -> None:
+    """Keep why each student's grading did not finish (a worker or a Slurm task stopped), for
+    the report's "not graded (why)"; a None reason forgets the student's earlier one."""
+    path = _not_graded_path(assignment, data)
+    book = not_graded_reasons(assignment, data)
+    for student, why in reasons.items():
+        if why is None:
+            book.pop(student, None)
+        else:
+            book[student] = why
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_private(path, json.dumps(book, indent=1, sort_keys=True), mode=0o644)
+
+
+def not_graded_reasons(assignment: str, data: Path) -> dict[str, str]:
+    """``{student: why their grading did not finish}`` (see :func:`record_not_graded`)."""
+    path = _not_graded_path(assignment, data)
+    if entry_kind(path) != "file":
+        return {}
+    return {str(k): str(v) for k, v in json.loads(read_regular(path, 50_000_000)).items()}
 
 
 def check_digests(assignment: str, data: Path) -> dict:
@@ -860,6 +931,7 @@ class StudentResult:
     cells: list[CellResult] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     limits: list[str] = field(default_factory=list)  # grading limits that fired (judge log)
+    seconds: float | None = None  # running and judging its notebooks took (judge log)
 
     @property
     def graded(self) -> bool:
@@ -950,12 +1022,16 @@ def _verify_student(assignment: str, student: str, data: Path) -> StudentResult:
                                       getattr(rules, "HELPERS_NOT_ALLOWED", {}))
         result.flags += identity_flags(assignment, student, submitted)
         if entry_kind(auto / name) != "file":
-            result.status = "not graded: autograde failed (see the autograde log)"
+            why = not_graded_reasons(assignment, data).get(student)
+            result.status = f"not graded: {why or 'autograde failed (see the autograde log)'}"
             return result
         graded = read_notebook(auto / name)
         log = judge.log_path(data, assignment, student, name)
         verdicts = judge.read_log(log) if entry_kind(log) == "file" else {}
         result.limits += judge.read_limits(log) if entry_kind(log) == "file" else []
+        took = judge.read_seconds(log) if entry_kind(log) == "file" else None
+        if took is not None:
+            result.seconds = (result.seconds or 0.0) + took
         for cell in graded.cells:
             m = _meta(cell)
             if is_test_cell(cell):
@@ -1101,7 +1177,9 @@ def _copied_by(r: StudentResult, failed: dict, skip: set, own: dict, reference: 
 
 def report(assignment: str, data: Path | None = None,
            students: list[str] | None = None) -> tuple[list[StudentResult], Path]:
-    """Write ``reports/<assignment>.csv`` and ``.txt``; returns the results and the CSV path."""
+    """Write ``reports/<assignment>.csv``, ``.txt`` (the class summary, then every student) and
+    ``.html`` (the class report as a page: ``grading.class_report``); returns the results and
+    the CSV path."""
     data = data or data_dir()
     book = check_digests(assignment, data)
     results = verify_assignment(assignment, data, students)
@@ -1125,8 +1203,14 @@ def report(assignment: str, data: Path | None = None,
                                    if c.message),
                         " | ".join(condense(r.flags)), " | ".join(r.limits)])
         write_private(csv_path, f.getvalue(), mode=0o644)
-    write_private(out / f"{assignment}.txt", render_text(assignment, results, book["isolation"]),
-                  mode=0o644)
+    from grading import class_report
+
+    summary = class_report.summarize(assignment, results)
+    write_private(out / f"{assignment}.txt",
+                  render_text(assignment, results, book["isolation"],
+                              class_summary=class_report.render_text(summary)), mode=0o644)
+    write_private(out / f"{assignment}.html",
+                  class_report.render_html(summary, results, book["isolation"]), mode=0o644)
     return results, csv_path
 
 
@@ -1147,8 +1231,10 @@ def condense(flags: list[str]) -> list[str]:
             for text, cells in groups.items()]
 
 
-def render_text(assignment: str, results: list[StudentResult], isolation: str = "") -> str:
-    """The report as plain text, one block per student."""
+def render_text(assignment: str, results: list[StudentResult], isolation: str = "",
+                class_summary: str = "") -> str:
+    """The report as plain text, one block per student (after ``class_summary``, the class
+    report's text, when given: ``grading.class_report``)."""
     lines = [f"Assignment {assignment}: {len(results)} students", ""]
     if isolation:
         lines += [f"grading kernels: {isolation}", ""]
@@ -1159,6 +1245,8 @@ def render_text(assignment: str, results: list[StudentResult], isolation: str = 
     lines.append("(score = autograded points as the judge decided them outside the kernels; "
                  "manual questions are graded in the formgrader)")
     lines.append("")
+    if class_summary:
+        lines += [class_summary.rstrip("\n"), "", "EVERY STUDENT", ""]
     for r in results:
         if not r.graded:
             lines.append(f"{r.student}: NOT GRADED ({r.status.split(': ', 1)[-1]})")

@@ -282,18 +282,21 @@ MAX_LOGGED_VALUES = 20_000  # bytes of JSON kept per failed cell, for the copied
 
 def write_log(path: Path, verdicts: list[Verdict], isolation: str,
               limits: list[str] | None = None, values: dict | None = None,
-              variant: str | None = None) -> None:
+              variant: str | None = None, seconds: float | None = None) -> None:
     """Write the judge log of one notebook (atomic replace): the verdicts, how the kernel was
     isolated, each limit that fired while it ran (``limits``: one line each), and, for the
     report's copied-answer evidence (issue 26), the student's ``variant`` and the values of
     each failed cell (``values``: ``{grade_id: [(name, encoded value)]}``, a cell's kept only
-    up to ``MAX_LOGGED_VALUES`` bytes)."""
+    up to ``MAX_LOGGED_VALUES`` bytes); ``seconds``: how long running and judging the notebook
+    took, kernel start-ups included (the class report's slowest submissions)."""
     kept = {gid: pairs for gid, pairs in (values or {}).items()
             if len(json.dumps(pairs)) <= MAX_LOGGED_VALUES}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_private(path, json.dumps({"isolation": isolation, "limits": list(limits or []),
                                     "cells": [v.as_dict() for v in verdicts],
-                                    "variant": variant, "values": kept}, indent=1))
+                                    "variant": variant, "values": kept,
+                                    "seconds": None if seconds is None else round(seconds, 2)},
+                                   indent=1))
 
 
 MAX_LOG_BYTES = 50_000_000
@@ -311,6 +314,12 @@ def read_values(path: Path) -> tuple[str | None, dict[str, list[tuple[str, Any]]
     return log.get("variant"), {str(g): [tuple(p) for p in pairs if isinstance(p, list)
                                          and len(p) == 2 and isinstance(p[0], str)]
                                 for g, pairs in values.items() if isinstance(pairs, list)}
+
+
+def read_seconds(path: Path) -> float | None:
+    """How long the notebook of this judge log took to run and judge (None: not recorded)."""
+    value = _log(path).get("seconds")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def read_limits(path: Path) -> list[str]:

@@ -142,13 +142,15 @@ class RecoveringExecute(Execute):
         self._oom_seen = 0
         self._monitors: list = []
         self._setup_judge(nb, resources or {})
+        started = time.monotonic()
         try:
             out = super().preprocess(nb, resources, km)
         finally:
             self._unwatch()
         if self._log is not None:
             judge.write_log(self._log, self._verdicts, description(), self._limits,
-                            self._values, getattr(self._givens, "variant", None))
+                            self._values, getattr(self._givens, "variant", None),
+                            seconds=time.monotonic() - started)
         return out
 
     def _setup_judge(self, nb, resources: dict) -> None:

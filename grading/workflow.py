@@ -27,9 +27,11 @@ from pathlib import Path
 from grading import judge, sandbox
 from grading.files import NotRegular, entry_kind, read_regular, write_private
 from grading.integrity import (ROOT, VARIANTS_ENV, _environ, check_committed, data_dir,
-                               notebook_names, record_digests, reference_run, report)
+                               notebook_names, record_digests, record_not_graded, reference_run,
+                               report)
 
-NBGRADER = [sys.executable, "-m", "nbgrader"]
+# nbgrader's command line, started without an import that costs seconds (grading/launcher.py)
+NBGRADER = [sys.executable, "-m", "grading.launcher", "nbgrader"]
 
 
 def all_assignments() -> list[str]:
@@ -249,10 +251,29 @@ def worker_time_limit(n_students: int) -> float:
     return n_students * (RecoveringExecute.max_submission_s.default_value + 180) + 120
 
 
+EXECUTORS = ("local", "slurm")
+
+
+def prepare(assignment: str, data: Path, register_first: bool = True,
+            reference_cache: Path | None = None) -> Path:
+    """What every autograde does first, whatever the executor: refuse to grade unisolated or
+    with an uncommitted reference, make the course's secret, register the assignment, run (or
+    find in its cache) the reference solution; returns the reference cache folder."""
+    sandbox.require()  # refuse to grade unisolated unless the instructor said so
+    check_committed(assignment)
+    judge.course_secret(data)  # made once, before the workers race to make it
+    if register_first:
+        register(assignment, data)
+    cache = Path(reference_cache or data / "reference").resolve()
+    reference_run(assignment, data, cache=cache)
+    return cache
+
+
 def autograde(assignment: str, workers: int = 2, data: Path | None = None,
               students: list[str] | None = None, timeout: int | None = None,
               register_first: bool = True, reference_cache: Path | None = None,
-              extra_args: list[str] | None = None) -> AutogradeRun:
+              extra_args: list[str] | None = None, executor: str = "local",
+              slurm: dict | None = None) -> AutogradeRun:
     """Autograde every submission of one assignment with ``workers`` nbgrader processes.
 
     ``timeout`` overrides ``Execute.timeout`` (seconds per cell); ``extra_args`` go to each
@@ -265,20 +286,27 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
     ``$COURSE_DATA/reference``): the judge inside each nbgrader process compares with it. It
     must be the committed one (:func:`grading.integrity.check_committed`). Each worker has a
     time limit (:func:`worker_time_limit`); one past it is stopped, with every kernel it
-    started, and its students left without results ("not graded").
+    started, and its students left without results ("not graded", saying so).
+
+    ``executor="slurm"`` grades as a Slurm job array instead, one task per submission, each
+    running this same function for its one student (:mod:`grading.slurm_executor`; ``slurm``:
+    that module's options, such as ``{"max_running": 8}``); ``workers`` is then unused.
     """
-    data = data or data_dir()
-    sandbox.require()  # refuse to grade unisolated unless the instructor said so
-    check_committed(assignment)
-    judge.course_secret(data)  # made once, before the workers race to make it
-    everyone = submitted_students(assignment, data)
-    chosen = list(dict.fromkeys(students)) if students is not None else everyone
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if executor == "slurm":
+        from grading import slurm_executor
+
+        return slurm_executor.autograde(assignment, data=data, students=students,
+                                        timeout=timeout, register_first=register_first,
+                                        reference_cache=reference_cache,
+                                        extra_args=extra_args, **(slurm or {}))
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    if register_first:
-        register(assignment, data)
-    cache = Path(reference_cache or data / "reference").resolve()
-    reference_run(assignment, data, cache=cache)
+    data = data or data_dir()
+    cache = prepare(assignment, data, register_first, reference_cache)
+    everyone = submitted_students(assignment, data)
+    chosen = list(dict.fromkeys(students)) if students is not None else everyone
     start = time.perf_counter()
     shards = [chosen[i::workers] for i in range(workers)]
     shards = [s for s in shards if s]
@@ -308,7 +336,13 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
             codes.append(proc.wait())
             timed_out.append(k)
         f.close()
-    record_digests(assignment, chosen, data)
+    stopped = {s for k in timed_out for s in shards[k]}
+    why = {s: (f"its grading worker ran past its time limit "
+               f"({worker_time_limit(len(shards[k])):.0f} s for {len(shards[k])} "
+               f"submission(s)) and was stopped; see {logs[k]}")
+           for k in timed_out for s in shards[k]}
+    record_not_graded(assignment, data, {s: why.get(s) for s in chosen})
+    record_digests(assignment, chosen, data, finished=[s for s in chosen if s not in stopped])
     return AutogradeRun(assignment, len(chosen), len(shards), time.perf_counter() - start,
                         codes, logs, timed_out)
 

@@ -4,6 +4,8 @@
     python scripts/grade.py release    a1_training_state|all   # regenerate assignments/
     python scripts/grade.py collect    DIR a1_training_state|all
     python scripts/grade.py autograde  a1_training_state|all [--workers 2] [--timeout 60]
+    python scripts/grade.py autograde  a1_training_state --executor slurm   # a Slurm job array
+    python scripts/grade.py merge      a1_training_state|all   # merge finished Slurm tasks
     python scripts/grade.py feedback   a1_training_state|all
     python scripts/grade.py report     a1_training_state|all
     python scripts/grade.py export
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -57,6 +60,38 @@ def _print_check(result) -> None:
         print(f"  note: {limit}")
 
 
+def _autograde_slurm(assignment: str, args) -> bool:
+    """``autograde --executor slurm``: submit, wait, merge (or submit a merge job); prints what
+    happened. False when nothing was left to grade and nothing was submitted."""
+    for flag in ("max_running", "time_limit"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    try:
+        sbatch_args = shlex.split(args.slurm_args)
+    except ValueError as err:
+        raise ValueError(f"--slurm-args must be sbatch options as a shell would split them "
+                         f"({err}): {args.slurm_args!r}") from None
+    run = workflow.autograde(assignment, timeout=args.timeout, students=args.student,
+                             executor="slurm", slurm={
+                                 "max_running": args.max_running,
+                                 "time_limit_min": args.time_limit,
+                                 "sbatch_args": sbatch_args, "wait": not args.no_wait,
+                                 "regrade": args.regrade})
+    if run.job is None:
+        print(f"{assignment}: every submission is graded already (--regrade grades them again)")
+        return True
+    if run.merge_job is not None:
+        print(f"{assignment}: submitted {run.students} submission(s) as Slurm array {run.job}; "
+              f"job {run.merge_job} merges and reports when it ends (logs: {run.run_dir}/logs)")
+        return False
+    merged = run.merged
+    print(f"{assignment}: graded {len(merged.finished)} of {run.students} submission(s) as "
+          f"Slurm array {run.job} in {run.waited_s:.1f} s, merged in {merged.seconds:.1f} s "
+          f"(logs: {run.run_dir}/logs)")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,6 +109,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=None,
                    help="seconds per cell (default: nbgrader_config.py's 60)")
     p.add_argument("--student", action="append", help="only this student (repeatable)")
+    p.add_argument("--executor", choices=workflow.EXECUTORS, default="local",
+                   help="local: nbgrader workers on this machine (default); slurm: one Slurm "
+                        "array task per submission, then a merge (grades only the submissions "
+                        "not graded yet unless --regrade or --student)")
+    p.add_argument("--regrade", action="store_true",
+                   help="slurm: grade every submission again, not only the missing ones")
+    p.add_argument("--max-running", type=int, default=None,
+                   help="slurm: at most this many array tasks at once")
+    p.add_argument("--time-limit", type=int, default=None,
+                   help="slurm: minutes per task (default: the local worker's own limit + 5)")
+    p.add_argument("--slurm-args", default="",
+                   help='slurm: more sbatch options, e.g. "--partition=cpu --mem=8G"')
+    p.add_argument("--no-wait", action="store_true",
+                   help="slurm: submit the array and a dependent merge job, then return")
+    p = sub.add_parser("merge", help="slurm: merge the finished array tasks into the gradebook "
+                                     "and the results, then report")
+    p.add_argument("assignment")
     p = sub.add_parser("feedback", help="HTML feedback per student")
     p.add_argument("assignment")
     p = sub.add_parser("report", help="re-check grades outside the kernel; CSV + text report")
@@ -103,11 +155,26 @@ def main(argv: list[str] | None = None) -> int:
                 if not workflow.submitted_students(a):
                     print(f"{a}: no submissions in {data / 'submitted'} (run collect first)")
                     continue
-                run = workflow.autograde(a, workers=args.workers, timeout=args.timeout,
-                                         students=args.student)
-                print(f"{a}: autograded {run.students} submission(s) with {run.workers} "
-                      f"worker(s) in {run.seconds:.1f} s (logs: {data / 'logs'})")
+                if args.executor == "slurm":
+                    if not _autograde_slurm(a, args):
+                        continue
+                else:
+                    run = workflow.autograde(a, workers=args.workers, timeout=args.timeout,
+                                             students=args.student)
+                    print(f"{a}: autograded {run.students} submission(s) with {run.workers} "
+                          f"worker(s) in {run.seconds:.1f} s (logs: {data / 'logs'})")
                 _summary(a)
+        elif args.step == "merge":
+            from grading import slurm_executor
+
+            for a in workflow.expand(args.assignment):
+                merged = slurm_executor.merge(a)
+                print(f"{a}: merged {len(merged.finished)} finished Slurm task(s) from "
+                      f"{len(merged.runs)} array(s)"
+                      + (f"; {len(merged.active)} still pending or running"
+                         if merged.active else ""))
+                if merged.runs or merged.finished:
+                    _summary(a)
         elif args.step == "feedback":
             out = workflow.feedback(args.assignment)
             print(f"feedback in {out}/<student>/<assignment>/")

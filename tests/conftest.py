@@ -54,7 +54,7 @@ SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.p
                 "tests/test_sequence_parallel.py", "tests/test_site.py", "tests/test_train3d.py",
                 "tests/test_zero.py"}
 # Files whose shared fixture runs for minutes: queued first, with the grading groups.
-HEAVY_FILES = {"tests/test_student_copy.py", "tests/test_grading_host.py"}
+HEAVY_FILES = {"tests/test_student_copy.py", "tests/test_grading_host.py", "tests/test_slurm.py"}
 _GRADING_FILES = {"tests/test_assignments.py", "tests/test_grading_integrity.py",
                   "tests/test_visible_checks.py"}
 _ASSIGNMENT = re.compile(r"\[(a\d+_[a-z_]+?)(?:-|\])")
