@@ -253,6 +253,20 @@ def test_pipeline_view_slow_stage_and_messages():
     assert "m must be a multiple of p for the interleaved schedule" in w.view.value
 
 
+def test_pipeline_view_cannot_draw_a5s_graded_timelines():
+    """a5 Q4's timelines A and B (P = 5, m = 7) are the same for every student: the widget's
+    stages stop short of them (timeline C, interleaved, asks only its schedule, which its
+    chunk letters name)."""
+    from test_assignments import A5_Q4_TIMELINES
+
+    w = pipeline_timeline.PipelineTimeline()
+    for name, (schedule, p, m, v) in A5_Q4_TIMELINES.items():
+        if schedule != "interleaved":
+            assert p not in w.controls["stages"].options, name
+    with pytest.raises(ValueError, match="stages=5 is not one of the control's choices"):
+        pipeline_timeline.PipelineTimeline(stages=5)
+
+
 # ------------------------------------------------------------ module 9: number formats
 
 
@@ -288,12 +302,13 @@ def test_an_update_is_lost_as_repeated_update_loses_it():
 
 
 def test_number_format_view():
-    w = number_formats.NumberFormats()
+    w = number_formats.NumberFormats(value=1.0)
     got = shown(w)
     assert got["bf16"] == "stores 1, gap 0.0078125; w + u lost"
     assert got["fp32"] == "stores 1, gap 1.19209e-07; w + u -> 1.001"
     no_problems(w)
     w.controls["value"].value = 0.02
+    assert not shown(w)["bf16"].endswith("lost")  # half of 2^-13 is under 1e-3
     w.controls["update"].value = 1e-5
     assert shown(w)["bf16"].endswith("lost") and not shown(w)["fp32"].endswith("lost")
     w.controls["value"].value = 1e6

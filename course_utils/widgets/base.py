@@ -33,7 +33,7 @@ import time
 from typing import Any, ClassVar, Iterator, NamedTuple
 
 __all__ = ["DPI", "Row", "Explorer", "figure_html", "error_html", "png", "key", "plain_axes",
-           "nice_ticks", "slider", "dropdown", "checkbox", "integer", "number"]
+           "nice_ticks", "slider", "choice_slider", "dropdown", "checkbox", "integer", "number"]
 
 DPI = 72  # figures are drawn at 72 dots per inch: 9 inches = 648 pixels, fast to render
 _STYLE = {"description_width": "140px"}
@@ -160,6 +160,14 @@ def slider(description: str, value: int, low: int, high: int) -> Any:
 
     return w.IntSlider(value=value, min=low, max=high, description=description, style=_STYLE,
                        layout=_layout(), continuous_update=False)
+
+
+def choice_slider(description: str, options: Any, value: Any) -> Any:
+    """A SelectionSlider over ``options`` that redraws when released."""
+    import ipywidgets as w
+
+    return w.SelectionSlider(options=options, value=value, description=description,
+                             style=_STYLE, layout=_layout(), continuous_update=False)
 
 
 def dropdown(description: str, options: Any, value: Any) -> Any:

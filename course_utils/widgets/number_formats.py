@@ -8,7 +8,7 @@ as :func:`~course_utils.precision.repeated_update` does (its bf16 gap equals ``b
 function lecture 9 asserts)::
 
     from course_utils.widgets.number_formats import NumberFormats
-    NumberFormats(value=1.0, update=1e-3)
+    NumberFormats(value=0.02, update=1e-3)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class NumberFormats(Explorer):
 
     prefix = "nf"
     title = "A number in each format (torch's casts)"
-    defaults = {"value": 1.0, "update": 1e-3}
+    defaults = {"value": 0.02, "update": 1e-3}
     figsize = (9.0, 3.2)
     alt = "each format's bits, and half its gap at the value against the update"
 

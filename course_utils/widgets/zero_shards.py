@@ -67,8 +67,6 @@ class ZeroShards(Explorer):
                     f"{gb(b['weights'])} + {gb(b['grads'])} + {gb(b['optimizer'])} GB"),
                 Row("sharded", "cut into D shards",
                     ", ".join(sharded) if sharded else "nothing (every rank holds it all)"),
-                Row("all-ranks", "all D ranks together",
-                    f"{gb(b['total'] * s['ranks'])} GB"),
                 Row("sent", "sent per rank per step", f"{gb(sent['total'])} GB (ring, bf16)")]
 
     def notes(self, s: dict[str, Any]) -> list[str]:
