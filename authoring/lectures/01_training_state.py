@@ -12,6 +12,7 @@
 import matplotlib.pyplot as plt
 
 from course_utils import launch, memory, style
+from course_utils.widgets.training_state import TrainingState
 
 style.use()
 
@@ -82,6 +83,21 @@ for name, lay_ in memory.LAYOUTS.items():
     b = memory.state_bytes(N, name)
     print(f"{name:22s} {lay_.total:2d} B/param -> 7B model: {b / memory.GB:6.1f} GB "
           f"= {b / memory.GiB:6.2f} GiB")
+
+# %% [markdown]
+# ### Try it: the training-state calculator
+#
+# The calculator below runs the same `memory` functions on the numbers you choose: parameters
+# (in billions), a layout, the state in GB and in GiB, and which of the course's device budgets
+# it fits. **Predict, then move the controls:**
+#
+# 1. Switch the layout from mixed-precision Adam to BF16 Adam without a master copy. How many GB
+#    does the 7B model's state lose? Work it out from the bytes per parameter first.
+# 2. Type a parameter count until "fits a device of" first lists 80 GB. Which count did you
+#    predict from 80 GB / 16 B, and is the GiB number then above or below 80?
+
+# %%
+TrainingState()
 
 # %% [markdown]
 # ## Measure it: a real model in the 16-byte layout

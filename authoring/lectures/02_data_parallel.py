@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import collectives, data_parallel, launch, ring_allreduce, style
+from course_utils.widgets.ring_steps import RingSteps
 
 style.use()
 
@@ -241,6 +242,25 @@ print("(sending the whole buffer once would be", 1000 * 4, "bytes; twice,", 2 * 
 # %%
 per_rank = ring_allreduce.ring_bytes_per_rank(numel=7 * 10**9, world_size=8, element_size=2)
 print(f"{per_rank / 1e9:.2f} GB per rank per step (2 x 7/8 x 14 GB of gradients)")
+
+# %% [markdown]
+# ### Step by step: a recorded run of the ring
+#
+# The stepper below replays the course's ring, recorded once on real gloo ranks
+# (`course_utils.ring_trace`: the phases above, traced step by step), for 2 to 8 ranks and a
+# buffer of N = 840 float32 per rank: which shard each rank sends at step k, what every shard of
+# every rank holds (a cell's colours are the ranks whose data it contains, read from the
+# values the run produced), and the bytes sent so far. It also replays a reduce-scatter, an
+# all-gather, and an all-to-all built from the same sends and receives. **Predict, then move
+# the slider:**
+#
+# 1. On 4 ranks, which shard does rank 0 hold complete after the reduce-scatter phase (step 3)?
+#    And which shards does it hold only partly summed?
+# 2. Each rank sends 5,040 B in the all-reduce on 4 ranks. How many on 2 ranks, and on 8? Work
+#    them out with 2(D − 1)/D × N × 4 B, then set D.
+
+# %%
+RingSteps(collective="all_reduce", ranks=4)
 
 # %% [markdown]
 # ### Bytes are not time: the alpha-beta model

@@ -27,6 +27,7 @@ import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from course_utils import collectives, fsdp, launch, memory, style, zero
+from course_utils.widgets.zero_shards import ZeroShards
 
 style.use()
 
@@ -67,6 +68,23 @@ _ = ax.set_title("7B parameters, 16 bytes each", loc="left")
 _ = ax.legend(loc="lower left")
 plt.tight_layout()
 plt.show()
+
+# %% [markdown]
+# ### Try it: which rank keeps which shard
+#
+# The view below draws, for a stage and D, each rank's share of the three parts of the state
+# (one row per rank, the strips as wide as the bytes per parameter), with the same formula and
+# the bytes each rank sends in one step (`zero.expected_comm_bytes`, section 6 checks it against
+# real runs). It starts at the lesson's 7B model on 8 ranks under ZeRO-2. **Predict, then move
+# the controls:**
+#
+# 1. What does a ZeRO-2 rank keep at D = 64? Write down your number before you move the
+#    slider. Why does it stop shrinking?
+# 2. Which stage sends more per step than replicated DP's all-reduce, and how much more?
+#    Predict, then switch the stage.
+
+# %%
+ZeroShards(params_b=7, ranks=8, stage=2)
 
 # %% [markdown]
 # ## 2. Check yourself, worked out

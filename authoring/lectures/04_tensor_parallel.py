@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import launch, style, tensor_parallel as tp, tp_pictures as pics
+from course_utils.widgets.tp_layout import TPLayout
 
 style.use()
 torch.manual_seed(0)
@@ -267,6 +268,24 @@ print(f"pipeline boundary, one direction: {b * s * h * 2 / 2**20:.0f} MiB per bo
 # forward and one gradient back. Data parallelism's gradient all-reduce is proportional to the
 # parameters instead, once per optimizer step, and can overlap with the backward pass.
 #
+# ### Try it: the layouts side by side
+#
+# The explorer below cuts each weight of a layer into t blocks (one colour per rank) and lists
+# what one forward and backward send, for the four layers of this notebook: a column-parallel
+# and a row-parallel linear, the Megatron MLP and attention split by heads. Its shapes and
+# collectives are `tp.layer_plan`'s, which predicts exactly what `tp.compare` recorded on real
+# ranks above (the tests check every layer), and its bytes are `tp_comm_bytes`'s. It starts at
+# one MLP of the 7B-class block above. **Predict, then move the controls:**
+#
+# 1. Double the MLP width ffn (16384 to 32768). Do the collectives' bytes change? Predict from
+#    the table in section 8, then type it in.
+# 2. Switch to the column-parallel linear with its output gathered. Which collective appears in
+#    the forward pass, and how many times the MLP's all-reduce payload is it?
+
+# %%
+TPLayout(layer="mlp", tp=8, b=1, s=4096, h=4096, ffn=16384)
+
+# %% [markdown]
 # ## 9. Communication vs. matmul, measured here
 #
 # How much that matters depends on how fast the matmuls run compared with the link. Each of 2

@@ -35,6 +35,7 @@ from torch.distributed import pipelining
 from course_utils import launch, style
 from course_utils import pipeline_parallel as pp
 from course_utils import pipeline_schedule as ps
+from course_utils.widgets.pipeline_timeline import PipelineTimeline
 
 style.use()
 
@@ -224,6 +225,22 @@ for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
 # is the usual default. (Activation checkpointing is the other lever: it saves less per
 # microbatch and recomputes the rest during backward.)
 #
+# ### Try it: the schedule explorer
+#
+# The explorer below plays a schedule with `ps.simulate` for the P, m and v you choose, with
+# one stage slowed down if you like, and sets the simulated bubble beside the formula and the
+# activations each stage holds at its peak. It starts at the 1F1B chart above. **Predict,
+# then move the controls:**
+#
+# 1. What bubble does the formula give for 1F1B at P = 4 and m = 16? And what will stage 0
+#    hold at its peak? Predict both, then move m.
+# 2. Make rank 2 twice as slow. Will m = 32 bring the bubble back down to the formula's?
+#    Predict, then try it.
+
+# %%
+PipelineTimeline(schedule="1f1b", stages=4, microbatches=8)
+
+# %% [markdown]
 # ## A real pipeline on gloo ranks
 #
 # `pp.pipeline_worker` runs on every rank. It builds the same model from a seed, keeps its own

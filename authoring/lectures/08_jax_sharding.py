@@ -52,6 +52,7 @@ import numpy as np
 
 from course_utils import framework_compare as fc, jax_sharding as js, memory, style
 from course_utils.jax_sharding import P
+from course_utils.widgets.sharding import Sharding
 
 style.use()
 devices = js.require_devices(8)
@@ -191,6 +192,27 @@ for name, fn in (("row", js._row_local), ("row, scattered", js._row_scattered_lo
                  ("column, gathered", js._column_gathered_local), ("fsdp", js._fsdp_local)):
     [line] = [ln for ln in inspect.getsource(fn).splitlines() if "jax.lax." in ln]
     print(f"{name:<17} {line.strip()}")
+
+# %% [markdown]
+# ### Try it: the sharding visualiser
+#
+# Choose a mesh of the 8 devices and a `PartitionSpec` for `X` (16, 32), for `W` (32, 64) and for
+# `Y`, or let the compiler choose `Y`'s. The visualiser draws which devices hold each block,
+# as `jax.debug.visualize_array_sharding` lists them (from JAX's own `NamedSharding`), and
+# names the collectives in the compiled program of `X @ W`. A compilation takes too long
+# for a redraw, so every setting the controls reach was compiled once and its collectives
+# kept (`course_utils/data/sharding_collectives.json`; the tests compile a sample again and
+# check the table above against it). It starts at the "row" layout on a `1 x 8` mesh, whose
+# `"data"` axis has one device. **Predict, then move the controls:**
+#
+# 1. Keep the row split but ask for `Y` split by rows, `P('model', None)`. Does the compiler
+#    still all-reduce? Predict, then set it.
+# 2. On the `2 x 4` mesh, split `X` by rows over `"data"` and `W` by columns over `"model"`
+#    (data and tensor parallelism at once), `Y` the compiler's choice. Does any collective
+#    run? Which devices hold the same block of `W`?
+
+# %%
+Sharding(mesh="1 x 8", x="P(None, 'model')", w="P('model', None)", y="P()")
 
 # %% [markdown]
 # ### What a GPU compiler emits instead, and which partitioner runs

@@ -29,6 +29,8 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import activations, memory, precision, style, tiny_lm, zero
+from course_utils.widgets.activation_memory import ActivationMemory
+from course_utils.widgets.number_formats import NumberFormats
 
 style.use()
 torch.set_num_threads(1)  # timings below: one thread, like one rank of several on a machine
@@ -416,6 +418,23 @@ for mode in ("none", "attention"):
 # the 8 keeps 2.28 GB, and no block is recomputed whole. (With fused attention the same split
 # holds: the attention matrix was never stored, and SP leaves each GPU 34 s·b·h / t.)
 #
+# ### Try it: the activation calculator
+#
+# The calculator below is `korthikanti_bytes` for GPT-style models of 7B, 13B and 70B
+# parameters, against the training state per GPU (16 B per parameter, split over the TP
+# ranks), and plots every recomputation mode against the sequence length. It starts at
+# section 2's 7B model, one 4096-token sequence, fused attention. **Predict, then move the
+# controls:**
+#
+# 1. Double the sequence length to 8192. With the fused kernel, what do the activations become?
+#    And with the math (unfused) kernel? Predict both before you switch.
+# 2. At t = 8 with selective recomputation, SP took the 7B model from 6.98 to 2.28 GB per GPU
+#    (math kernel). Is SP's saving larger or smaller without recomputation? Predict, then try.
+
+# %%
+ActivationMemory(model="7B", seq_len=4096, batch=1, attention="fused")
+
+# %% [markdown]
 # **Context parallelism is not sequence parallelism.** SP splits the sequence only where the
 # work is token by token; attention, inside TP's region, still sees the whole sequence (the
 # all-gather before QKV). Context parallelism (CP) splits attention too: each of c ranks keeps
@@ -640,6 +659,23 @@ for lr in (1e-3, 1e-4, 1e-5, 1e-6):
 # At a learning rate of 1e-5, common late in training, 84% of the weights would not move at
 # all without the master copy. The 4 bytes per parameter buy updates that add up.
 #
+# **Try it: one number in every format.** The explorer below stores a value w in fp32, bf16,
+# fp16 and fp8 (e4m3, e5m2) with torch's own casts, shows each format's bits, the gap to the
+# next number, and whether an update u added to w (in fp32, rounded back, as the 12-byte
+# layout adds it) survives (`precision.represent`, `precision.update_lost`; bf16's gap is
+# `bf16_gap`'s). It starts at a typical weight, w = 0.02 (the std above), and an update of
+# 0.001. **Predict, then move the controls:**
+#
+# 1. Lower u to 1e-5, the learning rate late in training. In which formats is the update lost
+#    now? Half of each format's gap at 0.02 decides: work out bf16's from its gap at 1.0
+#    (2⁻⁷), then type u.
+# 2. Which of the five formats cannot store w = 1000 at all, and what does torch store
+#    instead? Predict, then type it.
+
+# %%
+NumberFormats(value=0.02, update=1e-3)
+
+# %% [markdown]
 # **Loss scaling (fp16).** fp16 has bf16's two bytes but 5 exponent bits instead of 8: its
 # smallest number is about 6e-8, so small gradients flush to zero. Here a loss computed in fp16
 # has gradients of about 8e-9. `torch.amp.GradScaler` multiplies the loss by a scale (2¹⁶)
