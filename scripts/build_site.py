@@ -8,8 +8,8 @@ The pages are made with Sphinx and myst-nb (pinned in ``requirements.txt``; conf
 outputs are the ones nbval verifies in CI. Lectures and assignments are found in their folders
 (``notebooks/NN_topic.ipynb``, ``assignments/aN_topic/aN_topic.ipynb``: the released copies,
 without answers or hidden tests; ``solutions/`` is never read); the home page's course map
-takes each module's description from README.md's table. A widget's page says that it needs a
-running kernel and shows the outputs it was saved with (the playground's initial figure).
+takes each module's description from README.md's table. A widget's place says that it needs a
+running kernel and shows the picture it was saved with (its default setting).
 Nothing is downloaded: the build and the built pages work offline. ``tests/test_site.py``
 builds the site, opens every page in Chromium and scans it for answers.
 """
@@ -32,8 +32,8 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_NOTE = """\
 ```{note}
-**This playground needs a running kernel.** Its controls do nothing on this static page: below
-is the figure it starts with, as saved by the course's tested run. To move the controls,
+**This widget needs a running kernel.** Its controls do nothing on this static page: below is
+the picture it starts with, as saved by the course's tested run. To move the controls,
 {doc}`run the course yourself </run>` and open this lecture in JupyterLab.
 ```"""
 
@@ -133,8 +133,9 @@ def run_page(readme: str) -> str:
         "The pages of this site are static: to run the lectures, change them and do the "
         "assignments, clone the course's repository and, in its folder, run:",
         commands, "## Your workspace", workspace,
-        "Interactive parts, such as the device-mesh playground, need a running kernel, which "
-        "`make lab` starts: on the site you see only the figure they start with.",
+        "Interactive parts, the widgets in the lectures and the device-mesh playground, need a "
+        "running kernel, which `make lab` starts: on the site you see only the picture each "
+        "starts with.",
     ]) + "\n"
 
 
@@ -151,9 +152,34 @@ def _widget_outputs(model_id: str, state: dict) -> list:
     return found
 
 
+def _widget_html(model_id: str, state: dict) -> list:
+    """The HTML views under a widget (depth first), as ``text/html`` outputs: what an
+    ``ipywidgets.HTML`` showed when the notebook was saved (the playground's figure)."""
+    model = state.get(model_id)
+    if model is None:
+        return []
+    if model["model_name"] == "HTMLModel" and "<img" in model["state"].get("value", ""):
+        return [nbformat.v4.new_output("display_data", {"text/html": model["state"]["value"]})]
+    found = []
+    for child in model["state"].get("children", []):
+        found += _widget_html(str(child).removeprefix("IPY_MODEL_"), state)
+    return found
+
+
+def _static(output: nbformat.NotebookNode, state: dict) -> list:
+    """What a page without a kernel shows for a widget's output: the picture the output
+    carries besides the widget (``course_utils.widgets``), else what its Output widgets or
+    HTML views were saved with."""
+    rich = {k: v for k, v in output.data.items() if k not in (WIDGET_VIEW, "text/plain")}
+    if rich:
+        return [nbformat.v4.new_output("display_data", rich, metadata=output.get("metadata", {}))]
+    model_id = output.data[WIDGET_VIEW]["model_id"]
+    return _widget_outputs(model_id, state) or _widget_html(model_id, state)
+
+
 def static_widgets(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
-    """A copy of ``nb`` whose widget outputs are replaced by the outputs they were saved with,
-    each widget cell preceded by a note that it needs a running kernel."""
+    """A copy of ``nb`` whose widget outputs are replaced by the picture or the outputs they
+    were saved with, each widget cell preceded by a note that it needs a running kernel."""
     nb = copy.deepcopy(nb)
     state = nb.metadata.pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     cells = []
@@ -163,7 +189,7 @@ def static_widgets(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNod
             outputs = []
             for o in cell.outputs:
                 if WIDGET_VIEW in o.get("data", {}):
-                    saved = _widget_outputs(o.data[WIDGET_VIEW]["model_id"], state)
+                    saved = _static(o, state)
                     if not saved:
                         raise ValueError(f"{name}: a widget has no saved output to show "
                                          "(rebuild the notebook: make notebooks)")

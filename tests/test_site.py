@@ -6,7 +6,8 @@ or failed request, no request leaving the local server, every image loaded, ever
 (and its ``#fragment``) found, every formula typeset by the bundled MathJax with no raw ``$...$``
 left in the text; then scans every file of the site for answers, hidden tests and judge values
 with the students' copy's scanner (``grading/leaks.py``). Screenshots: ``test-artifacts/
-site-home.png``, ``site-lecture.png``, ``site-assignment.png`` and ``site-playground.png``.
+site-home.png``, ``site-lecture.png``, ``site-assignment.png``, ``site-playground.png`` and
+``site-widget.png`` (lecture 3's ZeRO view as the site shows it).
 """
 
 from __future__ import annotations
@@ -120,6 +121,11 @@ def _screenshot(page, rel: str) -> None:
         screenshot(page, "site-home")
     elif rel == "assignments/a1_training_state.html":
         screenshot(page, "site-assignment")
+    elif rel == "lectures/03_zero_fsdp.html":  # a lecture widget: its note and its picture
+        note = page.locator(".admonition.note", has_text="needs a running kernel")
+        note.first.scroll_into_view_if_needed()
+        page.evaluate("() => window.scrollBy({top: 250, behavior: 'instant'})")
+        screenshot(page, "site-widget")
     elif rel == "lectures/06_device_mesh.html":  # the playground: its note and first figure
         note = page.locator(".admonition.note", has_text="needs a running kernel")
         note.scroll_into_view_if_needed()
@@ -235,21 +241,42 @@ def test_raw_tex_check_sees_dollars():
     assert not RAW_TEX.findall("export COURSE_DATA=$HOME/dtp, costs $5 and $6")
 
 
-def test_playground_page_says_it_needs_a_kernel_and_shows_its_figure(site, pages):
-    widgets = [name for name in LECTURES if build_site.WIDGET_VIEW in (
-        ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8")]
-    assert "06_device_mesh" in widgets
-    for name in widgets:
+def _widget_outputs(name: str) -> int:
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    return sum(build_site.WIDGET_VIEW in o.get("data", {}) for c in nb.cells
+               for o in c.get("outputs", []))
+
+
+def test_every_widget_says_it_needs_a_kernel_and_shows_its_picture(site, pages):
+    widgets = {name: _widget_outputs(name) for name in LECTURES if _widget_outputs(name)}
+    assert {"01_training_state", "02_data_parallel", "03_zero_fsdp", "04_tensor_parallel",
+            "05_pipeline_parallel", "06_device_mesh", "08_jax_sharding",
+            "09_activations"} <= set(widgets)
+    for name, count in widgets.items():
         soup = BeautifulSoup((site / "lectures" / f"{name}.html").read_text(encoding="utf-8"),
                              "html.parser")
         notes = [n for n in soup.select(".admonition.note") if "needs a running kernel" in
                  n.get_text()]
-        assert notes, name
+        assert len(notes) == count, name  # one note where each widget stands
+        loaded = {i["src"].rsplit("/", 1)[-1] for i in pages[f"lectures/{name}.html"]["images"]
+                  if i["ok"]}
         for note in notes:
             assert note.select_one("a[href='../run.html']"), name
-            figure = note.find_next(class_="cell_output")
-            assert figure is not None and figure.select_one("img"), name
+            picture = note.find_next(class_="cell_output").select_one("img")
+            assert picture is not None and picture["src"].rsplit("/", 1)[-1] in loaded, name
         assert "VBox(children" not in soup.get_text()
+
+
+def test_a_widgets_picture_takes_its_place():
+    view = {build_site.WIDGET_VIEW: {"model_id": "abc", "version_major": 2, "version_minor": 0}}
+    picture = nbformat.v4.new_output("display_data", data={**view, "image/png": "iVBORw0KGgo=",
+                                                           "text/plain": "numbers"})
+    assert [o.data for o in build_site._static(picture, {})] == [{"image/png": "iVBORw0KGgo="}]
+    html_view = {"abc": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_def"]}},
+                 "def": {"model_name": "HTMLModel", "state": {"value": "<img src='x'/>"}}}
+    bare = nbformat.v4.new_output("display_data", data={**view, "text/plain": "VBox()"})
+    assert [o.data for o in build_site._static(bare, html_view)] == [
+        {"text/html": "<img src='x'/>"}]
 
 
 def test_no_page_holds_an_answer(site):
