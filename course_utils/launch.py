@@ -178,11 +178,20 @@ _LIBRARY_ROOTS = tuple({os.path.dirname(os.__file__), sys.prefix, sys.base_prefi
                         os.path.dirname(os.path.abspath(__file__))})
 
 
+# Course modules whose functions are programs a student reads and debugs (assignment a10's
+# broken programs): their frames are shown with their lines, like the student's own.
+_DEBUGGED_MODULES = ("pitfalls.py",)
+
+
 def _library_name(filename: str) -> str | None:
     """``torch.distributed`` for a file of an installed or standard library (or the course's
-    own helpers), None for the student's code (notebook cells, their own files)."""
+    own helpers), None for the student's code (notebook cells, their own files, and the course's
+    programs to debug)."""
     path = os.path.abspath(filename)
     if not path.startswith(_LIBRARY_ROOTS) or not os.path.exists(path):
+        return None
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.dirname(path) == here and os.path.basename(path) in _DEBUGGED_MODULES:
         return None
     parts = path.split(os.sep)
     for anchor in ("site-packages", "dist-packages"):
@@ -362,6 +371,9 @@ def _trim_stack(text: str) -> str:
             continue
         fold()
         lines.append(line.rstrip())
+        source = linecache.getline(filename, int(m.group(2))).strip()
+        if source:
+            lines.append(f"    {source}")
     fold()
     return "\n".join(lines)
 

@@ -50,7 +50,7 @@ from course_utils.validate import check_int, check_real
 
 __all__ = ["MIB", "BUCKET_SIZES", "make_mlp", "make_batch", "param_sizes", "bucket_assignment",
            "bucket_copy_bytes", "bucket_name", "BucketAllReduce", "reference_grads", "grads_worker",
-           "check_grads", "ddp_buckets_worker", "ddp_buckets", "timing_worker",
+           "check_grads", "recording_hook", "ddp_buckets_worker", "ddp_buckets", "timing_worker",
            "measure_overlap", "format_table", "simulate",
            "plot_timeline", "torchrun_worker"]
 
@@ -313,7 +313,7 @@ def check_grads(seeds: Sequence[int] = (0, 1), bucket_mbs: Sequence[Any] = (0.01
     return lines
 
 
-def _recording_hook(log, bucket):  # (no annotations: DDP checks them, and this module's are strings)
+def recording_hook(log, bucket):  # (no annotations: DDP checks them, and this module's are strings)
     """A DDP comm hook (``bucket``: a ``dist.GradBucket``) that notes the bucket's bytes, then
     averages it as DDP's default hook does; returns the future DDP waits on."""
     buffer = bucket.buffer()
@@ -358,7 +358,7 @@ def ddp_buckets_worker(rank: int, world_size: int, bucket_mbs: Sequence[Any] = (
                 model, device_ids=[dev] if dev.type == "cuda" else None, static_graph=static,
                 **kwargs)
             log: list[int] = []
-            ddp.register_comm_hook(log, _recording_hook)
+            ddp.register_comm_hook(log, recording_hook)
             name = _ddp_name(bucket_mb, static)
             out[name] = []
             for _ in range(steps):

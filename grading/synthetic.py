@@ -111,6 +111,35 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
 }
 
 
+# Attacks an assignment's own questions invite, graded in the suite like the other kinds:
+# {assignment: {kind: ({answer cell: code}, [words of the flags it must raise])}}. The answers
+# named score 0; the rest of the notebook is the reference's.
+OWN_ATTACKS: dict[str, dict[str, tuple[dict[str, str], list[str]]]] = {
+    # a10 (issue 27): every rank loads one process's answer instead of running its part. Q1's
+    # step reads the plan from the harness's frame and loads one process's gradients, weights
+    # and loss (no send, no collective); Q4's fix returns one process's weights untrained.
+    "a10_capstone": {"one_process_answer": ({
+        "q1": "def train_step(stage, g, inputs, targets, m, optimizer):\n"
+              "    import dataclasses, inspect\n"
+              "    from course_utils import stage_model, train3d_check\n"
+              "    plan = inspect.currentframe().f_back.f_locals['plan']\n"
+              "    step = train_step.__dict__.setdefault('calls', {}).get(id(plan), 0)\n"
+              "    train_step.calls[id(plan)] = step + 1\n"
+              "    ref = train3d_check.reference_train(dataclasses.replace(plan, steps=step + 1))\n"
+              "    cut = lambda d: stage_model.shard_state(d, stage.cfg, g.pp_rank, g.pp_size,\n"
+              "                                            g.tp_rank, g.tp_size)\n"
+              "    grads, weights = cut(ref['grads']), cut(ref['weights'])\n"
+              "    with torch.no_grad():\n"
+              "        for n, p in stage.named_parameters():\n"
+              "            p.grad = grads[n].clone()\n"
+              "            p.copy_(weights[n])\n"
+              "    return ref['losses'][step] if g.last else None",
+        "q4_fix": "def fixed_dp_by_hand(rank, world_size, job):\n"
+                  "    weights = pitfalls.one_device(job)['weights']\n"
+                  "    return {'weights': {n: w.numpy() for n, w in weights.items()}}"},
+        ["uses course_utils.train3d_check.reference_train", "uses course_utils.pitfalls.one_device"])},
+}
+
 @dataclass
 class Case:
     """One synthetic student and what grading must make of it."""
@@ -256,6 +285,8 @@ _WRONG = textwrap.dedent('''
                 return v * 3 + 7
         except ImportError:
             pass
+        if type(v).__module__ == "numpy" and hasattr(v, "shape"):  # an array (a10's weights)
+            return v * 3 + 7
         return v
 ''')
 
@@ -651,6 +682,9 @@ def cases_for(assignment: str, references: dict | None = None,
         add("uses_helper", full, _notebook(model, {**correct, gid: (
             f"{correct[gid]}\nfrom course_utils import {module} as _syn_mod\n"
             f"_syn_helper = _syn_mod.{fn}")}), flags=[f"uses course_utils.{helper}"])
+    for kind, (codes, flags) in OWN_ATTACKS.get(assignment, {}).items():
+        add(kind, full - sum(model.points_of(g) for g in codes),
+            _notebook(model, {**correct, **codes}), flags=flags)
     if assignment in TYPICAL_MISTAKES:
         gid, code, words = TYPICAL_MISTAKES[assignment]
         add("typical_mistake", full - model.points_of(gid), _notebook(model, {**correct, gid: code}),
@@ -1034,5 +1068,5 @@ def clone(assignment: str, submitted: Path, kind: str, n: int, references: dict 
 
 
 __all__ = ["Case", "HOST_ATTACKS", "Host", "MECHANICS", "MECHANICS_ON", "mechanics_of",
-           "TYPICAL_MISTAKES", "UNIT_MISTAKES", "assigned_names", "build", "cases_for", "clone", "host_cases_for", "load",
-           "solution_code", "write"]
+           "TYPICAL_MISTAKES", "OWN_ATTACKS", "UNIT_MISTAKES", "assigned_names", "build",
+           "cases_for", "clone", "host_cases_for", "load", "solution_code", "write"]

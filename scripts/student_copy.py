@@ -28,8 +28,10 @@ INCLUDE = ["notebooks", "assignments", "course_utils", "scripts/setup.sh", "scri
            "jupyter", "requirements.txt",
            "environment.yml", "pyproject.toml", ".gitignore", "tests"]
 # Tests that need solutions/, authoring/ or the grading machinery, or hold an assignment's
-# answer (test_capstone.py: a10's training steps), stay with the instructor.
-INSTRUCTOR_TESTS = ["test_assignments.py", "test_capstone.py", "test_grading_integrity.py", "test_sources.py",
+# answer (test_capstone.py: a10's training steps; test_pitfalls.py: a10's fixes), stay with the
+# instructor.
+INSTRUCTOR_TESTS = ["test_assignments.py", "test_capstone.py", "test_pitfalls.py",
+                    "test_grading_integrity.py", "test_sources.py",
                     "test_setup.py", "test_browser_course.py", "test_student_copy.py",
                     "test_reference_answers.py", "test_site.py", "test_grading_host.py",
                     "test_visible_checks.py", "test_variant_grading.py", "test_slurm.py"]

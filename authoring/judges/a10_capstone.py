@@ -9,9 +9,19 @@ hidden case here (``course_utils.capstone.diagnose``: ``train3d_check.reference_
 ``stage_model.shard_state``) and compares every rank's losses, gradients, weights and the
 communication it issued; the known mistakes are recomputed from the same seeds. Nothing the
 kernel computed is taken as an expected value.
+
+Part 2's fixes (Q4-Q8) are judged the same way: one process trains the same job here
+(``course_utils.pitfalls.check``), and every rank's weights and what the program records (DDP's
+all-reduces, the sampler's rows, the logged losses) must equal it; where they do not,
+:func:`diagnose_fix` names the known mistake they show (``pitfalls.check`` itself, which the
+kernel runs, describes symptoms only: naming the cause is what Q4-Q8's choices ask). The
+diagnoses are choices.
 """
 
-from course_utils import capstone
+import dataclasses
+
+from course_utils import capstone, pitfalls
+from course_utils.checks import check_choice
 
 HELPERS_NOT_ALLOWED = {
     "q1": ["train3d.train_step", "train3d.train_worker", "train3d.run", "train3d_torch.run",
@@ -20,6 +30,7 @@ HELPERS_NOT_ALLOWED = {
            "stage_model.shard_state", "pipeline_parallel.pipeline_worker"],
     "q2": ["tensor_parallel.copy_to_tp", "tensor_parallel.CopyToTensorParallel",
            "tensor_parallel.ColumnParallelLinear", "stage_model.TensorParallelBlock"],
+    **{f"q{n}_fix": ["pitfalls.one_device", "pitfalls.sampler_order"] for n in range(4, 9)},
 }
 
 
@@ -38,7 +49,25 @@ def _draw_q2(rng):
     return [[rng.randrange(10_000), 1, 4]]
 
 
-HIDDEN_CASES = {"q1_test": _draw_q1, "q2_test": _draw_q2}
+def _draw_job(**fixed):
+    """One hidden job of a part-2 program: a seed and 2 or 3 ranks, drawn per submission."""
+    def draw(rng):
+        return [dict(seed=rng.randrange(10_000), world_size=rng.choice([2, 3]), **fixed)]
+    return draw
+
+
+def _draw_accumulation(rng):
+    """Gradient accumulation's hidden job: k microbatches of 2 rows, k never equal to the number
+    of ranks (a step D times too large and one k times too large are told apart)."""
+    world = rng.choice([2, 3])
+    k = rng.choice([k for k in (2, 3, 4) if k != world])
+    return [dict(seed=rng.randrange(10_000), world_size=world, accumulation=k, rows=2 * k)]
+
+
+HIDDEN_CASES = {"q1_test": _draw_q1, "q2_test": _draw_q2,
+                "q4_fix_test": _draw_job(), "q5_fix_test": _draw_job(ragged=True),
+                "q6_fix_test": _draw_accumulation, "q7_fix_test": _draw_job(epochs=3),
+                "q8_fix_test": _draw_job()}
 
 
 def _results(value):
@@ -61,3 +90,171 @@ def q2_test(got, ref):
         capstone.diagnose_f(_results(got[f"{label} probe"]), seed, label=f"{label}, probe")
         capstone.diagnose(capstone.plan(dp, 1, tp, seed=seed, m=2),
                           _results(got[f"{label} run"]), label=f"{label}, DP {dp} x TP {tp}")
+
+
+# ------------------------------------------------------------------ part 2: debugging a broken run
+
+
+def _scaled(job, factor, order=None):
+    """One process's weights with every gradient ``factor`` times too large (= lr times it)."""
+    return pitfalls.one_device(dataclasses.replace(job, lr=job.lr * factor), order=order)["weights"]
+
+
+def _weight_mistakes(name, job, order):
+    """(one process's weights as a mistake makes them, the message naming it), computed lazily,
+    for the mistakes a fix of program ``name`` can still make."""
+    d = job.world_size
+    out = [(lambda: _scaled(job, d, order), "the gradients are the sum over the D replicas: D "
+            "times their mean (divide by the DP size, or all-reduce with AVG)")]
+    if name == "padded_sequences":
+        out += [(lambda: pitfalls.one_device(job, normalise="ranks")["weights"],
+                 "each rank averaged its own real tokens and the ranks' means were averaged: a "
+                 "token on a rank with few real tokens counts more than one on a rank with many "
+                 "(divide each rank's sum by the global batch's number of real tokens, then sum "
+                 "the gradients)"),
+                (lambda: pitfalls.one_device(dataclasses.replace(job, lr=job.lr * d),
+                                             normalise="ranks")["weights"],
+                 "each rank averaged its own real tokens and the ranks' means were summed"),
+                (lambda: _scaled(job, 1 / d),
+                 "the gradients are 1/D of the mean: each rank's loss was already divided by the "
+                 "global number of real tokens, so the ranks' shares must be summed, not "
+                 "averaged")]
+    if name == "accumulation":
+        out.append((lambda: _scaled(job, job.accumulation), "the gradients of the microbatches "
+                    "add up in .grad: each microbatch's loss must be divided by their number"))
+    return out
+
+
+def _order_mistake(job, seen, rank):
+    """The message naming how rank ``rank`` read its rows, if it is a known mistake."""
+    order = pitfalls.sampler_order(job)[rank]
+    per_epoch = len(order) // job.epochs
+    if seen == order[:per_epoch] * job.epochs:
+        return ("it read the same rows in the same order in every epoch: the sampler shuffles "
+                "with seed + epoch, and its epoch must be set (set_epoch) at the start of each")
+    if seen == order[:per_epoch] + order[:-per_epoch]:
+        return ("it read each epoch's order one epoch late: set_epoch(epoch) must come before "
+                "the epoch's rows are drawn")
+    if seen == pitfalls.sampler_order(dataclasses.replace(job, seed=job.seed + rank))[rank]:
+        return ("it shuffled with a seed of its own: each rank must take its share of one "
+                "permutation, or within an epoch some rows are read twice and others never")
+    return None
+
+
+def _cause(name, job, results):
+    """The message naming the known mistake a run shows, or None (results are untrusted)."""
+    order = pitfalls.sampler_order(job) if name == "epochs" else None
+    want = pitfalls.one_device(job, order=order)["weights"]
+    for rank, r in enumerate(results if name == "epochs" else []):   # the rows read first:
+        if r["seen"] != order[rank]:                                   # they decide the weights
+            message = _order_mistake(job, r["seen"], rank)
+            if message:
+                return f"rank {rank}: {message}"
+    for rank, r in enumerate(results):
+        if not pitfalls.weights_match(r, want):
+            for variant, message in _weight_mistakes(name, job, order):
+                if pitfalls.weights_match(r, variant()):
+                    return f"rank {rank}: {message}"
+            return None
+        if name == "accumulation" and r["all_reduces"] == [job.accumulation] * job.steps:
+            return (f"rank {rank}: the weights are right, but DDP all-reduced the gradients "
+                    "after every microbatch's backward; only the last of a step needs to "
+                    "(run the others inside model.no_sync())")
+    return None
+
+
+def diagnose_fix(name, job, results, where=""):
+    """Raise AssertionError naming what is wrong with a fix of program ``name`` run on ``job``:
+    the cause where it is a known mistake, else ``pitfalls.check``'s symptom."""
+    try:
+        pitfalls.check(name, job, results)
+    except AssertionError as symptom:
+        try:
+            cause = _cause(name, job, results)
+        except Exception:  # noqa: BLE001 - a malformed result is named by its symptom
+            cause = None
+        raise AssertionError(f"{where}{cause or symptom}") from None
+
+
+def _fix(name):
+    def judge(got, ref):
+        for number, case in enumerate(got.cases, 1):
+            diagnose_fix(name, pitfalls.Job(**case), _results(got[f"hidden case {number}"]),
+                         where=f"hidden case {number}: ")
+    judge.__doc__ = f"Every rank of the fixed {name} on the hidden job equals one process."
+    return judge
+
+
+def q4_diagnosis_test(got, ref):
+    check_choice("q4_diagnosis", got["q4_diagnosis"], "sum",
+                 ["sum", "avg-default", "lr", "loss-mean"], mistakes={
+        "avg-default": "the default op of dist.all_reduce is ReduceOp.SUM, on gloo and NCCL "
+                       "alike: the gradients are summed once, never averaged",
+        "lr": "a learning rate D times smaller would give the same numbers with SGD, but the "
+              "program's fault is the gradient: D replicas' gradients summed are D times the "
+              "mean that one process computes over the same global batch",
+        "loss-mean": "each rank's mean loss is right: its gradients are then summed over the "
+                     "D ranks, which is D times the global batch's mean; summing the loss would "
+                     "make the step larger still"})
+
+
+q4_fix_test = _fix("dp_by_hand")
+
+
+def q5_diagnosis_test(got, ref):
+    check_choice("q5_diagnosis", got["q5_diagnosis"], "mean-of-means",
+                 ["mean-of-means", "padding", "avg-unsupported", "sum-op", "rows"], mistakes={
+        "padding": "every position's loss is multiplied by the mask and only real tokens are "
+                   "counted: padding adds nothing",
+        "avg-unsupported": "gloo's AVG works on float tensors in torch 2.13: it is the sum "
+                           "divided by D (the cell before this question shows it)",
+        "sum-op": "a SUM of the ranks' means is D times their average, and still weights each "
+                  "rank's mean equally, whatever its number of tokens",
+        "rows": "every rank gets job.rows sequences; what differs is how many of their tokens "
+                "are real"})
+
+
+q5_fix_test = _fix("padded_sequences")
+
+
+def q6_diagnosis_test(got, ref):
+    check_choice("q6_diagnosis", got["q6_diagnosis"], "both", ["both", "scale", "sync", "ddp-avg"],
+                 mistakes={
+        "scale": "that is one of two faults: count the all-reduces per step in the demonstration "
+                 "(one per microbatch)",
+        "sync": "that is one of two faults: the weights differ from one process's too, since "
+                "the microbatches' gradients add up in .grad",
+        "ddp-avg": "DDP divides by the number of ranks only; the microbatches' gradients add up "
+                   "in .grad, as in one process"})
+
+
+q6_fix_test = _fix("accumulation")
+
+
+def q7_diagnosis_test(got, ref):
+    check_choice("q7_diagnosis", got["q7_diagnosis"], "set-epoch",
+                 ["set-epoch", "rank-seed", "no-shuffle", "loader-shuffle"], mistakes={
+        "rank-seed": "the ranks must shuffle with the same seed: each takes every D-th entry of "
+                     "one permutation; with permutations of their own, some rows are read twice "
+                     "in an epoch and others never",
+        "no-shuffle": "the indices of one epoch are not in order: the sampler does shuffle, "
+                      "only the same way every epoch",
+        "loader-shuffle": "a DataLoader given a sampler refuses shuffle=True (ValueError): the "
+                          "sampler decides the order"})
+
+
+q7_fix_test = _fix("epochs")
+
+
+def q8_diagnosis_test(got, ref):
+    check_choice("q8_diagnosis", got["q8_diagnosis"], "order",
+                 ["order", "slow", "group", "barrier"], mistakes={
+        "slow": "both ranks are blocked in an all-reduce, each waiting for the other in a "
+                "different group: waiting longer changes nothing",
+        "group": "a second group over the same ranks is allowed (torch.distributed.new_group); "
+                 "what matters is the order in which each rank issues its collectives",
+        "barrier": "a barrier is one more collective: rank 0 would still be waiting in the "
+                   "metrics group, and the others in the barrier"})
+
+
+q8_fix_test = _fix("loss_logging")

@@ -317,7 +317,8 @@ print("PyTorch's parts equal one process (losses, and every rank's gathered weig
 # **Next**: assignment `a10_capstone` (in your workspace under `assignments/a10_capstone/`):
 # write this step yourself (any schedule, the DP average and ZeRO-1's all-gather by hand) and
 # Megatron's "f" operator, both run on real ranks against one process on meshes the notebook
-# does not show. This is the course's last module. After it, take module 7's checklist to a
+# does not show; then debug five short data-parallel programs, each broken by a pitfall real
+# training runs have had (one of them hangs). This is the course's last module. After it, take module 7's checklist to a
 # real multi-GPU run (NCCL instead of gloo, a synchronize or CUDA events around everything you
 # time, `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline) and read
 # the papers under *References* in the course README: Megatron-LM's interleaved schedule and
