@@ -199,8 +199,9 @@ class Sharding(Explorer):
         x_cols = js.spec_entries(SPECS[s["specs"]["X"]], 2)[1]
         w_rows = js.spec_entries(SPECS[s["specs"]["W"]], 2)[0]
         if x_cols is not None or w_rows is not None:
-            return ["The contraction dim (X's columns, W's rows) is split: each device holds "
-                    "partial sums, which must be added unless the split matches on both."]
+            return ["The contraction dim (X's columns, W's rows) is split: the compiler gathers "
+                    "it back, or adds the partial sums the devices compute; the collectives "
+                    "say which it chose."]
         return ["Nothing is split along the contraction dim: each device computes whole "
                 "values of its block of Y."]
 
