@@ -105,23 +105,28 @@ def misconception(message: str) -> tuple[str, str, bool]:
     return _mask(first), first, True
 
 
+_FLAG_KINDS = [  # (pattern, replacement): what makes two students' flags the same kind
+    (re.compile(r" \(cells [^)]*\)$"), ""),
+    (re.compile(r"^(?:(?:line \d+|\w+_test): |cell [^,]+, )"), ""),
+    (re.compile(r"^test cell \S+ was"), "a test cell was"),
+    (re.compile(r"uses course_utils\.[\w.]+(?: \(through a computed name\))?, which"),
+     "uses a course helper, which"),
+    (re.compile(r"^(defines|assigns to|rebinds) \S+ \("), r"\1 ... ("),
+    (re.compile(r"^class \S+ subclasses"), "a class subclasses"),
+]
+
+
 def _condensed_flag(flag: str, student: str, everyone: set[str]) -> str:
-    """A flag with the student's own id and classmates' ids made generic (for grouping)."""
-    text = re.sub(r" \(cells [^)]*\)$", "", flag)
-    text = re.sub(r"^line \d+: ", "", text)
+    """The kind of a flag, for grouping students: cells, lines, questions, names and the
+    student's own and classmates' ids left out (the report's per-student part has them)."""
+    text = flag
+    for pattern, repl in _FLAG_KINDS:
+        text = pattern.sub(repl, text)
     words = re.split(r"(\W)", text)
-    out = []
-    for w in words:
-        if w == student:
-            out.append("the student")
-        elif w in everyone:
-            out.append("a classmate")
-        else:
-            out.append(w)
-    text = "".join(out)
-    # "the numbers of a classmate, a classmate and a classmate" -> one
-    text = re.sub(r"a classmate(?:(?:, | and )(?:a classmate|\d+ more))+", "classmates", text)
-    return text
+    text = "".join("the student" if w == student else "a classmate" if w in everyone else w
+                   for w in words)
+    # "the numbers of a classmate, a classmate and 3 more" -> "classmates"
+    return re.sub(r"a classmate(?:(?:, | and )(?:a classmate|\d+ more))+", "classmates", text)
 
 
 def summarize(assignment: str, results: list) -> ClassSummary:
@@ -218,7 +223,7 @@ def render_text(summary: ClassSummary) -> str:
         lines.append("")
         lines.append("not graded:")
         for student, why in s.not_graded:
-            lines.append(f"  {student}: {why[:200]}")
+            lines.append(f"  {student}: {why[:300]}")
     return "\n".join(lines) + "\n"
 
 

@@ -80,7 +80,7 @@ def _runs_dir(assignment: str, data: Path) -> Path:
     return data / "slurm" / assignment
 
 
-def task_time_limit_min(timeout: int | None = None) -> int:
+def task_time_limit_min() -> int:
     """Minutes of Slurm time limit per task: the local worker's own limit for one submission
     (:func:`grading.workflow.worker_time_limit`) plus :data:`TASK_SLACK_S`."""
     from grading import workflow
@@ -153,27 +153,32 @@ def submit(assignment: str, data: Path | None = None, students: list[str] | None
     if not chosen:
         return None
     cache = workflow.prepare(assignment, data, register_first, reference_cache)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    run_dir = _runs_dir(assignment, data) / f"{stamp}-{uuid.uuid4().hex[:6]}"
-    (run_dir / "logs").mkdir(parents=True)
-    (run_dir / "tasks").mkdir()
-    _snapshot_gradebook(data / "gradebook.db", run_dir / "gradebook.db")
-    limit = time_limit_min or task_time_limit_min(timeout)
-    run = {"assignment": assignment, "students": chosen, "data": str(data),
-           "reference_cache": str(cache), "timeout": timeout,
-           "extra_args": list(extra_args or []), "time_limit_min": limit,
-           "submitted_at": time.time()}
-    write_private(run_dir / "run.json", json.dumps(run, indent=1))
+    limit = time_limit_min or task_time_limit_min()
     array = f"0-{len(chosen) - 1}" + (f"%{max_running}" if max_running else "")
-    command = (f"exec {shlex.quote(sys.executable)} -m grading.launcher task "
-               f"{shlex.quote(str(run_dir))}")
-    args = [f"--array={array}", f"--job-name=dtp-grade-{assignment}", f"--time={limit}",
-            f"--output={run_dir}/logs/task-%a.out", f"--chdir={ROOT}", "--ntasks=1",
-            "--cpus-per-task=1", *(["--hold"] if hold else []), *(sbatch_args or []),
-            "--wrap", command]
-    job = slurm.sbatch(args, env=dict(os.environ, COURSE_DATA=str(data)))
-    run["job"] = job
-    write_private(run_dir / "run.json", json.dumps(run, indent=1))
+    with _lock(assignment, data):  # (a merge never sees a run half submitted)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        run_dir = _runs_dir(assignment, data) / f"{stamp}-{uuid.uuid4().hex[:6]}"
+        (run_dir / "logs").mkdir(parents=True)
+        (run_dir / "tasks").mkdir()
+        _snapshot_gradebook(data / "gradebook.db", run_dir / "gradebook.db")
+        run = {"assignment": assignment, "students": chosen, "data": str(data),
+               "reference_cache": str(cache), "timeout": timeout,
+               "extra_args": list(extra_args or []), "time_limit_min": limit,
+               "submitted_at": time.time()}
+        write_private(run_dir / "run.json", json.dumps(run, indent=1))
+        command = (f"exec {shlex.quote(sys.executable)} -m grading.launcher task "
+                   f"{shlex.quote(str(run_dir))}")
+        args = [f"--array={array}", f"--job-name=dtp-grade-{assignment}", f"--time={limit}",
+                f"--output={run_dir}/logs/task-%a.out", f"--chdir={ROOT}", "--ntasks=1",
+                "--cpus-per-task=1", *(["--hold"] if hold else []), *(sbatch_args or []),
+                "--wrap", command]
+        try:
+            job = slurm.sbatch(args, env=dict(os.environ, COURSE_DATA=str(data)))
+        except BaseException:
+            shutil.rmtree(run_dir)  # never submitted: no run to merge
+            raise
+        run["job"] = job
+        write_private(run_dir / "run.json", json.dumps(run, indent=1))
     return Submitted(assignment, run_dir, job, chosen, limit)
 
 
@@ -280,9 +285,9 @@ def merge(assignment: str, data: Path | None = None) -> Merged:
     start = time.perf_counter()
     out = Merged(assignment)
     outcome: dict[str, tuple[str, str | None]] = {}  # student -> (finished|failed|active, why)
-    with _lock(assignment, data):
+    with _lock(assignment, data), _gradebook(data / "gradebook.db") as book:
         for run_dir in _unmerged_runs(assignment, data):
-            _merge_run(assignment, data, run_dir, outcome)  # (a later run's outcome wins)
+            _merge_run(assignment, data, run_dir, outcome, book)  # (a later run's outcome wins)
             out.runs.append(run_dir)
         out.finished = sorted(s for s, (kind, _) in outcome.items() if kind == "finished")
         out.active = sorted(s for s, (kind, _) in outcome.items() if kind == "active")
@@ -296,8 +301,27 @@ def merge(assignment: str, data: Path | None = None) -> Merged:
     return out
 
 
+@contextlib.contextmanager
+def _gradebook(path: Path):
+    """The course's gradebook, opened once for a whole merge (its one writer), or None when
+    there is none yet (nothing was submitted)."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    if entry_kind(path) != "file":
+        yield None
+        return
+    with Gradebook(f"sqlite:///{path}") as book, warnings.catch_warnings():
+        # (nbgrader's update_or_create_submission makes SQLAlchemy warn about its autoflush,
+        # as it does in nbgrader's own autograde: harmless)
+        warnings.simplefilter("ignore", SAWarning)
+        yield book
+
+
 def _merge_run(assignment: str, data: Path, run_dir: Path,
-               outcome: dict[str, tuple[str, str | None]]) -> None:
+               outcome: dict[str, tuple[str, str | None]], book) -> None:
     run = json.loads(read_regular(run_dir / "run.json", 100_000_000))
     job = run.get("job")
     known: dict | None = None
@@ -335,7 +359,7 @@ def _merge_run(assignment: str, data: Path, run_dir: Path,
             outcome[student] = ("failed", "the submission was collected again while it was "
                                           "being graded (autograde again to grade the new one)")
         else:
-            _install(assignment, student, folder, data)
+            _install(assignment, student, folder, data, book)
             made = entry_kind(data / "autograded" / student / assignment) == "dir"
             outcome[student] = ("finished", None if made else
                                 f"autograde failed (nbgrader's log: {result.get('log')})")
@@ -394,34 +418,27 @@ def _replace_folder(src: Path, dst: Path) -> None:
                 write_private(dst / rel / name, read_regular(path, MAX_RESULT_FILE), mode=mode)
 
 
-def _install(assignment: str, student: str, folder: Path, data: Path) -> None:
+def _install(assignment: str, student: str, folder: Path, data: Path, book) -> None:
     """A finished task's results into the course data: autograded folder, judge logs, and the
     student's gradebook rows."""
     _replace_folder(folder / "autograded" / student / assignment,
                     data / "autograded" / student / assignment)
     _replace_folder(judge.log_path(folder, assignment, student, "x").parent,
                     judge.log_path(data, assignment, student, "x").parent)
-    _merge_gradebook(assignment, student, folder / "gradebook.db", data / "gradebook.db")
+    _merge_gradebook(assignment, student, folder / "gradebook.db", book)
 
 
-def _merge_gradebook(assignment: str, student: str, task_db: Path, main_db: Path) -> None:
-    """Copy into the course's gradebook what nbgrader's autograde wrote for ``student`` in the
-    task's copy: the submission and its timestamp, each grade's automatic score and whether it
-    needs a manual look, each comment's automatic text, each notebook's late penalty. A manual
-    score given in the course's gradebook since the array was submitted is kept, and its grade
-    marked for review (as nbgrader does when it grades again)."""
-    import warnings
-
+def _merge_gradebook(assignment: str, student: str, task_db: Path, dst) -> None:
+    """Copy into the course's gradebook (``dst``, open) what nbgrader's autograde wrote for
+    ``student`` in the task's copy: the submission and its timestamp, each grade's automatic
+    score and whether it needs a manual look, each comment's automatic text, each notebook's
+    late penalty. A manual score given in the course's gradebook since the array was submitted
+    is kept, and its grade marked for review (as nbgrader does when it grades again)."""
     from nbgrader.api import Gradebook, MissingEntry
-    from sqlalchemy.exc import SAWarning
 
-    if entry_kind(task_db) != "file":
+    if entry_kind(task_db) != "file" or dst is None:
         return
-    with Gradebook(f"sqlite:///{task_db}") as src, Gradebook(f"sqlite:///{main_db}") as dst, \
-            warnings.catch_warnings():
-        # (nbgrader's update_or_create_submission makes SQLAlchemy warn about its autoflush,
-        # as it does in nbgrader's own autograde: harmless)
-        warnings.simplefilter("ignore", SAWarning)
+    with Gradebook(f"sqlite:///{task_db}") as src:
         try:
             got = src.find_submission(assignment, student)
         except MissingEntry:
