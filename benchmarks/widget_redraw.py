@@ -61,6 +61,24 @@ CASES = {
 }
 
 
+def _full_collections() -> list[float]:
+    """Record, from now on, how long each of Python's full (generation 2) garbage collections
+    takes: they scan every object of the process (torch, JAX, matplotlib), and one that falls
+    inside a redraw is most of a worst case."""
+    import gc
+
+    took: list[float] = []
+
+    def watch(phase: str, info: dict) -> None:
+        if phase == "start":
+            watch.start = time.perf_counter()
+        elif info["generation"] == 2:
+            took.append(time.perf_counter() - watch.start)
+
+    gc.callbacks.append(watch)
+    return took
+
+
 def measure(rounds: int) -> dict[str, dict]:
     """Per widget: the first draw and every redraw, in seconds."""
     out = {}
@@ -86,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     style.use()
     load = os.getloadavg()[0]
+    collections = _full_collections()
     results = measure(args.rounds)
     print(f"{'':<30}{'first':>7}{'':>8}{'wall clock':>18}{'CPU time':>18}")
     print(f"{'widget':<30}{'draw':>7}{'redraws':>8}{'median':>9}{'worst':>9}{'median':>9}"
@@ -96,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{max(t):>9.0f}{statistics.median(c):>9.0f}{max(c):>9.0f}")
     print(f"load average (1 min) before: {load:.2f}, after: {os.getloadavg()[0]:.2f} on "
           f"{os.cpu_count()} CPUs")
+    print(f"full garbage collections meanwhile: {len(collections)}, "
+          + ", ".join(f"{t * 1e3:.0f}" for t in collections) + " ms")
     return 0
 
 
