@@ -14,9 +14,11 @@ from course_utils import checks
 # (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
 HELPERS_NOT_ALLOWED = {
     "q1": ["tensor_parallel.column_shard", "tensor_parallel.row_shard",
-           "tensor_parallel.shard_range"],
+           "tensor_parallel.shard_range", "tensor_parallel.layer_plan"],
+    "q2": ["tensor_parallel.layer_plan"],
     "q3": ["tensor_parallel.tp_comm_bytes", "tensor_parallel.ring_all_reduce_bytes_per_rank",
-           "tensor_parallel.mlp_comm_to_compute", "ring_allreduce.ring_bytes_per_rank"],
+           "tensor_parallel.mlp_comm_to_compute", "ring_allreduce.ring_bytes_per_rank",
+           "tensor_parallel.layer_plan"],
     "q4": ["tensor_parallel.reduce_from_tp", "tensor_parallel.reference"],
 }
 
