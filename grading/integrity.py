@@ -304,6 +304,19 @@ def sandboxed_client(nb, hidden_cases: dict | None = None, student: str | None =
     return SandboxedClient(nb, kernel_manager_class=sandbox.SandboxedKernelManager, **kw)
 
 
+def launch_preload(assignment: str) -> str:
+    """What the forkserver of the ranks imports in ``assignment``'s grading kernels
+    (``COURSE_LAUNCH_PRELOAD``): "light" (torch and torch.distributed: enough for plain
+    collectives, and the forkserver starts about 1 s sooner), unless the judge module says
+    ``LAUNCH_PRELOAD = "full"``: a rank that builds a ``torch.optim`` optimizer or DDP imports
+    ``torch._dynamo`` first (1.35 s, each rank of each launch), which the full preload does once."""
+    preload = getattr(judge.load(assignment), "LAUNCH_PRELOAD", "light")
+    if preload not in ("light", "full"):
+        raise ValueError(f"{assignment}'s judge: LAUNCH_PRELOAD must be 'light' or 'full', got "
+                         f"{preload!r}")
+    return preload
+
+
 def _run_reference(assignment: str, name: str, timeout: int) -> dict:
     """Execute one solution notebook in the sandbox and judge it (see :func:`reference_run`)."""
     rules = judge.load(assignment)
@@ -311,7 +324,8 @@ def _run_reference(assignment: str, name: str, timeout: int) -> dict:
     nb = nbformat.read(ROOT / "solutions" / assignment / name, as_version=4)
     # the kernel's environment as nbgrader_config.py gives it
     # (and the visible checks say what they saw: the release's sealed mistakes come from it)
-    with _environ({"COURSE_LAUNCH_PRELOAD": "light", "COURSE_TRACE_CHECKS": "1"}):
+    with _environ({"COURSE_LAUNCH_PRELOAD": launch_preload(assignment),
+                   "COURSE_TRACE_CHECKS": "1"}):
         with tempfile.TemporaryDirectory() as tmp:
             client = sandboxed_client(nb, cases, student="", timeout=timeout,
                                       kernel_name="python3", allow_errors=True,

@@ -27,8 +27,8 @@ from pathlib import Path
 from grading import judge, sandbox
 from grading.files import NotRegular, entry_kind, read_regular, write_private
 from grading.integrity import (ROOT, VARIANTS_ENV, _environ, check_committed, data_dir,
-                               notebook_names, record_digests, record_not_graded, reference_run,
-                               report)
+                               launch_preload, notebook_names, record_digests, record_not_graded,
+                               reference_run, report)
 
 # nbgrader's command line, started without an import that costs seconds (grading/launcher.py)
 NBGRADER = [sys.executable, "-m", "grading.launcher", "nbgrader"]
@@ -311,7 +311,8 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
     shards = [chosen[i::workers] for i in range(workers)]
     shards = [s for s in shards if s]
     procs, logs = [], []
-    env = dict(os.environ, COURSE_DATA=str(data), COURSE_REFERENCE_CACHE=str(cache))
+    env = dict(os.environ, COURSE_DATA=str(data), COURSE_REFERENCE_CACHE=str(cache),
+               COURSE_LAUNCH_PRELOAD=launch_preload(assignment))
     for k, shard in enumerate(shards):
         exclude = sorted(set(everyone) - set(shard))
         args = [*NBGRADER, "autograde", assignment, "--create", "--force"]

@@ -337,6 +337,18 @@ def test_reference_runs_are_cached_by_content(tmp_path):
     assert integrity.reference_cache_path(name, f"{name}.ipynb", cache) != stale
 
 
+def test_each_assignment_says_what_its_ranks_preload(monkeypatch):
+    """a10's ranks build optimizers and DDP (torch._dynamo: the full preload); the others keep
+    the light one; a judge that names anything else is refused."""
+    assert integrity.launch_preload("a10_capstone") == "full"
+    assert integrity.launch_preload("a1_training_state") == "light"
+    rules = judge.load("a1_training_state")
+    monkeypatch.setattr(rules, "LAUNCH_PRELOAD", "heavy", raising=False)
+    monkeypatch.setattr(judge, "load", lambda name: rules)
+    with pytest.raises(ValueError, match="LAUNCH_PRELOAD must be 'light' or 'full'"):
+        integrity.launch_preload("a1_training_state")
+
+
 def test_collect_accepts_both_layouts(tmp_path):
     src = tmp_path / "inbox"
     (src / "ann").mkdir(parents=True)
