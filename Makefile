@@ -49,7 +49,7 @@ clean:
 SUBMISSIONS ?= submissions
 DEST ?= dist/student-course
 WORKERS ?= 2
-.PHONY: release collect autograde feedback report export formgrader bench-grading student-copy check
+.PHONY: release collect autograde feedback report export formgrader bench-grading bench-executors student-copy check
 
 # Self-study (the full repository): grade your own copy of one assignment, make check A=a3_zero
 A ?=
@@ -83,3 +83,6 @@ formgrader: setup  ## JupyterLab on the repository root: Nbgrader > Formgrader
 
 bench-grading: setup  ## autograde 50 synthetic submissions per assignment
 	$(PY) benchmarks/grading.py
+
+bench-executors: setup  ## the local and Slurm executors' throughput, Slurm job timings (root: starts a local Slurm)
+	$(PY) benchmarks/grading_executors.py
