@@ -172,6 +172,10 @@ def _pct(n: int, of: int) -> str:
     return f"{100 * n / of:.0f} %" if of else "-"
 
 
+def _points(n: float) -> str:
+    return f"{n:g} point" + ("" if n == 1 else "s")
+
+
 def _names(students: list[str]) -> str:
     shown = ", ".join(students[:SHOWN])
     return shown + (f" and {len(students) - SHOWN} more" if len(students) > SHOWN else "")
@@ -204,7 +208,7 @@ def render_text(summary: ClassSummary) -> str:
     lines.append("")
     lines.append("per question, share of the graded students:")
     for q in s.questions:
-        lines.append(f"  {q.grade_id} ({q.max_score:g} points): {_pct(q.right, q.graded)} right")
+        lines.append(f"  {q.grade_id} ({_points(q.max_score)}): {_pct(q.right, q.graded)} right")
         for m in q.mistakes:
             lines.append(f"    {_pct(len(m.students), q.graded):>5s}  {m.text[:160]}"
                          f"  [{_names(m.students)}]")
@@ -239,13 +243,14 @@ def figure_png(summary: ClassSummary) -> bytes:
     hist = _histogram(summary)
     ax.bar([x for x, _ in hist], [n for _, n in hist], width=0.8, color="#4c72b0")
     scores = [x for _, x in summary.graded]
+    title = f"{summary.assignment}: {len(scores)} graded students"
     if scores:
         mean = sum(scores) / len(scores)
-        ax.axvline(mean, color="#dd8452", linestyle="--", label=f"mean {mean:.1f}")
-        ax.legend(loc="upper left", frameon=False)
+        ax.axvline(mean, color="#dd8452", linestyle="--")
+        title += f", mean {mean:.1f} (dashed)"
     ax.set_xlabel(f"autograded score (out of {summary.max_score:g})")
     ax.set_ylabel("students")
-    ax.set_title(f"{summary.assignment}: {len(scores)} graded students")
+    ax.set_title(title, fontsize=10)
     ax.yaxis.get_major_locator().set_params(integer=True)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -262,7 +267,7 @@ def render_html(summary: ClassSummary, results: list, isolation: str = "") -> st
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(s.assignment)}: class "
            "report</title><style>body{font-family:sans-serif;max-width:60em;margin:2em auto;"
            "padding:0 1em}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;"
-           "padding:.2em .6em;text-align:left;vertical-align:top}.bar{background:#dd8452;"
+           "padding:.2em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}.bar{background:#dd8452;"
            "height:.8em;display:inline-block}.who{color:#555;font-size:90%}</style></head><body>",
            f"<h1>{e(s.assignment)}: class report</h1>",
            f"<p>{s.students} students: {len(s.graded)} graded, {len(s.not_graded)} not graded"
@@ -271,7 +276,7 @@ def render_html(summary: ClassSummary, results: list, isolation: str = "") -> st
            "<h2>Per question</h2><p>Share of the graded students who got each question right, "
            "and who made each mistake the judge named.</p>"]
     for q in s.questions:
-        out.append(f"<h3>{e(q.grade_id)} ({q.max_score:g} points): {_pct(q.right, q.graded)} "
+        out.append(f"<h3>{e(q.grade_id)} ({_points(q.max_score)}): {_pct(q.right, q.graded)} "
                    "right</h3>")
         if q.mistakes:
             out.append("<table><tr><th>share</th><th>mistake</th><th>students</th></tr>")

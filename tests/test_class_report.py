@@ -65,7 +65,7 @@ def test_each_named_mistake_gets_its_share_of_the_graded_students():
     text = class_report.render_text(s)
     assert "q1_test (2 points): 20 % right" in text
     assert "   40 %  q1_state_gb: that is GiB (2**30 bytes)" in text
-    assert "q2_test (1 points): 40 % right" in text
+    assert "q2_test (1 point): 40 % right" in text
 
 
 def test_flags_are_grouped_across_students_and_the_slowest_listed():
