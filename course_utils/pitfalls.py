@@ -346,7 +346,7 @@ def one_device(job: Job, normalise: str = "tokens",
     """
     if normalise not in ("tokens", "ranks"):
         raise ValueError(f"normalise must be 'tokens' or 'ranks'; got {normalise!r}")
-    model = job.model().cpu()
+    model = job.model()                     # one process: the CPU (no process group here)
     opt = torch.optim.SGD(model.parameters(), lr=job.lr)
     data = job.dataset() if order is not None else None
     steps = len(order[0]) if order is not None else job.steps

@@ -620,7 +620,8 @@ _DYNAMIC_IMPORTS = {"importlib.import_module", "import_module", "__import__",
 
 
 def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
-    """Which of ``helpers`` (``"memory.zero_state_bytes"``: a ``course_utils`` function) the
+    """Which of ``helpers`` (``"memory.zero_state_bytes"``: a ``course_utils`` function, or
+    ``"widgets.*"``: anything in that subpackage) the
     code in ``source`` refers to, whatever the spelling: called or named through any import
     alias, named in a string or in a string built from constants
     (``getattr(memory, "state" + "_bytes")``), or possibly reached by a name computed at run
@@ -628,7 +629,8 @@ def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
     ``importlib.import_module(...)``, ``sys.modules[...]``): those are reported as
     ``"<helper> (through a computed name)"``. ``setup``: code that ran before it (the
     release's import cells), whose import aliases count too."""
-    wanted = {h: h.split(".") for h in helpers}
+    wanted = {h: h.split(".") for h in helpers if not h.endswith(".*")}
+    packages = {h: h[:-2].split(".") for h in helpers if h.endswith(".*")}  # "widgets.*"
     aliases = {m: m for m in _course_modules()} | {"course_utils": ""}
     star: set[str] = set()
     found: list[str] = []
@@ -688,6 +690,9 @@ def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
                 for h, parts in wanted.items():
                     if path == parts:
                         add(h)
+                for h, parts in packages.items():
+                    if path[:len(parts)] == parts and len(path) > len(parts):
+                        add(h)
             if isinstance(node, ast.Attribute) and node.attr == "__dict__":
                 computed(module_of(node.value))
         elif isinstance(node, ast.Subscript) and _dotted(node.value) == "sys.modules":
@@ -745,6 +750,11 @@ def scan_files(submission: Path, notebooks: list[str]) -> list[str]:
     return flags
 
 
+WIDGETS = "widgets.*"
+"""The lectures' widgets (``course_utils.widgets``): each shows what a tested function computes,
+so an answer cell that may not call the function may not read a widget either."""
+
+
 def scan_notebook(nb, release, not_allowed: dict[str, list[str]] | None = None) -> list[str]:
     """Flags for one submitted notebook: tampering in its code, edited/deleted test cells, and
     course helpers an answer may not use (``not_allowed``: answer grade_id -> helpers, the
@@ -756,6 +766,8 @@ def scan_notebook(nb, release, not_allowed: dict[str, list[str]] | None = None) 
                       if c.get("cell_type") == "code" and not is_test_cell(c)
                       and not is_answer_cell(c))
     flags += restore_metadata(copy.deepcopy(nb), release)
+    # the lectures' widgets compute what the helpers do: not allowed where a helper is not
+    not_allowed = {gid: hs + [WIDGETS] for gid, hs in not_allowed.items()}
     every_helper = sorted({h for hs in not_allowed.values() for h in hs})
     seen = {}
     for cell in nb.cells:

@@ -60,9 +60,17 @@ _HELPERS = ["memory.zero_state_bytes", "pipeline_schedule.bubble_fraction"]
     ("x = memory.to_gib(3)  # another helper", "", []),
     ("def bubble_fraction(p, m):\n    return (p - 1) / (m + p - 1)", "", []),
     ("x = ps.bubble_fraction(4, 8)", "", []),  # ps is not an alias of the course's module here
+    ("from course_utils.widgets import zero_shards\nx = zero_shards.ZeroShards()", "",
+     ["widgets.*"]),
+    ("x = w.zero_shards.ZeroShards().state", "from course_utils import widgets as w",
+     ["widgets.*"]),
+    ("from course_utils.widgets.training_state import TrainingState as T\nx = T()", "",
+     ["widgets.*"]),
+    ("x = '*'", "", []),
+    ("from course_utils import widgets", "", []),  # importing alone computes nothing
 ])
 def test_helper_uses_sees_every_way_of_naming_a_helper(code, setup, found):
-    assert integrity.helper_uses(code, _HELPERS, setup) == found
+    assert integrity.helper_uses(code, _HELPERS + [integrity.WIDGETS], setup) == found
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
