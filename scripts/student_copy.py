@@ -34,7 +34,8 @@ INSTRUCTOR_TESTS = ["test_assignments.py", "test_capstone.py", "test_pitfalls.py
                     "test_grading_integrity.py", "test_sources.py",
                     "test_setup.py", "test_browser_course.py", "test_student_copy.py",
                     "test_reference_answers.py", "test_site.py", "test_grading_host.py",
-                    "test_visible_checks.py", "test_variant_grading.py", "test_slurm.py"]
+                    "test_visible_checks.py", "test_variant_grading.py", "test_slurm.py",
+                    "test_class_report.py"]
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
 
 MAKEFILE = """\
