@@ -200,8 +200,9 @@ def render_text(summary: ClassSummary) -> str:
         scores = sorted(x for _, x in s.graded)
         mid = len(scores) // 2
         median = scores[mid] if len(scores) % 2 else (scores[mid - 1] + scores[mid]) / 2
+        full = _pct(scores.count(s.max_score), len(scores))
         lines.append(f"score out of {s.max_score:g}: mean {sum(scores) / len(scores):.1f}, "
-                     f"median {median:g}, full marks {_pct(scores.count(s.max_score), len(scores))}")
+                     f"median {median:g}, full marks {full}")
         width = max(n for _, n in _histogram(s)) or 1
         for score, n in (row for row in _histogram(s) if row[1]):
             lines.append(f"  {score:>4g} | {'#' * round(30 * n / width):<30s} {n}")
@@ -267,7 +268,8 @@ def render_html(summary: ClassSummary, results: list, isolation: str = "") -> st
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(s.assignment)}: class "
            "report</title><style>body{font-family:sans-serif;max-width:60em;margin:2em auto;"
            "padding:0 1em}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;"
-           "padding:.2em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}.bar{background:#dd8452;"
+           "padding:.2em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}"
+           ".bar{background:#dd8452;"
            "height:.8em;display:inline-block}.who{color:#555;font-size:90%}</style></head><body>",
            f"<h1>{e(s.assignment)}: class report</h1>",
            f"<p>{s.students} students: {len(s.graded)} graded, {len(s.not_graded)} not graded"

@@ -110,10 +110,12 @@ class TaskState:
 
     @property
     def active(self) -> bool:
+        """Still pending or running (or suspended, requeued...): not ended."""
         return self.state in ACTIVE
 
     @property
     def ok(self) -> bool:
+        """Ended COMPLETED with exit status 0."""
         return self.state == "COMPLETED" and self.exit_code.split(":")[0] in ("", "0")
 
     def describe(self, log_lines: int = 6) -> str:

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from grading import integrity, judge, slurm
 from grading.files import entry_kind, read_regular, write_private
-from grading.integrity import ROOT, data_dir, notebook_names
+from grading.integrity import ROOT, data_dir
 
 TASK_SLACK_S = 300  # a task's Slurm time limit beyond the local worker's own (start-up, copies)
 MAX_RESULT_FILE = integrity.MAX_NOTEBOOK_BYTES
@@ -115,8 +115,8 @@ def submit(assignment: str, data: Path | None = None, students: list[str] | None
     """Submit one array task per submission to grade; returns the :class:`Submitted`, or None
     when nothing is missing. ``students``: exactly these (each must have a submission);
     otherwise every submission when ``regrade``, else the missing ones
-    (:func:`missing_students`), leaving out those an earlier array is still grading. ``time_limit_min``: Slurm's limit per task (default
-    :func:`task_time_limit_min`); ``max_running``: at most that many tasks at once
+    (:func:`missing_students`), leaving out those an earlier array is still grading.
+    ``time_limit_min``: Slurm's limit per task (default :func:`task_time_limit_min`); ``max_running``: at most that many tasks at once
     (``--array=...%N``); ``sbatch_args``: more sbatch options (``["--partition=cpu",
     "--mem=8G"]``), after the executor's own; ``hold``: submitted held (``scontrol release``)."""
     from grading import workflow
@@ -184,15 +184,17 @@ def submit(assignment: str, data: Path | None = None, students: list[str] | None
 
 def _snapshot_gradebook(src: Path, dst: Path) -> None:
     """A consistent copy of the gradebook (sqlite's backup: no half-written page)."""
-    with contextlib.closing(sqlite3.connect(src)) as a, contextlib.closing(sqlite3.connect(dst)) as b:
+    with contextlib.closing(sqlite3.connect(src)) as a, \
+            contextlib.closing(sqlite3.connect(dst)) as b:
         a.backup(b)
 
 
 def submit_merge(sub: Submitted, data: Path, sbatch_args: list[str] | None = None) -> str:
     """A job that runs ``scripts/grade.py merge`` once every task of ``sub`` has ended
     (``--dependency=afterany``): the merge, the digests and the report without anyone waiting."""
-    command = (f"exec {shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'scripts' / 'grade.py'))}"
-               f" merge {shlex.quote(sub.assignment)}")
+    grade = ROOT / "scripts" / "grade.py"
+    command = (f"exec {shlex.quote(sys.executable)} {shlex.quote(str(grade))} merge "
+               f"{shlex.quote(sub.assignment)}")
     args = [f"--dependency=afterany:{sub.job}", f"--job-name=dtp-merge-{sub.assignment}",
             "--time=60", f"--output={sub.run_dir}/logs/merge.out", f"--chdir={ROOT}",
             "--ntasks=1", "--cpus-per-task=1", *(sbatch_args or []), "--wrap", command]
