@@ -254,6 +254,7 @@ def test_grading_as_a_job_array_matches_the_local_executor(cluster, tmp_path):
     assert len(slurm_results) == len(KINDS) + 1
     assert _verdicts(slurm_results) == _verdicts(local_results)
     assert _gradebook(slow) == _gradebook(here)
+    # (export writes these rows, in the gradebook's order, and the reports' verdicts: the same)
     graded = [r for r in slurm_results if r.graded]
     assert len(graded) == len(KINDS) - 1 and all(r.seconds for r in graded)
     # nothing of a task's private copies is left once merged; the logs stay
