@@ -96,10 +96,16 @@ def test_lecture_runs_with_outputs_and_plot(course_lab, lab_page):  # noqa: F811
         missing = [line for line in want if line not in shown]
         assert not missing, f"code cell {i} does not show {missing[:3]}"
 
+    # a widget's output also carries a PNG (what the site shows), but the live lab renders the
+    # widget itself: figures as pictures, widgets as widgets
+    widget = "application/vnd.jupyter.widget-view+json"
     plots = page.locator(".jp-OutputArea-output[data-mime-type='image/png'] img")
     plots.first.wait_for(timeout=60_000)
     assert plots.count() == sum(1 for c in stored for o in c.outputs
-                                if "image/png" in o.get("data", {}))
+                                if "image/png" in o.get("data", {}) and widget not in o["data"])
+    views = page.locator(".jp-OutputArea-output:has(.jupyter-widgets)")
+    assert views.count() == sum(1 for c in stored for o in c.outputs
+                                if widget in o.get("data", {}))
     assert plots.first.evaluate("i => i.complete && i.naturalWidth > 200")
     plots.first.scroll_into_view_if_needed()
     screenshot(page, "course-lecture-01")
