@@ -36,6 +36,20 @@ __all__ = ["DPI", "Row", "Explorer", "figure_html", "error_html", "png", "key", 
            "nice_ticks", "slider", "choice_slider", "dropdown", "checkbox", "integer", "number"]
 
 DPI = 72  # figures are drawn at 72 dots per inch: 9 inches = 648 pixels, fast to render
+
+
+def _freeze_imports() -> None:
+    """Once per kernel, before the first widget: move every object alive so far (torch, JAX,
+    matplotlib: hundreds of thousands, nearly all of them imported modules' and never garbage)
+    out of the garbage collector's reach (``gc.freeze``). A full collection then scans only what
+    came after, and one that falls into a redraw costs tens of ms, not 130-270 ms
+    (``benchmarks/widget_redraw.py`` counts them)."""
+    import gc
+
+    if not getattr(_freeze_imports, "done", False):
+        gc.collect()
+        gc.freeze()
+        _freeze_imports.done = True
 _STYLE = {"description_width": "140px"}
 ERROR_STYLE = "border-left:4px solid #b00020;background:#fdecee;padding:6px 10px;margin:6px 0"
 STALE_STYLE = "opacity:0.3;filter:grayscale(1)"
@@ -221,6 +235,7 @@ class Explorer:
     def __init__(self, **values: Any):
         import ipywidgets as w
 
+        _freeze_imports()
         unknown = sorted(set(values) - set(self.defaults))
         if unknown:
             raise ValueError(f"unknown {type(self).__name__} inputs {unknown}; allowed: "
