@@ -160,7 +160,10 @@ class KernelCgroups:
         self.limits: list[str] = []
         self._memory: Path | None = None
         self._v2 = False
-        name = f"course-kernel-{uuid.uuid4().hex[:12]}"
+        sweep_orphan_cgroups()
+        # the creating process's pid in the name: a group whose creator was killed (a grading
+        # worker or Slurm task stopped at its time limit) is found and removed by the next one
+        name = f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         v2 = Path("/sys/fs/cgroup")
         if (v2 / "cgroup.controllers").exists():
             controllers = set((v2 / "cgroup.subtree_control").read_text().split()) \
@@ -245,6 +248,52 @@ class KernelCgroups:
         for group in self.groups:
             _rmdir(group)
         self.groups = []
+
+
+CGROUP_PREFIX = "course-kernel-"
+CGROUP_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/memory"))
+LEGACY_CGROUP_AGE_S = 900  # a group named without its creator's pid (older course versions)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        pass
+    return True
+
+
+def sweep_orphan_cgroups(roots: tuple[Path, ...] = CGROUP_ROOTS) -> list[Path]:
+    """Remove kernel cgroups that a killed grading process left behind; the removed paths.
+
+    A group is removed only when it has no process left and its creator (the pid in its name)
+    has ended; a group named the older way (no pid) only when empty and older than
+    :data:`LEGACY_CGROUP_AGE_S`. A group in use is never touched (the kernel refuses to remove
+    a cgroup with processes in it anyway).
+    """
+    removed = []
+    for root in roots:
+        try:
+            groups = [g for g in root.iterdir() if g.name.startswith(CGROUP_PREFIX)]
+        except OSError:
+            continue
+        for group in groups:
+            creator, _, _ = group.name[len(CGROUP_PREFIX):].partition("-")
+            try:
+                if creator.isdigit():
+                    if _alive(int(creator)):
+                        continue
+                elif time.time() - group.stat().st_mtime < LEGACY_CGROUP_AGE_S:
+                    continue
+                if (group / "cgroup.procs").read_text().strip():
+                    continue
+                group.rmdir()
+            except OSError:  # gone meanwhile, or busy: leave it
+                continue
+            removed.append(group)
+    return removed
 
 
 def _rmdir(group: Path) -> None:

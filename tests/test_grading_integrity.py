@@ -15,8 +15,11 @@ by the check that runs outside the kernel, and "could not be graded" is never a 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -559,7 +562,8 @@ def test_a_thread_bomb_stops_at_the_task_limit(tmp_path):
 
     if not sandbox.has_pids_cgroup():
         pytest.skip("no writable pids cgroup on this machine (the report says so)")
-    before = set(Path("/sys/fs/cgroup/pids").glob("course-kernel-*"))
+    mine = f"{sandbox.CGROUP_PREFIX}{os.getpid()}-*"  # (other workers' kernels come and go)
+    before = set(Path("/sys/fs/cgroup/pids").glob(mine))
     bomb = ("import threading, time\nthreads = []\nfor _ in range(400):\n"
             "    t = threading.Thread(target=time.sleep, args=(20,), daemon=True)\n"
             "    t.start()\n    threads.append(t)")
@@ -571,7 +575,37 @@ def test_a_thread_bomb_stops_at_the_task_limit(tmp_path):
     assert nb.cells[0].outputs[0]["ename"] == "RuntimeError", nb.cells[0].outputs
     assert "can't start new thread" in nb.cells[0].outputs[0]["evalue"]
     assert nb.cells[1].outputs[0]["text"] == "True\n"
-    assert set(Path("/sys/fs/cgroup/pids").glob("course-kernel-*")) == before
+    assert set(Path("/sys/fs/cgroup/pids").glob(mine)) == before
+
+
+def test_cgroups_left_by_a_killed_grader_are_swept():
+    """A grading process killed at its time limit cannot remove its kernel's cgroups; the next
+    kernel's start removes each empty group whose creator (the pid in its name) has ended, and
+    no other: not a live creator's, not one with a process in it, not a recent unnamed one."""
+    from grading import sandbox
+
+    if not sandbox.has_pids_cgroup():
+        pytest.skip("no writable pids cgroup on this machine (the report says so)")
+    root = Path("/sys/fs/cgroup/pids")
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    orphan, busy = (root / f"{sandbox.CGROUP_PREFIX}{ended.pid}-test{i}" for i in (1, 2))
+    live = root / f"{sandbox.CGROUP_PREFIX}{os.getpid()}-test3"
+    legacy = root / f"{sandbox.CGROUP_PREFIX}0123456789ab"  # named before the pid was in it
+    for group in (orphan, busy, live, legacy):
+        group.mkdir()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (busy / "cgroup.procs").write_text(str(sleeper.pid))
+        sandbox.KernelCgroups(64, 2**30).remove()  # a new kernel's groups: the sweep runs first
+        assert not orphan.exists()
+        assert busy.exists() and live.exists() and legacy.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for group in (orphan, busy, live, legacy):
+            sandbox._rmdir(group)
+    assert not busy.exists()
 
 
 def test_output_is_cut_to_the_byte_limit():
