@@ -50,6 +50,8 @@ def _freeze_imports() -> None:
         gc.collect()
         gc.freeze()
         _freeze_imports.done = True
+
+
 _STYLE = {"description_width": "140px"}
 ERROR_STYLE = "border-left:4px solid #b00020;background:#fdecee;padding:6px 10px;margin:6px 0"
 STALE_STYLE = "opacity:0.3;filter:grayscale(1)"
@@ -192,6 +194,16 @@ def dropdown(description: str, options: Any, value: Any) -> Any:
                       layout=_layout())
 
 
+def _column_px(controls: Any) -> int:
+    """The grid's narrowest column: the 140 px description plus room for the longest dropdown
+    label (about 7 px a character), 280 to 420 px. (A cell narrower than its label cut it off;
+    a child's ``grid_column`` did not reach the page in JupyterLab with ipywidgets 8.1.9.)"""
+    import ipywidgets as w
+
+    labels = [o for c in controls if isinstance(c, w.Dropdown) for o in c._options_labels]
+    return min(420, max(280, 170 + 7 * max(map(len, labels), default=0)))
+
+
 def checkbox(description: str, value: bool) -> Any:
     """A Checkbox."""
     import ipywidgets as w
@@ -253,8 +265,9 @@ class Explorer:
             control.observe(self._update, names="value")
         self.view = w.HTML()
         self.view.add_class(f"{self.prefix}-view")
+        column = _column_px(self.controls.values())
         grid = w.GridBox(list(self.controls.values()), layout=w.Layout(
-            grid_template_columns="repeat(auto-fit, minmax(280px, 1fr))", grid_gap="2px 12px"))
+            grid_template_columns=f"repeat(auto-fit, minmax({column}px, 1fr))", grid_gap="2px 12px"))
         self.widget = w.VBox([grid, self.view])
         self.widget.add_class(f"{self.prefix}-widget")
         self.state: Any = None
