@@ -39,11 +39,7 @@ os.chdir(ROOT)
 from grading import integrity, judge, slurm, slurm_executor, synthetic, workflow  # noqa: E402
 
 A = "a1_training_state"
-KINDS = ["correct", "wrong", "unit_gib", "unit_bytes", "raises", "edited_tests", "deleted_tests",
-         "fake_values", "patch_isclose", "patch_sys_modules", "patch_builtins",
-         "shadow_course_utils", "malformed_json", "missing_notebook", "stderr_noise", "unanswered",
-         "reads_expected", "hidden_payload", "uses_helper", "typical_mistake", "honest_1",
-         "copies_peer", "typed_identity", "writes_course_data"]
+KINDS = synthetic.EXECUTOR_CLASS
 
 
 def build_class(data: Path, refs: dict, n: int) -> list[str]:

@@ -116,9 +116,10 @@ def submit(assignment: str, data: Path | None = None, students: list[str] | None
     when nothing is missing. ``students``: exactly these (each must have a submission);
     otherwise every submission when ``regrade``, else the missing ones
     (:func:`missing_students`), leaving out those an earlier array is still grading.
-    ``time_limit_min``: Slurm's limit per task (default :func:`task_time_limit_min`); ``max_running``: at most that many tasks at once
-    (``--array=...%N``); ``sbatch_args``: more sbatch options (``["--partition=cpu",
-    "--mem=8G"]``), after the executor's own; ``hold``: submitted held (``scontrol release``)."""
+    ``time_limit_min``: Slurm's limit per task (default :func:`task_time_limit_min`);
+    ``max_running``: at most that many tasks at once (``--array=...%N``); ``sbatch_args``: more
+    sbatch options (``["--partition=cpu", "--mem=8G"]``), after the executor's own; ``hold``:
+    submitted held (``scontrol release``)."""
     from grading import workflow
 
     data = data or data_dir()

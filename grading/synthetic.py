@@ -602,6 +602,17 @@ MECHANICS_ON = {"a1_training_state": MECHANICS,
                 "a2_data_parallel": frozenset({"infinite_loop", "swallows_interrupt",
                                                "late_process", "memory_hog", "huge_output"})}
 
+# A class of 24 a1 submissions that meets every path of grading at once (right, wrong, unit and
+# typical mistakes, cheats, attacks on the judge and on the course data, unreadable and missing
+# notebooks, copied answers): the executors are compared on it (tests/test_slurm.py,
+# benchmarks/grading_executors.py).
+EXECUTOR_CLASS = [
+    "correct", "wrong", "unit_gib", "unit_bytes", "raises", "edited_tests", "deleted_tests",
+    "fake_values", "patch_isclose", "patch_sys_modules", "patch_builtins", "shadow_course_utils",
+    "malformed_json", "missing_notebook", "stderr_noise", "unanswered", "reads_expected",
+    "hidden_payload", "uses_helper", "typical_mistake", "honest_1", "copies_peer",
+    "typed_identity", "writes_course_data"]
+
 
 def cases_for(assignment: str, references: dict | None = None,
               prefix: str = "") -> list[tuple[Case, dict]]:
@@ -1067,6 +1078,6 @@ def clone(assignment: str, submitted: Path, kind: str, n: int, references: dict 
     return students
 
 
-__all__ = ["Case", "HOST_ATTACKS", "Host", "MECHANICS", "MECHANICS_ON", "mechanics_of",
-           "TYPICAL_MISTAKES", "OWN_ATTACKS", "UNIT_MISTAKES", "assigned_names", "build",
-           "cases_for", "clone", "host_cases_for", "load", "solution_code", "write"]
+__all__ = ["Case", "EXECUTOR_CLASS", "HOST_ATTACKS", "Host", "MECHANICS", "MECHANICS_ON",
+           "mechanics_of", "TYPICAL_MISTAKES", "OWN_ATTACKS", "UNIT_MISTAKES", "assigned_names",
+           "build", "cases_for", "clone", "host_cases_for", "load", "solution_code", "write"]

@@ -32,13 +32,7 @@ from grading import integrity, judge, slurm, slurm_executor, synthetic, workflow
 
 SCRIPT = ROOT / "scripts" / "slurm_local.sh"
 A = "a1_training_state"
-# 24 submissions of the cheapest assignment: right, wrong, unit and typical mistakes, cheats,
-# attacks on the judge and on the course data, unreadable and missing notebooks, copied answers
-KINDS = ["correct", "wrong", "unit_gib", "unit_bytes", "raises", "edited_tests", "deleted_tests",
-         "fake_values", "patch_isclose", "patch_sys_modules", "patch_builtins",
-         "shadow_course_utils", "malformed_json", "missing_notebook", "stderr_noise", "unanswered",
-         "reads_expected", "hidden_payload", "uses_helper", "typical_mistake", "honest_1",
-         "copies_peer", "typed_identity", "writes_course_data"]
+KINDS = synthetic.EXECUTOR_CLASS  # 24 submissions of the cheapest assignment
 CANCELLED = "honest_1"   # its array task is cancelled before it starts
 SLEEPER = "sleeper"      # its first answer sleeps past its task's 1-minute time limit
 CELL_TIMEOUT = 150       # (so the sleeper meets Slurm's limit, not the cell's)

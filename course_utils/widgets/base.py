@@ -267,7 +267,8 @@ class Explorer:
         self.view.add_class(f"{self.prefix}-view")
         column = _column_px(self.controls.values())
         grid = w.GridBox(list(self.controls.values()), layout=w.Layout(
-            grid_template_columns=f"repeat(auto-fit, minmax({column}px, 1fr))", grid_gap="2px 12px"))
+            grid_template_columns=f"repeat(auto-fit, minmax({column}px, 1fr))",
+            grid_gap="2px 12px"))
         self.widget = w.VBox([grid, self.view])
         self.widget.add_class(f"{self.prefix}-widget")
         self.state: Any = None
