@@ -253,6 +253,7 @@ class KernelCgroups:
 CGROUP_PREFIX = "course-kernel-"
 CGROUP_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/memory"))
 LEGACY_CGROUP_AGE_S = 900  # a group named without its creator's pid (older course versions)
+PID_MAX = 2**22  # Linux's largest pid_max: a larger "pid" in a name is no pid (os.kill overflows)
 
 
 def _alive(pid: int) -> bool:
@@ -269,7 +270,7 @@ def sweep_orphan_cgroups(roots: tuple[Path, ...] = CGROUP_ROOTS) -> list[Path]:
     """Remove kernel cgroups that a killed grading process left behind; the removed paths.
 
     A group is removed only when it has no process left and its creator (the pid in its name)
-    has ended; a group named the older way (no pid) only when empty and older than
+    has ended; a group named another way (no pid) only when empty and older than
     :data:`LEGACY_CGROUP_AGE_S`. A group in use is never touched (the kernel refuses to remove
     a cgroup with processes in it anyway).
     """
@@ -282,7 +283,7 @@ def sweep_orphan_cgroups(roots: tuple[Path, ...] = CGROUP_ROOTS) -> list[Path]:
         for group in groups:
             creator, _, _ = group.name[len(CGROUP_PREFIX):].partition("-")
             try:
-                if creator.isdigit():
+                if creator.isdigit() and int(creator) <= PID_MAX:
                     if _alive(int(creator)):
                         continue
                 elif time.time() - group.stat().st_mtime < LEGACY_CGROUP_AGE_S:

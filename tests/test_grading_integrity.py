@@ -593,18 +593,19 @@ def test_cgroups_left_by_a_killed_grader_are_swept():
     orphan, busy = (root / f"{sandbox.CGROUP_PREFIX}{ended.pid}-test{i}" for i in (1, 2))
     live = root / f"{sandbox.CGROUP_PREFIX}{os.getpid()}-test3"
     legacy = root / f"{sandbox.CGROUP_PREFIX}0123456789ab"  # named before the pid was in it
-    for group in (orphan, busy, live, legacy):
+    odd = root / f"{sandbox.CGROUP_PREFIX}{2**64}-test4"  # no pid can be that large
+    for group in (orphan, busy, live, legacy, odd):
         group.mkdir()
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         (busy / "cgroup.procs").write_text(str(sleeper.pid))
         sandbox.KernelCgroups(64, 2**30).remove()  # a new kernel's groups: the sweep runs first
         assert not orphan.exists()
-        assert busy.exists() and live.exists() and legacy.exists()
+        assert busy.exists() and live.exists() and legacy.exists() and odd.exists()
     finally:
         sleeper.kill()
         sleeper.wait()
-        for group in (orphan, busy, live, legacy):
+        for group in (orphan, busy, live, legacy, odd):
             sandbox._rmdir(group)
     assert not busy.exists()
 
