@@ -72,6 +72,7 @@ c.Autograde.autograde_preprocessors = [
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
     "grading.preprocessors.LimitOutputBytes",
+    "grading.inert.InertStudentContent",
     "grading.preprocessors.StderrToStdout",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
@@ -85,6 +86,13 @@ c.OverwriteCells.add_missing_cells = True
 # gets back (the kernels never see either folder: grading/sandbox.py).
 if sys.argv[1:2] and sys.argv[1] in ("autograde", "generate_feedback"):
     c.CourseDirectory.ignore = ["*", ".*"]
+
+# Student content is inert wherever a person opens it (issue 41): the autograded notebook keeps
+# only text and base64 PNG/JPEG outputs, and a written answer's HTML is shown as text
+# (grading.inert.InertStudentContent above); the formgrader and feedback pages, which nbconvert
+# renders from that notebook, also pass every output and markdown cell through nbconvert's HTML
+# sanitizer (bleach), a second layer.
+c.HTMLExporter.sanitize_html = True
 
 # Feedback shows the student's work and the judge's verdict on each test cell (the judge replaced
 # the cell's outputs while grading), never hidden-test code or a traceback.

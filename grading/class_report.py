@@ -229,7 +229,9 @@ def render_text(summary: ClassSummary) -> str:
         lines.append("not graded:")
         for student, why in s.not_graded:
             lines.append(f"  {student}: {why[:300]}")
-    return "\n".join(lines) + "\n"
+    from grading.inert import lines as inert_lines
+
+    return inert_lines("\n".join(lines)) + "\n"
 
 
 def figure_png(summary: ClassSummary) -> bytes:
@@ -259,13 +261,18 @@ def figure_png(summary: ClassSummary) -> bytes:
     return buf.getvalue()
 
 
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
 def render_html(summary: ClassSummary, results: list, isolation: str = "") -> str:
     """The class report as one self-contained page (the figure inline), then every student."""
     from grading.integrity import condense
 
     s, e = summary, html.escape
     png = base64.b64encode(figure_png(s)).decode()
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(s.assignment)}: class "
+    # (no script may run in this page, whatever a student's text holds: the policy forbids it)
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='Content-"
+           f"Security-Policy' content=\"{CSP}\"><title>{e(s.assignment)}: class "
            "report</title><style>body{font-family:sans-serif;max-width:60em;margin:2em auto;"
            "padding:0 1em}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;"
            "padding:.2em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}"

@@ -42,6 +42,8 @@ import nbformat
 from course_utils.checks import SUBMIT_MIME
 from grading import expected, judge
 from grading.files import NotRegular, entry_kind, read_regular, write_private
+from grading.inert import lines as inert_lines
+from grading.inert import one_line
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,9 +171,11 @@ def restore_metadata(nb, release) -> list[str]:
         source = wanted[gid]
         want = copy.deepcopy(source.metadata["nbgrader"])
         if meta != want:
-            fields = sorted(k for k in set(want) | set(meta if isinstance(meta, dict) else {})
+            fields = sorted(one_line(k, 40) for k in
+                            set(want) | set(meta if isinstance(meta, dict) else {})
                             if not isinstance(meta, dict) or meta.get(k) != want.get(k))
-            changes.append(f"cell {gid}: nbgrader metadata edited ({', '.join(fields)})")
+            changes.append(f"cell {gid}: nbgrader metadata edited ({', '.join(fields[:10])}"
+                           + (", ..." if len(fields) > 10 else "") + ")")
         cell.setdefault("metadata", {})["nbgrader"] = want
         for key in _NBGRADER_CELL_KEYS:
             if key in source.metadata:
@@ -1001,7 +1005,7 @@ def verify_student(assignment: str, student: str, data: Path) -> StudentResult:
     submission holds, this returns a result: a failure of the grader itself on it is that
     student's 0, with the reason as a flag (never a crash of the report for everyone)."""
     try:
-        return _verify_student(assignment, student, data)
+        return _inert(_verify_student(assignment, student, data))
     except Exception as err:  # noqa: BLE001 - RecursionError, MemoryError, a broken file
         release = nbformat.read(ROOT / "assignments" / assignment /
                                 notebook_names(assignment)[0], as_version=4)
@@ -1010,6 +1014,19 @@ def verify_student(assignment: str, student: str, data: Path) -> StudentResult:
                              max_score=points, flags=[
                                  f"the grader failed on this submission ({type(err).__name__}: "
                                  f"{str(err)[:200]}); scored 0: review it by hand"])
+
+
+def _inert(result: StudentResult) -> StudentResult:
+    """``result`` with every text a student could have written into it (an exception's name
+    and message, a file or metadata name, a flagged line) as one line, control characters
+    escaped: no report line can be forged or hidden (``grading.inert.one_line``)."""
+    result.status = one_line(result.status)
+    result.flags = [one_line(f) for f in result.flags]
+    result.limits = [one_line(x) for x in result.limits]
+    for cell in result.cells:
+        cell.message = one_line(cell.message)
+        cell.problems = [one_line(p) for p in cell.problems]
+    return result
 
 
 def collect_log(assignment: str, data: Path | None = None) -> dict[str, list[str]]:
@@ -1289,4 +1306,6 @@ def render_text(assignment: str, results: list[StudentResult], isolation: str = 
         for limit in r.limits:
             lines.append(f"    LIMIT {limit}")
         lines.append("")
-    return "\n".join(lines)
+    # every line is one line, whatever a student wrote into it (the class summary's own lines
+    # were assembled the same way); the report's own line breaks are the only ones
+    return inert_lines("\n".join(lines))

@@ -33,6 +33,7 @@ next submission. The judge's messages describe a failing case by its number, nev
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import importlib.util
@@ -84,15 +85,19 @@ def _values(pairs, cases, givens=None) -> Values:
     return out
 
 
-_opaque_types: dict[str, type] = {}
+@functools.lru_cache(maxsize=256)
+def _opaque_type(type_name: str) -> type:
+    return type(type_name, (), {"__repr__": lambda s: f"<{type_name}>"})
 
 
 def _opaque(type_name: str) -> Any:
-    """A stand-in for a value the kernel could not send as data: its type keeps the name."""
-    cls = _opaque_types.get(type_name)
-    if cls is None:
-        cls = _opaque_types[type_name] = type(str(type_name)[:80], (), {"__repr__": lambda s: f"<{type_name}>"})
-    return cls()
+    """A stand-in for a value the kernel could not send as data: its type keeps the name (at
+    most 80 characters, control characters escaped). At most 256 such types are kept, whatever
+    a submission sends (a cache without a bound grew by one class per distinct name, 90,000 a
+    cell, for every later student of the worker)."""
+    from grading.inert import one_line
+
+    return _opaque_type(one_line(type_name, 80))()
 
 
 def decode(data: Any) -> Any:
@@ -145,11 +150,15 @@ def submissions(cell) -> list[tuple[str, Any]]:
 
 
 def kernel_error(cell) -> tuple[str, str] | None:
-    """``(ename, first line of evalue)`` of the cell's first error output, if any."""
+    """``(ename, first line of evalue)`` of the cell's first error output, if any, each one
+    line with its control characters escaped (a student names the exception)."""
+    from grading.inert import one_line
+
     for o in cell.get("outputs", []):
         if o.get("output_type") == "error":
-            first = (o.get("evalue") or "").strip().splitlines()[:1]
-            return str(o.get("ename", "Error"))[:100], (first[0] if first else "")[:500]
+            first = str(o.get("evalue") or "").strip().splitlines()[:1]
+            return (one_line(o.get("ename", "Error"), 100),
+                    one_line(first[0] if first else "", 500))
     return None
 
 

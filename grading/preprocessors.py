@@ -59,25 +59,36 @@ _OUTPUT_MESSAGES = {"stream", "display_data", "execute_result", "error", "update
 _EFBIG = "[Errno 27] File too large"
 
 
-def payload_size(content, max_depth: int) -> int | None:
-    """Bytes of text in a message's content (strings and keys), or None if it is nested more
-    than ``max_depth`` deep. Iterative: a hostile structure cannot exhaust the stack."""
-    total, stack = 0, [(content, 0)]
+def payload_size(content, max_depth: int, limit: int | None = None) -> int | None:
+    """Bytes of text in a message's content (strings and keys; 8 per other item), or None if
+    it is nested more than ``max_depth`` deep. With ``limit``, counting stops once the size
+    passes it (the result is then just over ``limit``). Iterative, one iterator per level of
+    nesting: neither a deep structure nor a wide one (15 million zeros) costs memory here."""
+    total, stack = 0, [iter((content,))]
     while stack:
-        obj, depth = stack.pop()
-        if depth > max_depth:
-            return None
+        if limit is not None and total > limit:
+            return total
+        obj = next(stack[-1], _END)
+        if obj is _END:
+            stack.pop()
+            continue
         if isinstance(obj, str):
             total += len(obj)
-        elif isinstance(obj, dict):
-            total += sum(len(k) for k in obj if isinstance(k, str))
-            stack.extend((v, depth + 1) for v in obj.values())
-        elif isinstance(obj, list):
-            total += len(obj)
-            stack.extend((v, depth + 1) for v in obj)
+        elif isinstance(obj, (dict, list)):
+            if len(stack) > max_depth:
+                return None
+            if isinstance(obj, dict):
+                total += sum(len(k) for k in obj if isinstance(k, str))
+                stack.append(iter(obj.values()))
+            else:
+                total += len(obj)
+                stack.append(iter(obj))
         else:
             total += 8
     return total
+
+
+_END = object()
 
 
 def _is_test(cell) -> bool:
@@ -191,6 +202,8 @@ class RecoveringExecute(Execute):
 
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
+        if hasattr(self.km, "record_kernel"):  # (ready: no student code has run yet)
+            self.km.record_kernel()
         if self._deadline is None:  # (a kernel's start under load is not the student's time)
             self._deadline = time.monotonic() + self.max_submission_s
         self._watch()
@@ -204,6 +217,11 @@ class RecoveringExecute(Execute):
         """Run one cell (:meth:`_run_cell`); if it is a test cell, judge it outside the kernel
         and replace its outputs with the verdict."""
         cell, resources = self._run_cell(cell, resources, index)
+        ended = self.km.end_strays() if hasattr(self.km, "end_strays") else 0
+        if ended:  # what the cell started and left running, detached or not (issue 41)
+            self._limit(cell, index, f"{ended} process{'es' if ended > 1 else ''} this cell "
+                                     f"left running {'were' if ended > 1 else 'was'} ended "
+                                     f"when it finished")
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error" and _EFBIG in str(output.get("evalue", "")):
                 self._limit(cell, index, f"a file reached the file-size limit "
@@ -364,6 +382,8 @@ class RecoveringExecute(Execute):
     async def _async_recover(self, index: int) -> None:
         await ensure_async(self.km.restart_kernel(now=True))
         await self._async_fresh_client()
+        if hasattr(self.km, "record_kernel"):
+            self.km.record_kernel()
         for j, cell in enumerate(self.nb.cells[:index]):
             if cell.cell_type != "code" or j in self._skip or not cell.source.strip():
                 continue
@@ -416,7 +436,8 @@ class RecoveringExecute(Execute):
             return None
         if kind in _OUTPUT_MESSAGES:
             content = msg.get("content")
-            size = payload_size(content, self.max_output_depth)
+            size = payload_size(content, self.max_output_depth,
+                                limit=int(self.max_cell_output_mb * 1e6))
             submission = kind == "display_data" and SUBMIT_MIME in (content or {}).get("data", {})
             cell_cap = int(self.max_cell_output_mb * 1e6)
             notebook_cap = int(self.max_notebook_output_mb * 1e6)

@@ -6,7 +6,7 @@ interpreter needs (:data:`HOST_PATHS`, read-only), no environment variable but t
 :data:`ENVIRONMENT`, and no folder of the host that it can write, except the folder of its
 own Jupyter sockets (below). ``SandboxedKernelManager`` starts each kernel as
 
-    sh -c 'join the kernel's cgroups' --                  # pids.max, memory (tmpfs included)
+    sh -c 'join the kernel's cgroups' --                  # pids, memory, cpu, freezer
     bwrap --unshare-all --cap-drop ALL --die-with-parent  # own PID/network/IPC/UTS/user ns
           --clearenv --setenv <ENVIRONMENT> ...           # nothing of the grader's environment
           --tmpfs /  ... --remount-ro /                   # an empty, read-only root
@@ -27,11 +27,13 @@ either: nbclient sends it the cells as messages, and it needs no file of the sub
 
 What the kernel can write: ``/tmp``, ``/home/student`` and its working folder ``/submission``,
 three tmpfs that exist only inside the sandbox (they vanish with it; the grader never reads
-them), and its socket folder, which the grader makes per kernel under ``/dev/shm`` (so what a
-kernel writes there is RAM charged to its memory cgroup, never the instructor's disk). The
-grader only connects to the sockets in that folder and removes it afterwards (``rmtree``
-follows no link); the files the grader writes for the kernel (``hosts``, ``passwd``, the
-connection file) live in a folder of the grader's beside it, bound read-only.
+them), and its socket folder, which the grader makes per kernel under ``/dev/shm`` and, as
+root, mounts as a tmpfs of its own (:class:`KernelFolder`: a few files, a few hundred KiB), so
+what a kernel writes there is neither the instructor's disk nor the machine's ``/dev/shm``
+inodes that other kernels need. The grader only connects to the sockets in that folder and
+removes it afterwards (an unmount, then ``rm -rf`` in a subprocess: no link followed, no depth
+too deep); the files the grader writes for the kernel (``hosts``, ``passwd``, the connection
+file) live in a folder of the grader's beside it, bound read-only.
 
 Limits (each named in the report when it fires, :func:`describe_limits`):
 
@@ -44,8 +46,12 @@ Limits (each named in the report when it fires, :func:`describe_limits`):
   written is bounded by the memory cgroup (every writable folder is RAM).
 * **Processes and threads**: a ``pids`` cgroup (``max_tasks``). ``RLIMIT_NPROC`` would not do:
   it never binds root.
+* **CPU**: the kernel and everything it starts are one entity of the CPU scheduler (a ``cpu``
+  cgroup; ``max_cpus`` caps it too), and after each cell the processes it left running are
+  ended (:meth:`SandboxedKernelManager.end_strays`; ``grading/cgroups.py``).
 * **Messages**: the grader's sockets refuse any single message over ``max_message_mb``
-  (``ZMQ_MAXMSGSIZE``), so one print cannot make the grader hold gigabytes;
+  (``ZMQ_MAXMSGSIZE``), so one print cannot make the grader hold gigabytes, and any message
+  with more than ``max_message_items`` items before it is parsed (:func:`guarded_unpack`);
   ``grading.preprocessors.RecoveringExecute`` caps what it keeps per cell and per notebook.
 
 Where ``bwrap`` is missing (macOS, or a Linux without the package) :func:`require` refuses to
@@ -68,6 +74,7 @@ import zmq
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Float, Int
 
+from grading import cgroups
 from grading.files import write_private
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,189 +153,19 @@ def require() -> None:
 # ------------------------------------------------------------------------------ cgroups
 
 
-class KernelCgroups:
-    """The kernel's own cgroups: at most ``max_tasks`` processes and threads, at most
-    ``memory_bytes`` of memory (anonymous memory, page cache and tmpfs files alike).
-
-    cgroup v1 (``/sys/fs/cgroup/pids``, ``/sys/fs/cgroup/memory``) or a writable v2 tree with
-    the controllers delegated; whichever of the two limits the machine cannot give is left out
-    (:attr:`limits` says which apply).
-    """
-
-    def __init__(self, max_tasks: int, memory_bytes: int):
-        self.groups: list[Path] = []
-        self.limits: list[str] = []
-        self._memory: Path | None = None
-        self._v2 = False
-        sweep_orphan_cgroups()
-        # the creating process's pid in the name: a group whose creator was killed (a grading
-        # worker or Slurm task stopped at its time limit) is found and removed by the next one
-        name = f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        v2 = Path("/sys/fs/cgroup")
-        if (v2 / "cgroup.controllers").exists():
-            controllers = set((v2 / "cgroup.subtree_control").read_text().split()) \
-                if (v2 / "cgroup.subtree_control").exists() else set()
-            group = self._make(v2 / name)
-            if group is not None:
-                self._v2 = True
-                if "pids" in controllers and self._write(group / "pids.max", max_tasks):
-                    self.limits.append("pids")
-                if "memory" in controllers and self._write(group / "memory.max", memory_bytes):
-                    self._write(group / "memory.swap.max", 0)
-                    self._memory = group
-                    self.limits.append("memory")
-                if not self.limits:
-                    self.remove()
-            return
-        pids = self._make(v2 / "pids" / name)
-        if pids is not None:
-            if self._write(pids / "pids.max", max_tasks):
-                self.limits.append("pids")
-            else:
-                self._drop(pids)
-        memory = self._make(v2 / "memory" / name)
-        if memory is not None:
-            if self._write(memory / "memory.limit_in_bytes", memory_bytes):
-                self._write(memory / "memory.memsw.limit_in_bytes", memory_bytes)  # no swap
-                self._memory = memory
-                self.limits.append("memory")
-            else:
-                self._drop(memory)
-
-    def _make(self, path: Path) -> Path | None:
-        try:
-            path.mkdir()
-        except OSError:
-            return None
-        self.groups.append(path)
-        return path
-
-    def _drop(self, path: Path) -> None:
-        self.groups.remove(path)
-        _rmdir(path)
-
-    @staticmethod
-    def _write(path: Path, value: int) -> bool:
-        try:
-            path.write_text(str(int(value)))
-            return True
-        except OSError:
-            return False
-
-    def procs_files(self) -> list[Path]:
-        """The ``cgroup.procs`` file of each group (a process joins by writing its pid)."""
-        return [g / "cgroup.procs" for g in self.groups]
-
-    def oom_kills(self) -> int:
-        """How many processes the memory limit has killed so far (0 without the limit)."""
-        if self._memory is None:
-            return 0
-        name = "memory.events" if self._v2 else "memory.oom_control"
-        try:
-            for line in (self._memory / name).read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-        except (OSError, ValueError):
-            pass
-        return 0
-
-    def peak_bytes(self) -> int | None:
-        """The most memory the group has used (v1's max_usage, v2's memory.peak), if known."""
-        if self._memory is None:
-            return None
-        name = "memory.peak" if self._v2 else "memory.max_usage_in_bytes"
-        try:
-            return int((self._memory / name).read_text())
-        except (OSError, ValueError):
-            return None
-
-    def remove(self) -> None:
-        """Remove the groups (their processes have ended; the kernel takes a moment to agree)."""
-        for group in self.groups:
-            _rmdir(group)
-        self.groups = []
-
-
-CGROUP_PREFIX = "course-kernel-"
-CGROUP_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/memory"))
-LEGACY_CGROUP_AGE_S = 900  # a group named without its creator's pid (older course versions)
-PID_MAX = 2**22  # Linux's largest pid_max: a larger "pid" in a name is no pid (os.kill overflows)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        pass
-    return True
-
-
-def sweep_orphan_cgroups(roots: tuple[Path, ...] = CGROUP_ROOTS) -> list[Path]:
-    """Remove kernel cgroups that a killed grading process left behind; the removed paths.
-
-    A group is removed only when it has no process left and its creator (the pid in its name)
-    has ended; a group named another way (no pid) only when empty and older than
-    :data:`LEGACY_CGROUP_AGE_S`. A group in use is never touched (the kernel refuses to remove
-    a cgroup with processes in it anyway).
-    """
-    removed = []
-    for root in roots:
-        try:
-            groups = [g for g in root.iterdir() if g.name.startswith(CGROUP_PREFIX)]
-        except OSError:
-            continue
-        for group in groups:
-            creator, _, _ = group.name[len(CGROUP_PREFIX):].partition("-")
-            try:
-                if creator.isdigit() and int(creator) <= PID_MAX:
-                    if _alive(int(creator)):
-                        continue
-                elif time.time() - group.stat().st_mtime < LEGACY_CGROUP_AGE_S:
-                    continue
-                if (group / "cgroup.procs").read_text().strip():
-                    continue
-                group.rmdir()
-            except OSError:  # gone meanwhile, or busy: leave it
-                continue
-            removed.append(group)
-    return removed
-
-
-def _rmdir(group: Path) -> None:
-    for _ in range(20):
-        try:
-            group.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.05)
-
-
-_LIMITS_HERE: list[str] | None = None
-
-
-def cgroup_limits() -> list[str]:
-    """Which cgroup limits kernels get on this machine: a sublist of ``["pids", "memory"]``."""
-    global _LIMITS_HERE
-    if _LIMITS_HERE is None:
-        probe = KernelCgroups(64, 2**30)
-        _LIMITS_HERE = list(probe.limits)
-        probe.remove()
-    return _LIMITS_HERE
-
-
 def has_pids_cgroup() -> bool:
     """Can kernels get a process/thread limit on this machine?"""
-    return "pids" in cgroup_limits()
+    return "pids" in cgroups.limits_here()
 
 
 def has_memory_cgroup() -> bool:
     """Can kernels get a memory limit that counts their tmpfs files too?"""
-    return "memory" in cgroup_limits()
+    return "memory" in cgroups.limits_here()
+
+
+def has_cpu_cgroup() -> bool:
+    """Is each kernel, with everything it starts, one scheduling entity on this machine?"""
+    return "cpu" in cgroups.limits_here()
 
 
 # ------------------------------------------------------------------------------ the sandbox
@@ -393,15 +230,29 @@ def environment(hidden_cases: str | None = None, student: str | None = None) -> 
 class KernelFolder:
     """The grader's folder for one kernel, under ``/dev/shm`` where it can be (RAM):
     ``etc/`` (files the kernel reads, bound read-only) and ``sockets/`` (the only folder of the
-    host the kernel can write; the grader connects to sockets there and never reads a file)."""
+    host the kernel can write; the grader connects to sockets there and never reads a file).
+
+    Where the grader runs as root, ``sockets/`` is a tmpfs of its own with ``SOCKET_FS_KIB`` of
+    bytes and ``SOCKET_FS_INODES`` files (the kernel's five sockets need five): a kernel that
+    fills it fills only it, never the machine's ``/dev/shm`` that every other kernel's folder
+    lives in. :meth:`remove` unmounts it (whatever is inside goes with it, however deep) and
+    removes the rest with ``rm -rf`` in a subprocess (no recursion limit, no link followed).
+    The folder is named after the grading process, so a folder whose grader was killed is
+    removed by the next kernel (:func:`sweep_orphan_folders`)."""
+
+    SOCKET_FS_KIB = 256
+    SOCKET_FS_INODES = 64
 
     def __init__(self):
         base = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None
-        self.path = Path(tempfile.mkdtemp(prefix="course-kernel-", dir=base))  # 0700
+        sweep_orphan_folders(Path(base or tempfile.gettempdir()))
+        self.path = Path(tempfile.mkdtemp(prefix=f"{cgroups.CGROUP_PREFIX}{os.getpid()}-",
+                                          dir=base))  # 0700
         self.etc = self.path / "etc"
         self.sockets = self.path / "sockets"
         self.etc.mkdir(mode=0o700)
         self.sockets.mkdir(mode=0o700)
+        self.own_fs = _mount_tmpfs(self.sockets, self.SOCKET_FS_KIB, self.SOCKET_FS_INODES)
         for name, text in (("hosts", f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n"
                                      "::ffff:127.0.0.1 localhost\n"),
                            ("passwd", f"student:x:{os.getuid()}:{os.getgid()}:student:{HOME}:"
@@ -410,11 +261,66 @@ class KernelFolder:
             write_private(self.etc / name, text, mode=0o644)
 
     def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)  # (rmtree never follows a link)
+        """Remove the folder and all a kernel left in it (see the class doc)."""
+        _remove_tree(self.path, self.sockets if self.own_fs else None)
+
+
+def _mount_tmpfs(path: Path, kib: int, inodes: int) -> bool:
+    """Mount a tmpfs of ``kib`` KiB and ``inodes`` files on ``path`` (root only); mounted?"""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o",
+                           f"size={int(kib)}k,nr_inodes={int(inodes)},mode=0700,nosuid,nodev,"
+                           "noexec", "tmpfs", str(path)], capture_output=True, timeout=30)
+    return done.returncode == 0
+
+
+def _remove_tree(path: Path, mount: Path | None = None) -> None:
+    """Remove ``path`` whatever it holds: ``mount`` unmounted first (lazily: the tree goes when
+    the last process holding it ends), then owner permissions restored (a folder of mode 000)
+    and ``rm -rf`` (neither follows a link; neither recurses in Python)."""
+    if mount is not None:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=30)
+    for cmd in (["chmod", "-R", "u+rwX", "--", str(path)],
+                ["rm", "-rf", "--one-file-system", "--", str(path)]):
+        try:
+            subprocess.run(cmd, capture_output=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            pass
+
+
+def _mounted(path: Path) -> bool:
+    try:
+        return any(line.split()[1] == str(path) for line in
+                   Path("/proc/self/mounts").read_text().splitlines() if len(line.split()) > 1)
+    except OSError:
+        return False
+
+
+def sweep_orphan_folders(base: Path) -> list[Path]:
+    """Remove the kernel folders in ``base`` whose grading process has ended (a worker or a
+    Slurm task killed at its time limit could not remove its own); the removed paths."""
+    removed = []
+    try:
+        folders = [f for f in base.iterdir() if f.name.startswith(cgroups.CGROUP_PREFIX)]
+    except OSError:
+        return removed
+    for folder in folders:
+        try:
+            alive = cgroups.creator_alive(folder.name)
+            if alive or (alive is None and time.time() - folder.lstat().st_mtime <
+                         cgroups.LEGACY_CGROUP_AGE_S) or not folder.is_dir() or folder.is_symlink():
+                continue
+        except OSError:
+            continue
+        sockets = folder / "sockets"
+        _remove_tree(folder, sockets if _mounted(sockets) else None)
+        removed.append(folder)
+    return removed
 
 
 def command(cmd: list[str], folder: KernelFolder, connection_file: Path, memory_gb: float,
-            max_file_mb: float, cgroups: KernelCgroups | None = None,
+            max_file_mb: float, groups: cgroups.KernelCgroups | None = None,
             env: dict[str, str] | None = None) -> list[str]:
     """The kernel command ``cmd`` wrapped in bwrap (see the module doc for what it sees)."""
     # --cap-drop ALL: run as root, the kernel would keep CAP_SYS_ADMIN inside its namespaces and
@@ -443,10 +349,10 @@ def command(cmd: list[str], folder: KernelFolder, connection_file: Path, memory_
         inner.append("--IPKernelApp.log_level=CRITICAL")  # terminal: its parent pid is unseen)
     args += ["prlimit", f"--as={int(memory_gb * 2**30)}",
              f"--fsize={int(max_file_mb * 2**20)}", "--core=0", "--", *inner]
-    if cgroups is not None and cgroups.groups:  # join the kernel's cgroups first: all it
+    if groups is not None and groups.groups:  # join the kernel's cgroups first: all it
         join = ('for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; '
                 'shift; done; shift; exec "$@"')
-        args = ["sh", "-c", join, "sh", *map(str, cgroups.procs_files()), "--", *args]
+        args = ["sh", "-c", join, "sh", *map(str, groups.procs_files()), "--", *args]
     return args
 
 
@@ -458,6 +364,10 @@ def describe_limits(memory_gb: float, max_tasks: int, max_file_mb: float,
                  else "NO memory cgroup (its tmpfs files are not counted)")
     parts.append(f"at most {max_tasks} processes and threads" if has_pids_cgroup()
                  else "NO process limit (no writable pids cgroup)")
+    parts.append("one CPU share for all its processes, those a cell leaves running ended"
+                 if has_cpu_cgroup() else "NO CPU share (no writable cpu cgroup)")
+    parts.append(f"a socket folder of {KernelFolder.SOCKET_FS_INODES} files"
+                 if os.geteuid() == 0 else "NO file budget for its socket folder (not root)")
     parts.append(f"files of at most {max_file_mb:g} MiB")
     parts.append(f"messages of at most {max_message_mb:g} MiB")
     return ", ".join(parts)
@@ -477,6 +387,28 @@ def description() -> str:
             f"a clean environment, own PID/network namespaces; {limits})")
 
 
+class MessageTooComplex(ValueError):
+    """A kernel's message holds more items than the grader parses (:func:`guarded_unpack`)."""
+
+
+def guarded_unpack(unpack, max_items: int):
+    """``unpack`` (the session's JSON parser) refusing a message with more than ``max_items``
+    items before parsing it: a parsed item costs the grader 10-70 bytes (measured: 28 MiB of
+    empty lists parse into 704 MB, of two-letter strings into 434 MB), so one message under the
+    size limit could otherwise take gigabytes. Items are counted from the raw bytes (commas and
+    brackets, those inside strings too: an over-count, never an under-count)."""
+    def guarded(data):
+        raw = data.tobytes() if isinstance(data, memoryview) else data
+        if isinstance(raw, bytes):
+            items = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+            if items > max_items:
+                raise MessageTooComplex(f"a message of {items:,} items (at most {max_items:,})")
+        return unpack(data)
+
+    guarded.course_guarded = True
+    return guarded
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """An ``AsyncKernelManager`` whose kernel runs in the bubblewrap sandbox.
 
@@ -492,14 +424,20 @@ class SandboxedKernelManager(AsyncKernelManager):
     max_file_mb = Float(256.0, help="largest file the kernel may write (MiB)", config=True)
     max_message_mb = Float(32.0, help="largest message the grader accepts from the kernel "
                                       "(MiB); a larger one is dropped", config=True)
+    max_message_items = Int(1_000_000, help="items (list or object entries) in one message "
+                                            "from the kernel; a message with more is refused "
+                                            "before it is parsed", config=True)
+    max_cpus = Float(0.0, help="cores the kernel and its children may use at most (0: no cap; "
+                               "they always share the CPU as one entity)", config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.hidden_cases: str | None = None
         self.student: str | None = None  # COURSE_STUDENT inside (None: not set)
         self._folder: KernelFolder | None = None
-        self.cgroups: KernelCgroups | None = None
+        self.cgroups: cgroups.KernelCgroups | None = None
         self.context.setsockopt(zmq.MAXMSGSIZE, int(self.max_message_mb * 2**20))
+        self.session.unpack = guarded_unpack(self.session.unpack, self.max_message_items)
         if enabled():
             require()
             # Jupyter's ipc transport: Unix sockets in a folder the sandbox can reach
@@ -527,7 +465,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self._folder is None:
             return cmd
         if self.cgroups is None:
-            self.cgroups = KernelCgroups(self.max_tasks, int(self.memory_gb * 2**30))
+            self.cgroups = cgroups.KernelCgroups(self.max_tasks, int(self.memory_gb * 2**30),
+                                                 self.max_cpus)
         return command(cmd, self._folder, Path(self.connection_file).resolve(), self.memory_gb,
                        self.max_file_mb, self.cgroups,
                        environment(self.hidden_cases, self.student))
@@ -538,17 +477,42 @@ class SandboxedKernelManager(AsyncKernelManager):
             kw["env"] = {k: v for k, v in kw["env"].items() if k in ("PATH", "LANG")}
         await super()._async_launch_kernel(kernel_cmd, **kw)
 
+    def record_kernel(self) -> None:
+        """Remember the sandbox's own processes; call once the kernel is ready, before any
+        student code runs (and again after a restart)."""
+        process = getattr(getattr(self, "provisioner", None), "process", None)
+        if self.cgroups is not None and process is not None:
+            self.cgroups.record_kernel(process.pid)
+
+    def end_strays(self) -> int:
+        """End the processes the last cell left running (detached or not), except the kernel
+        and the course's rank launcher; how many were ended."""
+        return self.cgroups.end_strays() if self.cgroups is not None else 0
+
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
-        await super()._async_cleanup_resources(restart=restart)
-        if not restart:
-            if self._folder is not None:
-                self._folder.remove()
-            if self.cgroups is not None:
-                self.cgroups.remove()
+        """Jupyter's clean-up, then the kernel's cgroups, then its folder: each step runs
+        whatever the one before it raised, and none stops the grading of the next student."""
+        steps = []
+        try:
+            await super()._async_cleanup_resources(restart=restart)
+        except Exception as err:  # noqa: BLE001
+            self.log.warning("cleaning up the kernel: %s: %s", type(err).__name__, err)
+        if restart:
+            return
+        if self.cgroups is not None:
+            steps += [self.cgroups.end_strays, self.cgroups.remove]
+        if self._folder is not None:
+            steps.append(self._folder.remove)
+        for step in steps:
+            try:
+                step()
+            except Exception as err:  # noqa: BLE001 - RecursionError, a busy mount, ...
+                self.log.warning("cleaning up the kernel: %s: %s", type(err).__name__, err)
 
     cleanup_resources = _async_cleanup_resources  # (async in this class)
 
 
-__all__ = ["ENVIRONMENT", "HOST_PATHS", "KernelCgroups", "SandboxUnavailable",
+__all__ = ["ENVIRONMENT", "HOST_PATHS", "KernelFolder", "SandboxUnavailable",
            "SandboxedKernelManager", "allowlist", "bwrap_path", "command", "description",
-           "enabled", "environment", "has_memory_cgroup", "has_pids_cgroup", "require"]
+           "enabled", "environment", "has_cpu_cgroup", "has_memory_cgroup", "has_pids_cgroup",
+           "require", "sweep_orphan_folders"]

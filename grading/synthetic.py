@@ -940,6 +940,143 @@ _DEEP_DISPLAY = textwrap.dedent('''
 ''')
 _DEEP_CODE = "x = a" + ".b" * 100_000 + "\n"
 
+# Issue 41: what a submission does to the instructor's browser, to classmates and to the grader.
+_COUNT = "window.top.__course_pwned = (window.top.__course_pwned || 0) + 1"
+_SCRIPT_PUT = ("fetch('/api/contents/test-artifacts/pwned-{marker}.txt', {{method: 'PUT', "
+               "headers: {{'X-XSRFToken': (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || ''"
+               ", 'Content-Type': 'application/json'}}, body: JSON.stringify({{type: 'file', "
+               "format: 'text', content: 'written by a student'}})}})")
+SCRIPT_MARKER = "PWNED-by-a-submission"
+# what each payload runs: count itself where the page can see it, and write a file into the
+# instructor's repository through the Jupyter API (the session's own XSRF cookie)
+SCRIPT_JS = f"{_COUNT}; " + _SCRIPT_PUT.format(marker=SCRIPT_MARKER)
+_SCRIPT_OUTPUTS = textwrap.dedent('''
+    # Outputs that would run as script wherever the notebook is rendered: the formgrader (in the
+    # instructor's authenticated Jupyter origin) and the student's feedback page.
+    from IPython.display import HTML, Javascript, Markdown, SVG, Latex, display
+    _js = {js!r}
+    display(HTML(f"<script>{{_js}}</script><img src=x onerror=\\"{{_js}}\\">"
+                 f"<a href=\\"javascript:{{_js}}\\">{marker} link</a>"
+                 f"<iframe srcdoc=\\"<script>{{_js}}</script>\\"></iframe>"))
+    display(Javascript(_js))
+    display(SVG(f"<svg xmlns='http://www.w3.org/2000/svg' onload=\\"{{_js}}\\">"
+                f"<script>{{_js}}</script></svg>"))
+    display(Markdown(f"<img src=x onerror=\\"{{_js}}\\"> [{marker}](javascript:{{_js}})"))
+    display(Latex(f"$\\\\href{{{{javascript:{{_js}}}}}}{{{{{marker}}}}}$"))
+    display({{"image/png": f"AAAA\\"><script>{{_js}}</script>", "text/plain": "a picture"}},
+            raw=True)
+''')
+_SCRIPT_ANSWER = ("My explanation. <script>{js}</script><img src=x onerror=\"{js}\"> "
+                  "[see this](javascript:{js}) <a href=\"javascript:{js}\">{marker}</a> "
+                  "<iframe srcdoc=\"<script>{js}</script>\"></iframe> "
+                  "<svg onload=\"{js}\"></svg> <form action=\"javascript:{js}\">"
+                  "<button>{marker}</button></form>")
+_SHM_INODES = textwrap.dedent('''
+    # Every inode of the folder the grader's sockets live in (the machine's /dev/shm on a grader
+    # without its own tmpfs per kernel: 3 million inodes that every kernel's folder needs), then
+    # {files:,} in the sandbox's own /tmp (a tmpfs of its own, its memory counted in the kernel's).
+    import json, os, sys, time
+    _conn = sys.argv[sys.argv.index("-f") + 1] if "-f" in sys.argv else None
+    _folder = os.path.dirname(json.load(open(_conn))["ip"]) if _conn else "/tmp"
+    _made, _end = {{}}, time.monotonic() + {seconds}
+    for _where, _most in ((_folder, 4_000_000), ("/tmp", {files})):
+        _made[_where] = 0
+        try:
+            while time.monotonic() < _end and _made[_where] < _most:
+                open(os.path.join(_where, f"i{{_made[_where]}}"), "w").close()
+                _made[_where] += 1
+        except OSError:
+            pass
+    print(_made)
+''')
+_DEEP_LEFTOVERS = textwrap.dedent('''
+    # What the grader must remove when the kernel ends: a 3,000-deep chain of folders, a
+    # folder of mode 000, names that look like options, 64 MiB, and a link to the key.
+    import json, os, sys
+    _conn = sys.argv[sys.argv.index("-f") + 1] if "-f" in sys.argv else None
+    _folder = os.path.dirname(json.load(open(_conn))["ip"]) if _conn else None
+    for _base in [p for p in (_folder, "/tmp") if p]:
+        try:
+            _d = _base
+            for _i in range(3000):
+                _d = os.path.join(_d, "d")
+                os.mkdir(_d)
+        except OSError:
+            pass
+        for _name, _make in (("-rf", lambda p: open(p, "w").close()),
+                             ("big.bin", lambda p: open(p, "wb").write(b"x" * 64 * 2**20)),
+                             ("locked", lambda p: (os.mkdir(p), open(os.path.join(p, "f"), "w"),
+                                                   os.chmod(p, 0)))):
+            try:
+                _make(os.path.join(_base, _name))
+            except OSError:
+                pass
+        try:
+            os.symlink({key!r}, os.path.join(_base, "key-link"))
+        except OSError:
+            pass
+''')
+_CPU_HOG = textwrap.dedent('''
+    # 700 busy processes, each detached (new session, double fork), spinning for up to
+    # {seconds} s once all are started; this cell then waits while they run: a classmate's
+    # kernel must keep its CPU.
+    import os, time
+    for _ in range(700):
+        try:
+            _pid = os.fork()
+        except OSError:
+            break
+        if _pid == 0:
+            os.setsid()
+            if os.fork() == 0:
+                while not os.path.exists("/tmp/go"):
+                    time.sleep(0.05)
+                _stop = float(open("/tmp/go").read() or 0)
+                while time.time() < _stop:
+                    pass
+            os._exit(0)
+        os.waitpid(_pid, 0)
+    open("/tmp/go.tmp", "w").write(str(time.time() + {seconds}))
+    os.rename("/tmp/go.tmp", "/tmp/go")
+    time.sleep({wait})
+''')
+_SLOW_HONEST = textwrap.dedent('''
+    # This student's own slow way of working: {cpu} s of computing before the answer.
+    import time as _time
+    _t0 = _time.process_time()
+    while _time.process_time() - _t0 < {cpu}:
+        pass
+''')
+_HUGE_SHAPES = textwrap.dedent('''
+    # One display message of 15 million zeros (28.6 MiB, under the 32 MiB message limit), sent
+    # past ipykernel's serializer: parsed and walked naively it takes the grader 1.3 GiB.
+    import json as _json, time as _time
+    _k = get_ipython().kernel
+    _content = b'{"data": {"application/json": [' + b"0," * 15_000_000 + b'0]}, "metadata": {}}'
+    _parts = [_json.dumps(_k.session.msg_header("display_data"), default=str).encode(),
+              _json.dumps(_k.get_parent().get("header", {}), default=str).encode(), b"{}",
+              _content]
+    _k.session.send_raw(_k.iopub_socket, _parts, ident=b"display_data")
+    _time.sleep(1)
+''')
+_TYPE_NAMES = ("{name} = [type(f'T{{i}}', (), {{}})() for i in range(80_000)]  "
+               "# 80,000 distinct type names, one message")
+_FORGED_REPORT = textwrap.dedent('''
+    # The test cell of {name} raises an exception whose name and message would write lines of
+    # their own into a report printed in a terminal (and hide the real one).
+    import builtins as _b
+    class _Forged(Exception):
+        pass
+    _Forged.__name__ = _Forged.__qualname__ = "Error\\nr3_ghost: 10 / 10\\x1b[2K\\r"
+    _b._syn_forged = _Forged
+    def _syn_forge(lines):  # (stateless: ipykernel transforms each cell twice)
+        text = "".join(lines)
+        if "submit(" in text and {name!r} in text:
+            return ["raise _syn_forged('\\\\r\\\\x1b[1A\\\\x1b[2Kq1 passed\\\\nr4_ghost: 10 / 10')\\n"]
+        return lines
+    get_ipython().input_transformers_post.append(_syn_forge)
+''')
+
 
 def _added_cell(nb: nbformat.NotebookNode, source: str) -> nbformat.NotebookNode:
     """``nb`` with one more code cell at the end, as a student adds one."""
@@ -963,9 +1100,11 @@ def _edit_metadata(nb: nbformat.NotebookNode, *, points: float | None = None,
     return nb
 
 
-HOST_ATTACKS = ["reads_host", "links_in_its_folder", "socket_folder", "tmp_flood", "big_file",
-                "huge_prints", "deep_display", "deep_code", "edits_metadata", "inflates_points",
-                "uses_helper_computed"]
+HOST_ATTACKS = ["cpu_hog", "slow_honest", "reads_host", "links_in_its_folder", "socket_folder",
+                "tmp_flood", "big_file", "huge_prints", "deep_display", "deep_code",
+                "edits_metadata", "inflates_points", "uses_helper_computed", "script_outputs",
+                "shm_inodes", "deep_leftovers", "huge_shapes", "type_names", "forged_report"]
+# (cpu_hog and slow_honest first: graded at the same time, one in each of two workers)
 
 
 def host_cases_for(assignment: str, host: Host, data: Path,
@@ -991,6 +1130,13 @@ def host_cases_for(assignment: str, host: Host, data: Path,
     def add(kind, deserved, nb, **kw):
         out.append((Case(kind, kind, deserved, side_effects=True, **kw), {name: nb, "_files": {}}))
 
+    first = _first_answer(model)
+    hog_s = 25  # (the cell's own wait is under the suite's 10 s cell timeout: interrupted or not)
+    add("cpu_hog", full, _added_cell(_notebook(model, correct),
+                                     _CPU_HOG.format(seconds=hog_s, wait=8)),
+        limits=["left running"])
+    add("slow_honest", full, _notebook(model, {**correct, first: _SLOW_HONEST.format(cpu=2.0)
+                                               + correct[first]}))
     reads = _READS_HOST.format(paths=paths, assignment=assignment)
     add("reads_host", 0.0, _notebook(model, {g: f"{reads}\n{c}" for g, c in wrong.items()}))
     add("links_in_its_folder", full, _added_cell(_notebook(model, correct), _LINKS_IN_ITS_FOLDER
@@ -1013,6 +1159,27 @@ def host_cases_for(assignment: str, host: Host, data: Path,
     add("inflates_points", full, _edit_metadata(_notebook(model, correct), points=100,
                                                 ungrade=False),
         flags=["nbgrader metadata edited (points)"])
+    scripted = _added_cell(_notebook(model, correct), _SCRIPT_OUTPUTS.format(
+        js=SCRIPT_JS, marker=SCRIPT_MARKER))
+    for cell in scripted.cells:  # every written answer is a page of script too
+        if cell.cell_type == "markdown" and _meta(cell).get("solution"):
+            cell.source = _SCRIPT_ANSWER.format(js=SCRIPT_JS, marker=SCRIPT_MARKER)
+    add("script_outputs", full, scripted)
+    add("shm_inodes", full, _added_cell(_notebook(model, correct),
+                                        _SHM_INODES.format(seconds=20, files=20_000)))
+    add("deep_leftovers", full, _added_cell(_notebook(model, correct),
+                                            _DEEP_LEFTOVERS.format(key=str(host.key))))
+    add("huge_shapes", full, _added_cell(_notebook(model, correct), _HUGE_SHAPES),
+        limits=["could not read"])
+    [typed_name] = [n for n in assigned_names(correct[first]) if not n.startswith("_")][:1]
+    add("type_names", full - model.points_of(first), _notebook(model, {
+        **correct, first: f"{correct[first]}\n" + _TYPE_NAMES.format(name=typed_name)}))
+    forged = _notebook(model, {**correct, first: f"{correct[first]}\n"
+                                                 + _FORGED_REPORT.format(name=typed_name)})
+    test = next(c for c in forged.cells if is_test_cell(c))
+    test.metadata["nbgrader"]["x\nr5_ghost: 10 / 10\x1b[2K"] = True  # a key that is a line
+    add("forged_report", full - model.points[_meta(test)["grade_id"]], forged,
+        flags=["nbgrader metadata edited"])
     not_allowed = getattr(judge.load(assignment), "HELPERS_NOT_ALLOWED", {})
     if not_allowed:
         gid = next(g for g in correct if g in not_allowed)

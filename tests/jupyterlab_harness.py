@@ -64,7 +64,10 @@ class LabServer:
     """An isolated ``jupyter lab`` serving a temporary folder; use as a context manager."""
 
     def __init__(self, python: str = sys.executable, startup_timeout: float = 120.0,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, root_dir: Path | None = None):
+        """``root_dir``: serve that folder (the repository, for the formgrader, which needs the
+        course under the server's root) instead of a fresh one; open no notebook there."""
+        self.serve = root_dir
         self.python = python
         self.startup_timeout = startup_timeout
         self.extra_env = dict(extra_env or {})
@@ -110,7 +113,7 @@ class LabServer:
     def __enter__(self) -> "LabServer":
         self.base = Path(tempfile.mkdtemp(prefix="course-jlab-"))
         env = self.env()
-        self.root_dir = self.base / "root"
+        self.root_dir = self.serve or self.base / "root"
         self.log_path = self.base / "server.log"
         cmd = [self.python, "-m", "jupyterlab", "--no-browser", "--allow-root",
                "--ip=127.0.0.1", "--port=0", "--ServerApp.port_retries=0",

@@ -112,6 +112,9 @@ def test_the_page_holds_the_figure_and_shows_student_text_as_text():
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     shown = " ".join(page.text)
     assert "20 %" in shown and "NOT GRADED: its Slurm task: job 7_5 ended TIMEOUT" in shown
+    # and no script could run in it anyway: the page forbids every script (issue 41)
+    assert f"content=\"{class_report.CSP}\"" in class_report.render_html(s, results)
+    assert "script-src" not in class_report.CSP and "default-src 'none'" in class_report.CSP
 
 
 def test_messages_are_read_for_their_misconception():

@@ -557,12 +557,12 @@ def test_a_thread_bomb_stops_at_the_task_limit(tmp_path):
     """A sandboxed kernel cannot start more than ``max_tasks`` processes and threads (where the
     machine has a pids cgroup: the report says whether it does); the cell fails, the kernel
     lives on, and its cgroup is gone afterwards."""
-    from grading import sandbox
+    from grading import cgroups, sandbox
     from grading.preprocessors import RecoveringExecute
 
     if not sandbox.has_pids_cgroup():
         pytest.skip("no writable pids cgroup on this machine (the report says so)")
-    mine = f"{sandbox.CGROUP_PREFIX}{os.getpid()}-*"  # (other workers' kernels come and go)
+    mine = f"{cgroups.CGROUP_PREFIX}{os.getpid()}-*"  # (other workers' kernels come and go)
     before = set(Path("/sys/fs/cgroup/pids").glob(mine))
     bomb = ("import threading, time\nthreads = []\nfor _ in range(400):\n"
             "    t = threading.Thread(target=time.sleep, args=(20,), daemon=True)\n"
@@ -582,7 +582,7 @@ def test_cgroups_left_by_a_killed_grader_are_swept():
     """A grading process killed at its time limit cannot remove its kernel's cgroups; the next
     kernel's start removes each empty group whose creator (the pid in its name) has ended, and
     no other: not a live creator's, not one with a process in it, not a recent unnamed one."""
-    from grading import sandbox
+    from grading import cgroups, sandbox
 
     if not sandbox.has_pids_cgroup():
         pytest.skip("no writable pids cgroup on this machine (the report says so)")
@@ -590,23 +590,23 @@ def test_cgroups_left_by_a_killed_grader_are_swept():
     root = Path("/sys/fs/cgroup") if v2 else Path("/sys/fs/cgroup/pids")
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
-    orphan, busy = (root / f"{sandbox.CGROUP_PREFIX}{ended.pid}-test{i}" for i in (1, 2))
-    live = root / f"{sandbox.CGROUP_PREFIX}{os.getpid()}-test3"
-    legacy = root / f"{sandbox.CGROUP_PREFIX}0123456789ab"  # named before the pid was in it
-    odd = root / f"{sandbox.CGROUP_PREFIX}{2**64}-test4"  # no pid can be that large
+    orphan, busy = (root / f"{cgroups.CGROUP_PREFIX}{ended.pid}-test{i}" for i in (1, 2))
+    live = root / f"{cgroups.CGROUP_PREFIX}{os.getpid()}-test3"
+    legacy = root / f"{cgroups.CGROUP_PREFIX}0123456789ab"  # named before the pid was in it
+    odd = root / f"{cgroups.CGROUP_PREFIX}{2**64}-test4"  # no pid can be that large
     for group in (orphan, busy, live, legacy, odd):
         group.mkdir()
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         (busy / "cgroup.procs").write_text(str(sleeper.pid))
-        sandbox.KernelCgroups(64, 2**30).remove()  # a new kernel's groups: the sweep runs first
+        cgroups.KernelCgroups(64, 2**30).remove()  # a new kernel's groups: the sweep runs first
         assert not orphan.exists()
         assert busy.exists() and live.exists() and legacy.exists() and odd.exists()
     finally:
         sleeper.kill()
         sleeper.wait()
         for group in (orphan, busy, live, legacy, odd):
-            sandbox._rmdir(group)
+            cgroups._rmdir(group)
     assert not busy.exists()
 
 
