@@ -370,18 +370,56 @@ def variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
         nb.cells = saved
 
 
+def follows_the_givens(cells) -> list[bool]:
+    """Per cell: whether its code reads ``G`` or a name that an earlier such cell assigned (a7's
+    answers read ``RUN_A``, which the tables cell builds from ``G``): what must run again with
+    another student's numbers. The cell that makes ``G`` itself is not one."""
+    from course_utils import variants
+
+    tainted, out = {"G"}, []
+    for cell in cells:
+        try:
+            tree = ast.parse(cell.source) if cell.cell_type == "code" else None
+        except SyntaxError:
+            tree = None
+        if tree is None:
+            out.append(False)
+            continue
+        names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+        bound = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
+        bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+                  for a in n.posonlyargs + n.args + n.kwonlyargs}
+        bound |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                  if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        # what the cell reads from earlier cells: names it loads and never binds itself
+        reads = any(isinstance(n.ctx, ast.Load) and n.id in tainted - bound for n in names)
+        reads = reads and variants.switch_of(cell.source) is None
+        if reads:
+            tainted |= {n.id for n in names if isinstance(n.ctx, ast.Store)}
+        out.append(reads)
+    return out
+
+
 def _variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
     from course_utils import variants
 
     done = visible_traces(nb)
+    follows = follows_the_givens(nb.cells)
+    # before each test cell, its answer cells run again with the variant's numbers, and so does
+    # every earlier cell (not an answer or a test) that reads the givens or what a cell built
+    # from them: a7's RUN_A, which its tables cell builds from G (issue 35: without it every
+    # variant's seals were the base tables', and rejected right answers)
     answers_of: dict[str, list[int]] = {}
+    setup: list[int] = []
     pending: list[int] = []
     for index, cell in enumerate(nb.cells):
         if is_answer_cell(cell):
             pending.append(index)
         elif is_test_cell(cell):
-            answers_of[_meta(cell)["grade_id"]] = pending
+            answers_of[_meta(cell)["grade_id"]] = setup + pending
             pending = []
+        elif follows[index]:
+            setup.append(index)
     out: dict[str, list[dict]] = {}
     for index, cell in enumerate(nb.cells):
         gid = _meta(cell).get("grade_id")
@@ -396,7 +434,7 @@ def _variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
         for values in tour:
             setup = nbformat.v4.new_code_cell(f"G = G.replaced(**{values!r})")
             client.execute_cell(setup, index)
-            for a in answers_of[gid]:
+            for a in answers_of[gid]:  # (outputs not kept: a copy runs)
                 client.execute_cell(nbformat.from_dict(copy.deepcopy(nb.cells[a])), a)
             again = nbformat.from_dict(copy.deepcopy(cell))
             client.execute_cell(again, index)

@@ -72,35 +72,6 @@ def test_every_variant_keeps_its_mistakes_wrong_and_apart(name):
     assert judged > len(tour) > len(cells)
 
 
-def _follows_the_givens(cells) -> list[bool]:
-    """Per cell: whether its code reads ``G`` or a name that an earlier such cell assigned (a7's
-    answers read ``RUN_A``, which the tables cell builds from ``G``): what must run again with
-    another student's numbers."""
-    import ast
-
-    tainted, out = {"G"}, []
-    for cell in cells:
-        try:
-            tree = ast.parse(cell.source) if cell.cell_type == "code" else None
-        except SyntaxError:
-            tree = None
-        if tree is None:
-            out.append(False)
-            continue
-        names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
-        bound = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
-        bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
-                  for a in n.posonlyargs + n.args + n.kwonlyargs}
-        bound |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
-                  if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-        # what the cell reads from earlier cells: names it loads and never binds itself
-        reads = any(isinstance(n.ctx, ast.Load) and n.id in tainted - bound for n in names)
-        if reads and variants.switch_of(cell.source) is None:
-            tainted |= {n.id for n in names if isinstance(n.ctx, ast.Store)}
-        out.append(reads)
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", WITH_GIVENS)
 def test_the_reference_passes_its_judge_for_20_students(name):
@@ -132,7 +103,7 @@ def test_the_reference_passes_its_judge_for_20_students(name):
                                         allow_errors=True,
                                         resources={"metadata": {"path": str(integrity.ROOT)}})
     drawn = set(getattr(rules, "HIDDEN_CASES", {}))  # (functions on hidden cases: not numbers)
-    follows = _follows_the_givens(nb.cells)
+    follows = integrity.follows_the_givens(nb.cells)
     cells = [(i, c) for i, c in enumerate(nb.cells)
              if (follows[i] and variants.switch_of(c.source) is None
                  and not (integrity.is_test_cell(c) and integrity._meta(c)["grade_id"] in drawn))
