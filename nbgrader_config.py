@@ -59,7 +59,7 @@ c.Execute.interrupt_on_timeout = True
 # locked cell is put back from the release (a test cell whose "grade" flag was set to false is
 # graded as released; grading/preprocessors.py).
 c.Autograde.sanitize_preprocessors = [
-    "grading.preprocessors.RestoreReleaseMetadata",
+    "grading.filters.RestoreReleaseMetadata",
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
@@ -71,9 +71,9 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "grading.preprocessors.LimitOutputBytes",
-    "grading.inert.InertStudentContent",
-    "grading.preprocessors.StderrToStdout",
+    "grading.filters.LimitOutputBytes",
+    "grading.filters.InertStudentContent",
+    "grading.filters.StderrToStdout",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
@@ -89,7 +89,7 @@ if sys.argv[1:2] and sys.argv[1] in ("autograde", "generate_feedback"):
 
 # Student content is inert wherever a person opens it (issue 41): the autograded notebook keeps
 # only text and base64 PNG/JPEG outputs, and a written answer's HTML is shown as text
-# (grading.inert.InertStudentContent above); the formgrader and feedback pages, which nbconvert
+# (grading.filters.InertStudentContent above); the formgrader and feedback pages, which nbconvert
 # renders from that notebook, also pass every output and markdown cell through nbconvert's HTML
 # sanitizer (bleach), a second layer.
 c.HTMLExporter.sanitize_html = True
@@ -99,7 +99,7 @@ c.HTMLExporter.sanitize_html = True
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
-    "grading.preprocessors.ShowOnlyErrorMessages",
-    "grading.preprocessors.LimitSourceForFeedback",
+    "grading.filters.ShowOnlyErrorMessages",
+    "grading.filters.LimitSourceForFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/grading_attacks.py                 # every attack below
     .venv/bin/python benchmarks/grading_attacks.py cpu_hog huge_shapes
 
-For each attack kind of ``grading.synthetic.host_cases_for``: a fresh ``$COURSE_DATA`` with
+For each attack kind of ``grading.attacks.host_cases_for``: a fresh ``$COURSE_DATA`` with
 three students, graded by two workers at once: the attack and ``correct`` in one worker,
 ``slow_honest`` (2 s of CPU before its first answer) in the other, started together, at the
 suite's cell timeout (10 s). Prints one row per attack: the attack's score against what its
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)
 
-from grading import cgroups, integrity, synthetic, workflow  # noqa: E402
+from grading import attacks, cgroups, integrity, synthetic, workflow  # noqa: E402
 
 A = "a1_training_state"
 ATTACKS = ["script_outputs", "shm_inodes", "deep_leftovers", "cpu_hog", "huge_shapes",
@@ -57,10 +57,10 @@ def one(kind: str, memory_gb: float = 2.0) -> dict:
     data = Path(tempfile.mkdtemp(prefix=f"bench-attack-{kind}-"))
     home = Path(tempfile.mkdtemp(prefix="bench-home-"))
     try:
-        host = synthetic.Host.make(home / "home", A)
+        host = attacks.Host.make(home / "home", A)
         refs = integrity.reference_run(A, data)
         honest = [(c, f) for c, f in synthetic.cases_for(A, refs) if c.kind == "correct"]
-        attack = [(c, f) for c, f in synthetic.host_cases_for(A, host, data, memory_gb)
+        attack = [(c, f) for c, f in attacks.host_cases_for(A, host, data, memory_gb)
                   if c.kind in (kind, "slow_honest")]
         cases = {c.kind: c for c in synthetic.write(honest + attack, data / "submitted", A)}
         workflow.register(A, data)
@@ -90,7 +90,7 @@ def one(kind: str, memory_gb: float = 2.0) -> dict:
         watcher.join()
         results, _ = integrity.report(A, data)
         by = {r.student: r for r in results}
-        pwned = list((ROOT / "test-artifacts").glob(f"pwned-{synthetic.SCRIPT_MARKER}*"))
+        pwned = list((ROOT / "test-artifacts").glob(f"pwned-{attacks.SCRIPT_MARKER}*"))
         row = {"attack": kind, "score": by[kind].score, "deserved": cases[kind].deserved,
                "classmates": {s: by[s].score for s in HONEST},
                "classmates_deserve": {s: cases[s].deserved for s in HONEST},

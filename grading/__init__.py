@@ -1,13 +1,23 @@
-"""Instructor-side grading for the course: nbgrader steps, integrity checks, reports.
+"""Instructor-side grading for the course, in the order a submission meets it.
 
-* :mod:`grading.preprocessors` - nbgrader autograde preprocessors (a kernel that ignores the
-  interrupt is restarted instead of failing the whole submission; stderr in a test cell is
-  shown but no longer scores the cell 0).
-* :mod:`grading.integrity` - the check that runs outside the student's kernel: re-judges every
-  recorded check against the reference solution, notices checks that never ran, scans answer
-  cells for tampering, and writes the per-assignment report.
-* :mod:`grading.workflow` - release, collect, autograde (in parallel), feedback, export, report.
-* :mod:`grading.synthetic` - synthetic submissions (correct, wrong, cheats) for tests/benchmarks.
+1. **collect** - :mod:`grading.workflow` (release, collect, autograde in parallel, feedback,
+   export), or :mod:`grading.slurm_executor` / :mod:`grading.slurm` on a cluster;
+2. **run** - :mod:`grading.reference` (the solution, run once), :mod:`grading.preprocessors`
+   (each submission, cell by cell), :mod:`grading.sandbox` and :mod:`grading.cgroups` (the
+   kernel's empty machine and its limits), :mod:`grading.filters` (what nbgrader's notebook
+   keeps: the release's metadata, inert student content, bounded outputs);
+3. **judge** - :mod:`grading.judge` (every test cell decided outside the kernel, from values)
+   and :mod:`grading.expected` (what a judge expects, per variant);
+4. **verify** - :mod:`grading.verify` (each student's result), :mod:`grading.scan` (what the
+   code says), :mod:`grading.digests` (results fixed when grading ends);
+5. **report** - :mod:`grading.report`, :mod:`grading.copies` (copied-answer evidence),
+   :mod:`grading.class_report` (the class as a whole).
 
-Nothing here is imported by student kernels.
+Under all of them: :mod:`grading.course` (folders, cells, the release), :mod:`grading.files`
+and :mod:`grading.inert` (student files and text made harmless). Beside them:
+:mod:`grading.visible` (the release's sealed visible checks), :mod:`grading.leaks`,
+:mod:`grading.synthetic` and :mod:`grading.attacks` (synthetic students for the tests and
+benchmarks). :mod:`grading.integrity` gathers the stages' public names for callers. No module
+imports one that imports it back (``tests/test_grading_layout.py``); nothing here is imported
+by student kernels.
 """

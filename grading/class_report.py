@@ -1,6 +1,6 @@
 """The class report of one assignment: how the class did, question by question.
 
-:func:`summarize` reads the verified results (``grading.integrity.verify_assignment``) and gives:
+:func:`summarize` reads the verified results (``grading.report.verify_assignment``) and gives:
 
 * the **score distribution** (a histogram: :func:`figure_png`),
 * per question (test cell), the share of the graded students who got it right and the share who
@@ -107,7 +107,8 @@ def misconception(message: str) -> tuple[str, str, bool]:
 
 _FLAG_KINDS = [  # (pattern, replacement): what makes two students' flags the same kind
     (re.compile(r" \(cells [^)]*\)$"), ""),
-    (re.compile(r"^(?:(?:line \d+|\w+_test): |cell [^,]+, )"), ""),
+    (re.compile(r"^(?:(?:line \d+|\w+_test(?:, \w+_test)*): |cell [^,]+, )"), ""),
+    (re.compile(r"\(by chance: 1 in [\d,]+; "), "("),
     (re.compile(r"^test cell \S+ was"), "a test cell was"),
     (re.compile(r"uses course_utils\.[\w.]+(?: \(through a computed name\))?, which"),
      "uses a course helper, which"),
@@ -130,8 +131,8 @@ def _condensed_flag(flag: str, student: str, everyone: set[str]) -> str:
 
 
 def summarize(assignment: str, results: list) -> ClassSummary:
-    """The class report's content from ``integrity.verify_assignment``'s results."""
-    from grading.integrity import condense
+    """The class report's content from ``report.verify_assignment``'s results."""
+    from grading.verify import condense
 
     graded = [r for r in results if r.graded]
     everyone = {r.student for r in results}
@@ -266,7 +267,7 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 def render_html(summary: ClassSummary, results: list, isolation: str = "") -> str:
     """The class report as one self-contained page (the figure inline), then every student."""
-    from grading.integrity import condense
+    from grading.verify import condense
 
     s, e = summary, html.escape
     png = base64.b64encode(figure_png(s)).decode()

@@ -78,11 +78,12 @@ def _number_cells(rules: ModuleType) -> list[str]:
             and g not in getattr(rules, "HIDDEN_CASES", {})]
 
 
-def variant_tour(rules: ModuleType, assignment: str) -> list[tuple[str, Any]]:
-    """``(grade_id, Givens)`` for every test cell judged by checks alone and every combination
-    of the givens that cell's judge reads, the other givens at their base (the whole space a
-    cell can meet, without the product over unrelated questions)."""
+def givens_read(rules: ModuleType, assignment: str, grade_id: str) -> set[str] | None:
+    """The names of the givens the judge function ``grade_id`` reads (None: not a judge of
+    checks alone)."""
     from course_utils import variants
+
+    read: set = set()
 
     class Tracked(variants.Givens):
         def __getattr__(self, key):
@@ -94,13 +95,24 @@ def variant_tour(rules: ModuleType, assignment: str) -> list[tuple[str, Any]]:
             read.add(key)
             return super().__getitem__(key)
 
+    try:
+        checked(rules, grade_id, Tracked(assignment, variants.base(assignment), "any"))
+    except Exception:  # noqa: BLE001 - a judge that reads more than checks: not this kind
+        return None
+    return read
+
+
+def variant_tour(rules: ModuleType, assignment: str) -> list[tuple[str, Any]]:
+    """``(grade_id, Givens)`` for every test cell judged by checks alone and every combination
+    of the givens that cell's judge reads, the other givens at their base (the whole space a
+    cell can meet, without the product over unrelated questions)."""
+    from course_utils import variants
+
     base = variants.base(assignment)
     out = []
     for gid in _number_cells(rules):
-        read: set = set()
-        try:
-            checked(rules, gid, Tracked(assignment, base, "any"))
-        except Exception:  # noqa: BLE001 - a judge that reads more than checks: not this kind
+        read = givens_read(rules, assignment, gid)
+        if read is None:
             continue
         for values in variants.every_variant(assignment, sorted(read)):
             out.append((gid, variants.Givens(assignment, {**base, **values}, "any")))

@@ -6,8 +6,7 @@ metadata key. Two places read them:
 * **Pages** (the formgrader's submission view, the feedback page, the class report): a cell's
   output of type HTML, JavaScript, SVG, Markdown or LaTeX, or a written answer's raw HTML,
   would run as script in the instructor's browser, inside their authenticated Jupyter session.
-  :class:`InertStudentContent` (an nbgrader preprocessor, at the end of autograde and again
-  before feedback) leaves in a submission only what renders as text or as a picture:
+  ``grading.filters.InertStudentContent`` (an nbgrader preprocessor of autograde) leaves in a submission only what renders as text or as a picture:
   plain-text outputs, and PNG/JPEG outputs whose data is base64 (nothing else can break out of
   the ``<img src="data:...">`` attribute); every other output becomes a text line saying what
   was removed, and output metadata (nbconvert writes some of it into HTML attributes) is
@@ -28,10 +27,6 @@ import base64
 import binascii
 import re
 import unicodedata
-
-import nbformat
-from nbconvert.preprocessors import Preprocessor
-from traitlets import Bool
 
 from course_utils.checks import SUBMIT_MIME, TRACE_MIME
 
@@ -137,43 +132,5 @@ def inert_markdown(source: str) -> tuple[str, bool]:
     return (f"{text}\n\n{_SCHEME_NOTE}" if active else text), active
 
 
-class InertStudentContent(Preprocessor):
-    """Autograde and feedback: every output made inert (:func:`inert_output`), every markdown
-    cell that is not exactly one of the release's shown as text (:func:`inert_markdown`: a
-    written answer, a cell the student added or edited), attachments kept only as base64
-    PNG/JPEG."""
-
-    enabled = Bool(True).tag(config=True)  # nbgrader registers preprocessors as not enabled
-
-    def preprocess(self, nb, resources):
-        from grading import integrity
-
-        info = (resources or {}).get("nbgrader", {})
-        release = integrity.release_notebook(info.get("assignment"), info.get("notebook"))
-        self._course_markdown = {c.source for c in release.cells
-                                 if c.cell_type == "markdown"} if release is not None else set()
-        return super().preprocess(nb, resources)
-
-    def preprocess_cell(self, cell, resources, index):
-        """Make one cell inert."""
-        if "outputs" in cell:
-            cell["outputs"] = [nbformat.from_dict(inert_output(o))
-                               for o in cell.get("outputs", []) if isinstance(o, dict)]
-        source = cell.get("source", "")
-        source = source if isinstance(source, str) else "".join(source)
-        if cell.get("cell_type") == "markdown" and \
-                source not in getattr(self, "_course_markdown", set()):
-            cell["source"], _ = inert_markdown(source)
-        if "attachments" in cell:
-            safe = {}
-            for name, bundle in (cell.get("attachments") or {}).items():
-                images = {m: v for m, v in (bundle or {}).items()
-                          if m in SAFE_IMAGES and is_base64(v)}
-                if images and re.fullmatch(r"[\w.-]{1,100}", str(name)):
-                    safe[name] = images
-            cell["attachments"] = nbformat.from_dict(safe)
-        return cell, resources
-
-
-__all__ = ["InertStudentContent", "SAFE_IMAGES", "inert_markdown", "inert_output", "is_base64",
-           "lines", "one_line"]
+__all__ = ["SAFE_IMAGES", "inert_markdown", "inert_output", "is_base64", "lines",
+           "one_line"]

@@ -9,13 +9,13 @@ The trust model (docs/instructor.md, "What a grade means"):
   numbers, strings, lists and tensors from it, nothing else).
 * The grader (``grading.preprocessors.RecoveringExecute``) reads those outputs when the cell
   ends and calls :func:`judge_cell`. The expected values are the reference solution's own
-  submissions for the same names (``grading.integrity.reference_run``, run once, cached); the
+  submissions for the same names (``grading.reference.reference_run``, run once, cached); the
   tolerances and known mistakes are the judge functions of ``authoring/judges/<assignment>.py``,
   one per test cell, named by its grade id. Neither ever enters the student's kernel.
 * The verdict replaces the cell's outputs (one line when it passes, one error naming the mistake
   when not), so nbgrader's gradebook, the formgrader and the feedback show the judge's score and
   message, and the verdicts are also written to a judge log, the authoritative record that
-  ``grading.integrity.report`` reads.
+  ``grading.report`` reads.
 
 A cell passes only if its kernel raised no error, it submitted exactly the names the reference
 submitted, in the same order, and the judge function accepts every value. A kernel can submit

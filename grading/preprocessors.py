@@ -3,11 +3,6 @@
 ``nbgrader_config.py`` puts them into ``Autograde.sanitize_preprocessors`` and
 ``Autograde.autograde_preprocessors``:
 
-* :class:`RestoreReleaseMetadata` (first sanitizer): every nbgrader field of every graded,
-  answer and locked cell (grade, solution, locked, points, grade_id, checksum), and the cell's
-  type, is put back from the release before nbgrader reads it; cells that claim nbgrader
-  metadata the release does not have lose it. A test cell whose ``grade`` flag the student set
-  to false is graded as released (the report flags the edit).
 * :class:`RecoveringExecute` replaces nbgrader's ``Execute``. **Every test cell is judged
   outside the kernel** (``grading.judge``): when it ends, its submitted values are judged against
   the reference solution's and its outputs are replaced by the verdict, so what nbgrader saves is
@@ -25,19 +20,12 @@
   - gives the kernel this submission's hidden cases (``grading.judge.hidden_cases``).
 
   Kernels run in the sandbox of ``grading.sandbox``.
-* :class:`StderrToStdout` moves stderr text in *test* cells to stdout before the grades are
-  saved: nbgrader scores any test cell that wrote to stderr 0, so a correct student whose code
-  logs a warning would lose the points. Errors are still errors (an ``error`` output).
-* :class:`ShowOnlyErrorMessages` (feedback) keeps each error's one-line message and drops
-  tracebacks and submission outputs; :class:`LimitSourceForFeedback` bounds the source a
-  feedback page renders (a crafted cell can take nbconvert minutes).
-* :class:`LimitOutputBytes` cuts every kept output to ``max_bytes`` (a 50 MB print would
-  otherwise become a 50 MB autograded notebook and feedback page).
+
+The preprocessors that rewrite a notebook without running it are in ``grading.filters``.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from pathlib import Path
@@ -45,13 +33,12 @@ from pathlib import Path
 import zmq
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Bool, Float, Int
+from nbgrader.preprocessors import Execute
+from traitlets import Float, Int
 
 from course_utils.checks import SUBMIT_MIME
-from grading import judge
+from grading import course, judge, reference
 from grading.sandbox import SandboxedKernelManager, description
 
 LIMIT_ENAME = "GradingLimit"  # the error name of a cell stopped by a limit (the report names it)
@@ -99,23 +86,6 @@ def _is_test(cell) -> bool:
 def _where(cell, index: int) -> str:
     gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
     return f"cell {gid}" if gid else f"cell {index + 1}"
-
-
-class RestoreReleaseMetadata(NbGraderPreprocessor):
-    """Sanitizer: nbgrader's metadata and cell types of every graded/answer/locked cell come
-    from the committed release (``assignments/<a>/<notebook>.ipynb``), not from the student."""
-
-    enabled = Bool(True).tag(config=True)
-
-    def preprocess(self, nb, resources):
-        from grading import integrity
-
-        info = resources.get("nbgrader", {})
-        release = integrity.release_notebook(info.get("assignment"), info.get("notebook"))
-        if release is not None:
-            for change in integrity.restore_metadata(nb, release):
-                self.log.warning("restored from the release: %s", change)
-        return nb, resources
 
 
 class RecoveringExecute(Execute):
@@ -167,23 +137,21 @@ class RecoveringExecute(Execute):
     def _setup_judge(self, nb, resources: dict) -> None:
         """The judge module, the reference's submissions of this notebook and this submission's
         hidden cases (outside the kernel: the sandbox hides the course data from it)."""
-        from grading import integrity
-
         info = resources.get("nbgrader", {})
         assignment, notebook = info.get("assignment"), info.get("notebook")
         self._judge, self._reference, self._log = None, {}, None
         self._cases, self._ref_cases, self._givens, self._values = {}, {}, None, {}
         if not assignment or not notebook:
             return  # not an nbgrader autograde (a plain nbconvert run): nothing to judge
-        data = integrity.data_dir()
+        data = course.data_dir()
         cache = os.environ.get("COURSE_REFERENCE_CACHE")
-        run = integrity.reference_run(assignment, data, cache=Path(cache) if cache else None)
+        run = reference.reference_run(assignment, data, cache=Path(cache) if cache else None)
         self._reference = run[f"{notebook}.ipynb"]["submissions"]
         self._judge = judge.load(assignment)
         self._ref_cases = judge.hidden_cases(self._judge, judge.REFERENCE_KEY)
         student = info.get("student")
         # the student's own numbers, drawn here from nbgrader's student id (issue 26)
-        self._givens = integrity.givens_for(assignment, student)
+        self._givens = course.givens_for(assignment, student)
         if student:
             self._log = judge.log_path(data, assignment, student, notebook)
             key = judge.submission_key(data, assignment, student,
@@ -468,99 +436,4 @@ class RecoveringExecute(Execute):
                                    f"grader: {why}]\n")
 
 
-class StderrToStdout(Preprocessor):
-    """In graded test cells, turn stderr stream outputs into stdout (errors stay errors)."""
-
-    enabled = Bool(True).tag(config=True)
-
-    def preprocess_cell(self, cell, resources, index):
-        """Rename stderr streams of a graded, non-answer code cell to stdout."""
-        if _is_test(cell):
-            for output in cell.get("outputs", []):
-                if output.get("output_type") == "stream" and output.get("name") == "stderr":
-                    output["name"] = "stdout"
-        return cell, resources
-
-
-class LimitOutputBytes(Preprocessor):
-    """Cut each output of each cell to ``max_bytes`` of text (and drop oversized images)."""
-
-    enabled = Bool(True).tag(config=True)
-    max_bytes = Int(100_000, config=True, help="largest output kept, in bytes")
-
-    def preprocess_cell(self, cell, resources, index):
-        """Truncate long streams and text results; say how much was cut."""
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                output["text"] = self._cut(output.get("text", ""))
-            for mime, value in list(output.get("data", {}).items()):
-                if isinstance(value, str) and len(value) > self.max_bytes:
-                    if mime.startswith("text/"):
-                        output["data"][mime] = self._cut(value)
-                    else:
-                        del output["data"][mime]
-            if output.get("output_type") == "error":
-                output["evalue"] = self._cut(output.get("evalue", ""))
-                output["traceback"] = [self._cut(t) for t in output.get("traceback", [])][:100]
-        return cell, resources
-
-    def _cut(self, text: str) -> str:
-        if len(text) <= self.max_bytes:
-            return text
-        return (text[:self.max_bytes]
-                + f"\n[... {len(text) - self.max_bytes} more characters cut by the grader]\n")
-
-
-class LimitSourceForFeedback(Preprocessor):
-    """Feedback: the source the student wrote (answer cells and added cells) is cut to
-    ``max_cell_chars`` per cell and ``max_notebook_chars`` in all; cells past that say they were
-    left out. nbconvert spends about 0.3-0.5 ms per token rendering code to HTML (pygments,
-    then bleach), so one crafted cell of 200,000 characters took a feedback run 12 minutes;
-    within these limits a page takes seconds, whatever the submission."""
-
-    enabled = Bool(True).tag(config=True)
-    max_cell_chars = Int(5_000, config=True, help="student source shown per cell")
-    max_notebook_chars = Int(20_000, config=True, help="student source shown per notebook")
-
-    def preprocess(self, nb, resources):
-        shown = 0
-        for cell in nb.cells:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if meta.get("grade_id") and not meta.get("solution"):
-                continue  # the release's own cells (restored by the grader)
-            source = cell.get("source", "")
-            if shown + min(len(source), self.max_cell_chars) > self.max_notebook_chars:
-                cell["source"] = (f"[{len(source):,} characters of this cell not shown: the "
-                                  f"feedback shows {self.max_notebook_chars:,} characters of "
-                                  f"your code in all]")
-            elif len(source) > self.max_cell_chars:
-                cell["source"] = (source[:self.max_cell_chars]
-                                  + f"\n[... {len(source) - self.max_cell_chars:,} more "
-                                    f"characters cut by the grader]")
-            shown += len(cell["source"])
-        return nb, resources
-
-
-class ShowOnlyErrorMessages(Preprocessor):
-    """Feedback: every error output as its one line ``Name: message`` (no traceback, which would
-    quote the test's code); no submission outputs (a student's own display of one included)."""
-
-    enabled = Bool(True).tag(config=True)  # nbgrader registers preprocessors as not enabled
-
-    def preprocess_cell(self, cell, resources, index):
-        """Shorten tracebacks and drop submission outputs in one cell."""
-        kept = []
-        for output in cell.get("outputs", []):
-            if SUBMIT_MIME in output.get("data", {}):
-                continue
-            if output.get("output_type") == "error":
-                output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
-            kept.append(output)
-        if "outputs" in cell:
-            cell["outputs"] = kept
-        return cell, resources
-
-
-__all__ = ["LIMIT_ENAME", "LimitOutputBytes", "LimitSourceForFeedback", "RecoveringExecute",
-           "RestoreReleaseMetadata",
-           "ShowOnlyErrorMessages", "StderrToStdout", "payload_size"]
+__all__ = ["LIMIT_ENAME", "RecoveringExecute", "payload_size"]

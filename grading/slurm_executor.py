@@ -22,7 +22,7 @@ writer. ``report``, ``feedback`` and ``export`` then read the course data as aft
 its student is "not graded" in the report with Slurm's account of it and its log's last words
 (:func:`grading.slurm.TaskState.describe`), never lost. **A re-run grades only the missing
 ones**: each finished grading records the digest of the submission it graded
-(:func:`grading.integrity.record_digests`), and the Slurm executor grades only the submissions
+(:func:`grading.digests.record_digests`), and the Slurm executor grades only the submissions
 without one (new, collected again, failed, or whose results were deleted), unless told
 ``regrade=True`` or given ``students``.
 """
@@ -44,12 +44,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading import integrity, judge, slurm
+from grading import digests, judge, slurm
 from grading.files import entry_kind, read_regular, write_private
-from grading.integrity import ROOT, data_dir
+from grading.course import MAX_NOTEBOOK_BYTES, ROOT, data_dir
 
 TASK_SLACK_S = 300  # a task's Slurm time limit beyond the local worker's own (start-up, copies)
-MAX_RESULT_FILE = integrity.MAX_NOTEBOOK_BYTES
+MAX_RESULT_FILE = MAX_NOTEBOOK_BYTES
 
 
 @dataclass
@@ -94,9 +94,9 @@ def missing_students(assignment: str, data: Path | None = None) -> list[str]:
     from grading import workflow
 
     data = data or data_dir()
-    done = integrity.graded_submissions(assignment, data)
+    done = digests.graded_submissions(assignment, data)
     return [s for s in workflow.submitted_students(assignment, data)
-            if done.get(s) is None or done[s] != integrity.submission_digest(assignment, s, data)]
+            if done.get(s) is None or done[s] != digests.submission_digest(assignment, s, data)]
 
 
 def _check_positive(name: str, value, allow_none: bool = True) -> None:
@@ -233,7 +233,7 @@ def task(run_dir: Path, index: int | None = None) -> int:
     src = main / "submitted" / student / assignment
     skipped = workflow._copy_folder(src, folder / "submitted" / student / assignment,
                                     [workflow.MAX_SUBMISSION_BYTES, workflow.MAX_FILES])
-    digest = integrity.submission_digest(assignment, student, folder)
+    digest = digests.submission_digest(assignment, student, folder)
     print(f"grading {student}'s {assignment} (task {index} of {len(students)}) on "
           f"{socket.gethostname()}", flush=True)
     done = workflow.autograde(assignment, workers=1, data=folder, students=[student],
@@ -295,11 +295,11 @@ def merge(assignment: str, data: Path | None = None) -> Merged:
         out.finished = sorted(s for s, (kind, _) in outcome.items() if kind == "finished")
         out.active = sorted(s for s, (kind, _) in outcome.items() if kind == "active")
         out.not_graded = {s: why for s, (_, why) in sorted(outcome.items()) if why}
-        integrity.record_not_graded(assignment, data,
+        digests.record_not_graded(assignment, data,
                                     {s: why for s, (_, why) in outcome.items()})
         settled = sorted(s for s, (kind, _) in outcome.items() if kind != "active")
         if settled:
-            integrity.record_digests(assignment, settled, data, finished=out.finished)
+            digests.record_digests(assignment, settled, data, finished=out.finished)
     out.seconds = time.perf_counter() - start
     return out
 
@@ -357,7 +357,7 @@ def _merge_run(assignment: str, data: Path, run_dir: Path,
             outcome[student] = ("failed", f"its grading worker ran past its time limit in "
                                           f"Slurm task {result.get('job')}; see "
                                           f"{result.get('log')}")
-        elif result.get("submission") != integrity.submission_digest(assignment, student, data):
+        elif result.get("submission") != digests.submission_digest(assignment, student, data):
             _drop_results(assignment, student, data)
             outcome[student] = ("failed", "the submission was collected again while it was "
                                           "being graded (autograde again to grade the new one)")

@@ -30,7 +30,7 @@ import nbformat
 
 from course_utils import checks
 from grading import judge
-from grading.integrity import _meta, is_test_cell
+from grading.course import ROOT, _meta, is_test_cell
 
 # unit -> [(factor applied to the right answer, the message naming the mistake)]
 _UNIT_MISTAKES = {
@@ -197,11 +197,11 @@ def seal_release_file(assignment: str, release_dir=None, cache=None) -> list[str
     from the working tree)."""
     from pathlib import Path
 
-    from grading import integrity
+    from grading.reference import reference_run
 
-    release_dir = Path(release_dir or integrity.ROOT / "assignments")
-    cache = Path(cache or integrity.ROOT / ".cache" / "reference")
-    run = integrity.reference_run(assignment, cache=cache, committed=False)
+    release_dir = Path(release_dir or ROOT / "assignments")
+    cache = Path(cache or ROOT / ".cache" / "reference")
+    run = reference_run(assignment, cache=cache, committed=False)
     measured = set(getattr(judge.load(assignment), "MEASURED", set()))
     done = []
     for name, record in run.items():

@@ -26,9 +26,10 @@ from pathlib import Path
 
 from grading import judge, sandbox
 from grading.files import NotRegular, entry_kind, read_regular, write_private
-from grading.integrity import (ROOT, VARIANTS_ENV, _environ, check_committed, data_dir,
-                               launch_preload, notebook_names, record_digests, record_not_graded,
-                               reference_run, report)
+from grading.course import ROOT, VARIANTS_ENV, data_dir, notebook_names
+from grading.digests import record_digests, record_not_graded
+from grading.reference import _environ, check_committed, launch_preload, reference_run
+from grading.report import report
 
 # nbgrader's command line, started without an import that costs seconds (grading/launcher.py)
 NBGRADER = [sys.executable, "-m", "grading.launcher", "nbgrader"]
@@ -251,7 +252,7 @@ def worker_time_limit(n_students: int) -> float:
     return n_students * (RecoveringExecute.max_submission_s.default_value + 180) + 120
 
 
-EXECUTORS = ("local", "slurm")
+EXECUTORS = ("local", "slurm")  # scripts/grade.py's --executor: this module, or slurm_executor
 
 
 def prepare(assignment: str, data: Path, register_first: bool = True,
@@ -272,35 +273,24 @@ def prepare(assignment: str, data: Path, register_first: bool = True,
 def autograde(assignment: str, workers: int = 2, data: Path | None = None,
               students: list[str] | None = None, timeout: int | None = None,
               register_first: bool = True, reference_cache: Path | None = None,
-              extra_args: list[str] | None = None, executor: str = "local",
-              slurm: dict | None = None) -> AutogradeRun:
+              extra_args: list[str] | None = None) -> AutogradeRun:
     """Autograde every submission of one assignment with ``workers`` nbgrader processes.
 
     ``timeout`` overrides ``Execute.timeout`` (seconds per cell); ``extra_args`` go to each
     ``nbgrader autograde`` (``--SandboxedKernelManager.memory_gb=2``). Students are dealt to the
     workers in turn, in the order of ``students`` if given (put slow ones first to spread them),
     else alphabetically. Students that nbgrader cannot grade are left without an autograded
-    notebook: :func:`grading.integrity.report` lists them as "not graded", never as 0.
+    notebook: :func:`grading.report.report` lists them as "not graded", never as 0.
 
     The reference solution runs first (or comes from its cache, ``reference_cache``, default
     ``$COURSE_DATA/reference``): the judge inside each nbgrader process compares with it. It
-    must be the committed one (:func:`grading.integrity.check_committed`). Each worker has a
+    must be the committed one (:func:`grading.reference.check_committed`). Each worker has a
     time limit (:func:`worker_time_limit`); one past it is stopped, with every kernel it
     started, and its students left without results ("not graded", saying so).
 
-    ``executor="slurm"`` grades as a Slurm job array instead, one task per submission, each
-    running this same function for its one student (:mod:`grading.slurm_executor`; ``slurm``:
-    that module's options, such as ``{"max_running": 8}``); ``workers`` is then unused.
+    (To grade as a Slurm job array instead, one task per submission each running this same
+    function for its one student: ``grading.slurm_executor.autograde``.)
     """
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
-    if executor == "slurm":
-        from grading import slurm_executor
-
-        return slurm_executor.autograde(assignment, data=data, students=students,
-                                        timeout=timeout, register_first=register_first,
-                                        reference_cache=reference_cache,
-                                        extra_args=extra_args, **(slurm or {}))
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     data = data or data_dir()

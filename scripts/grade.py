@@ -72,12 +72,12 @@ def _autograde_slurm(assignment: str, args) -> bool:
     except ValueError as err:
         raise ValueError(f"--slurm-args must be sbatch options as a shell would split them "
                          f"({err}): {args.slurm_args!r}") from None
-    run = workflow.autograde(assignment, timeout=args.timeout, students=args.student,
-                             executor="slurm", slurm={
-                                 "max_running": args.max_running,
-                                 "time_limit_min": args.time_limit,
-                                 "sbatch_args": sbatch_args, "wait": not args.no_wait,
-                                 "regrade": args.regrade})
+    from grading import slurm_executor
+
+    run = slurm_executor.autograde(assignment, timeout=args.timeout, students=args.student,
+                                   max_running=args.max_running,
+                                   time_limit_min=args.time_limit, sbatch_args=sbatch_args,
+                                   wait=not args.no_wait, regrade=args.regrade)
     if run.job is None:
         print(f"{assignment}: every submission is graded already (--regrade grades them again)")
         return True

@@ -40,6 +40,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # The reference solutions' runs, kept between test runs and keyed by content hash (solution,
 # course_utils sources, Python/torch/kernel versions): a changed solution is run again.
 REFERENCE_CACHE = ROOT / ".cache" / "reference"
+# (everything that runs a reference without naming a cache, the report's copied-answer check
+# among them, finds it there: grading.reference.CACHE_ENV)
+os.environ["COURSE_REFERENCE_CACHE"] = str(REFERENCE_CACHE)
 
 # Per-student numbers (course_utils.variants): the tests see the base numbers whatever identity
 # this machine has (a student's `make lab` records one, a hub sets its user), unless a test sets
@@ -161,10 +164,13 @@ def reference():
 def graded(tmp_path_factory):
     """``graded(name) -> GradedRun``, made once per assignment per test session.
 
-    One autograde (2 workers) grades the correct, blank, typical-mistake, wrong-unit and
-    adversarial submissions (the attacks on the grader's machinery only where
-    ``synthetic.MECHANICS_ON`` says: see ``synthetic.MECHANICS``); then feedback and the report.
-    The tests of ``test_assignments.py`` and ``test_grading_integrity.py`` assert on the shared result.
+    One autograde (2 workers) grades, in sandboxed kernels, the kinds only a kernel can show
+    (``synthetic.kernel_kinds``: the reference as a student, the blank release, the typical
+    mistake's own code, the assignment's own attacks, and the attacks on the grader's machinery
+    where ``synthetic.MECHANICS_ON`` says; every kind on ``synthetic.KERNEL_EVERYTHING``); then
+    feedback and the report. The kinds whose point is their values are graded by
+    :func:`valued`. The tests of ``test_assignments.py`` and ``test_grading_integrity.py``
+    assert on the shared results.
     """
     from grading import integrity, synthetic, workflow
 
@@ -176,6 +182,7 @@ def graded(tmp_path_factory):
         data = tmp_path_factory.mktemp(f"grading-{name}")
         reference = integrity.reference_run(name, data, cache=REFERENCE_CACHE)
         cases = synthetic.build(name, data / "submitted", reference,
+                                kinds=synthetic.kernel_kinds(name),
                                 mechanics=synthetic.mechanics_of(name))
         # The loop cases cost one cell timeout each: short, but well above the reference's
         # slowest cell on a loaded machine.
@@ -201,6 +208,34 @@ def graded(tmp_path_factory):
         runs[name] = GradedRun(name, {c.kind: c for c in cases},
                                {r.student: r for r in results}, data, run, release / name,
                                reference, changed)
+        return runs[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def valued(tmp_path_factory):
+    """``valued(name) -> GradedRun``: the kinds whose point is their values (right, wrong, unit
+    mistakes, a raising answer, objects that lie, a helper used, honest students on their own
+    numbers, a copier, a typed identity), graded on values alone (``grading.valuegrade``: the
+    same judge, verdicts and report as a kernel's run, no kernel), then the report. Seconds per
+    assignment; ``run`` and ``release`` are None (no autograde ran)."""
+    from grading import integrity, synthetic, valuegrade
+
+    runs: dict[str, GradedRun] = {}
+
+    def get(name: str) -> GradedRun:
+        if name not in runs:
+            data = tmp_path_factory.mktemp(f"valued-{name}")
+            reference = integrity.reference_run(name, data, cache=REFERENCE_CACHE)
+            cases = synthetic.value_cases(name, reference)
+            [notebook] = integrity.notebook_names(name)
+            valuegrade.grade(name, data, {c.student: (nb, v) for c, nb, v in cases},
+                             reference[notebook]["submissions"])
+            results, _ = integrity.report(name, data)
+            runs[name] = GradedRun(name, {c.kind: c for c, _, _ in cases},
+                                   {r.student: r for r in results}, data, None, None,
+                                   reference, [])
         return runs[name]
 
     return get

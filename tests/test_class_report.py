@@ -31,16 +31,17 @@ def _class():
                  limits=["cell 4: ran past the cell's time limit"]),
         _student("cat", [("q1_test", 2, 0, GIB.format("521.5 GB")),
                          ("q2_test", 1, 0, SUM.format(0.7, "2.5, 4", 5))],
-                 flags=["q2_test: the answer is right for the numbers of ann, not cat's own "
-                        "(evidence of a copied answer)"]),
+                 flags=["q1_test, q2_test: the answers are what the numbers of ann give, not "
+                        "cat's own (by chance: 1 in 120; evidence of a copied answer)"]),
         _student("dan", [("q1_test", 2, 0, "q1_state_gb = 7 GB is not right."),
                          ("q2_test", 1, 0, "NotImplementedError: ")],
                  flags=["cell q1, line 2: assigns to math.isclose",
                         "cell q2, line 1: assigns to math.isclose"]),
         _student("eve", [("q1_test", 2, 0, "RuntimeError: <script>alert(1)</script>"),
                          ("q2_test", 1, 1, "")],
-                 flags=["q2_test: the answer is right for the numbers of ann, not eve's own "
-                        "(evidence of a copied answer)", "line 1: assigns to math.isclose"]),
+                 flags=["q2_test, q3_test: the answers are what the numbers of ann give, not "
+                        "eve's own (by chance: 1 in 64; evidence of a copied answer)",
+                        "line 1: assigns to math.isclose"]),
         StudentResult("fay", "not graded: its Slurm task: job 7_5 ended TIMEOUT"),
     ]
 
@@ -73,7 +74,7 @@ def test_flags_are_grouped_across_students_and_the_slowest_listed():
     flags = dict(s.flags)
     assert flags["assigns to math.isclose"] == ["dan", "eve"]
     # the same kind of flag on different questions, with different names in it: one line
-    copied = ("the answer is right for the numbers of a classmate, not the student's own "
+    copied = ("the answers are what the numbers of a classmate give, not the student's own "
               "(evidence of a copied answer)")
     assert flags[copied] == ["cat", "eve"]
     assert [x[0] for x in s.slowest[:2]] == ["bob", "ann"]

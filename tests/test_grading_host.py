@@ -5,7 +5,7 @@ Slow tests share one autograde (:func:`host_run`) of one assignment (a1: no torc
 kernels) with a fake instructor's home beside the course data (a private key, last year's
 checkout with its solutions, the collect inbox with a classmate's work, a tool), a secret in the
 grader's environment, an honest student ("correct", the classmate whose results the attacks
-target) and every attack of ``grading.synthetic.host_cases_for``. Each must get the score its
+target) and every attack of ``grading.attacks.host_cases_for``. Each must get the score its
 answers deserve; no file outside the students' own results may change, no secret may appear in
 anything the grader wrote, and feedback holds HTML only. Fast tests: ``collect`` against an
 inbox of links, named pipes, sparse files and odd names; the sandbox's own command line.
@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 from conftest import REFERENCE_CACHE, ROOT, _snapshot
-from grading import integrity, sandbox, synthetic, workflow
+from grading import attacks, integrity, sandbox, synthetic, workflow
 from grading.files import NotRegular, read_regular, write_private
 
 A = "a1_training_state"
@@ -34,7 +34,7 @@ class HostRun:
     cases: dict
     results: dict
     data: Path
-    host: synthetic.Host
+    host: attacks.Host
     host_before: dict
     host_after: dict
     changed: list
@@ -44,11 +44,11 @@ class HostRun:
 def host_run(tmp_path_factory) -> HostRun:
     data = tmp_path_factory.mktemp("grading-host") / "data"
     data.mkdir()
-    host = synthetic.Host.make(tmp_path_factory.mktemp("instructor-home"), A)
+    host = attacks.Host.make(tmp_path_factory.mktemp("instructor-home"), A)
     reference = integrity.reference_run(A, data, cache=REFERENCE_CACHE)
     honest = [(c, f) for c, f in synthetic.cases_for(A, reference) if c.kind == "correct"]
     # (the CPU hog and the slow honest student first: one in each worker, at the same time)
-    cases = synthetic.write(synthetic.host_cases_for(A, host, data, MEMORY_GB) + honest,
+    cases = synthetic.write(attacks.host_cases_for(A, host, data, MEMORY_GB) + honest,
                             data / "submitted", A)
     workflow.register(A, data, release_dir=data / "release")
     before, host_before = _snapshot(), host.state()
@@ -77,7 +77,7 @@ def host_run(tmp_path_factory) -> HostRun:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["correct", *synthetic.HOST_ATTACKS])
+@pytest.mark.parametrize("kind", ["correct", *attacks.HOST_ATTACKS])
 def test_each_attack_gets_what_its_answers_deserve(host_run, kind):
     case, result = host_run.cases[kind], host_run.results[kind]
     detail = integrity.render_text(A, [result])
@@ -115,13 +115,13 @@ def test_student_content_is_inert_in_every_autograded_notebook(host_run):
     assert checked > 0
     scripted = nbformat.read(host_run.data / "autograded" / "script_outputs" / A / f"{A}.ipynb",
                              as_version=4)
-    attack = [c for c in scripted.cells if synthetic.SCRIPT_MARKER in c.source
+    attack = [c for c in scripted.cells if attacks.SCRIPT_MARKER in c.source
               and c.cell_type == "code"][-1]
     notes = [o["data"]["text/plain"] for o in attack.get("outputs", [])
              if "the grader removed" in o.get("data", {}).get("text/plain", "")]
     assert len(notes) == 6, notes  # html, javascript, svg, markdown, latex, the forged png
     answers = [c.source for c in scripted.cells if c.cell_type == "markdown"
-               and synthetic.SCRIPT_MARKER in c.source]
+               and attacks.SCRIPT_MARKER in c.source]
     assert answers and all("shows the HTML of this cell as text" in a for a in answers)
 
 
@@ -162,7 +162,7 @@ def test_the_host_is_untouched_and_unread(host_run):
     reports, logs."""
     assert host_run.host_after == host_run.host_before
     assert host_run.changed == [], host_run.changed
-    assert not list((ROOT / "test-artifacts").glob(f"pwned-{synthetic.SCRIPT_MARKER}*"))
+    assert not list((ROOT / "test-artifacts").glob(f"pwned-{attacks.SCRIPT_MARKER}*"))
     secrets = (host_run.host.marker, host_run.host.token)
     leaked = []
     for path in host_run.data.rglob("*"):
@@ -224,7 +224,7 @@ def test_no_student_script_runs_in_the_formgrader_or_the_feedback(host_run):
     student = "script_outputs"
     with Gradebook(f"sqlite:///{host_run.data / 'gradebook.db'}") as gb:
         sid = gb.find_submission_notebook(A, A, student).id
-    pwned = ROOT / "test-artifacts" / f"pwned-{synthetic.SCRIPT_MARKER}.txt"
+    pwned = ROOT / "test-artifacts" / f"pwned-{attacks.SCRIPT_MARKER}.txt"
     feedback = host_run.data / "feedback" / student / A / f"{A}.html"
     with chromium() as browser:
         page = browser.new_page()
@@ -232,7 +232,7 @@ def test_no_student_script_runs_in_the_formgrader_or_the_feedback(host_run):
         page.wait_for_timeout(1500)
         seen = page.evaluate(ACTIVE_CONTENT, "body")
         assert seen == {"ran": 0, "found": []}, seen
-        assert synthetic.SCRIPT_MARKER in page.inner_text("body")
+        assert attacks.SCRIPT_MARKER in page.inner_text("body")
         with LabServer(root_dir=ROOT, extra_env={"COURSE_DATA": str(host_run.data)}) as server:
             page.goto(server.url(f"formgrader/submissions/{sid}/"))
             page.wait_for_selector("#notebook-container", timeout=60_000)
@@ -240,7 +240,7 @@ def test_no_student_script_runs_in_the_formgrader_or_the_feedback(host_run):
             seen = page.evaluate(ACTIVE_CONTENT, "#notebook-container")
             text = page.inner_text("#notebook-container")
         assert seen == {"ran": 0, "found": []}, seen
-        assert synthetic.SCRIPT_MARKER in text and "My explanation." in text
+        assert attacks.SCRIPT_MARKER in text and "My explanation." in text
         with LabServer() as lab:
             raw = host_run.data / "submitted" / student / A / f"{A}.ipynb"
             path = lab.add_file(raw, f"{A}.ipynb")

@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+
 import tracemalloc
 from pathlib import Path
 

@@ -290,8 +290,9 @@ def test_stopping_leaves_no_slurm_or_munge_process(cluster):
 
 def test_bad_arguments_get_clear_errors(tmp_path):
     """No Slurm needed: each bad argument is named with what is allowed."""
-    with pytest.raises(ValueError, match="executor must be one of"):
-        workflow.autograde(A, data=tmp_path, executor="pbs")
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "autograde", A,
+                          "--executor", "pbs"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "invalid choice: 'pbs'" in bad.stderr
     with pytest.raises(ValueError, match="max_running must be a whole number >= 1"):
         slurm_executor.submit(A, tmp_path, max_running=0)
     with pytest.raises(ValueError, match="job must be a Slurm job id"):

@@ -1,0 +1,161 @@
+"""What the course is to the grader: its folders, its notebooks' cells, the release's metadata.
+
+The first stage every other grading module stands on (no other ``grading`` module is imported
+here but the file and text helpers): where the repository and the course data are
+(:data:`ROOT`, :func:`data_dir`), an assignment's notebooks, which cells are tests and answers,
+reading a submitted notebook safely (:func:`read_notebook`), the committed release
+(:func:`release_notebook`), the student's own numbers (:func:`givens_for`) and putting the
+release's nbgrader metadata back into a submission (:func:`restore_metadata`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import nbformat
+
+from grading.files import read_regular
+from grading.inert import one_line
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    """The course data folder (``$COURSE_DATA``, default ``.course_data/``)."""
+    return Path(os.environ.get("COURSE_DATA", ROOT / ".course_data")).expanduser().resolve()
+
+
+def notebook_names(assignment: str) -> list[str]:
+    """Notebook file names of an assignment, from ``solutions/<assignment>/``."""
+    return sorted(p.name for p in (ROOT / "solutions" / assignment).glob("*.ipynb"))
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_test_cell(cell) -> bool:
+    """An autograded test cell: a graded code cell that is not an answer."""
+    m = _meta(cell)
+    return cell.get("cell_type") == "code" and bool(m.get("grade")) and not m.get("solution")
+
+
+def is_answer_cell(cell) -> bool:
+    """A code cell the student writes (nbgrader ``solution``)."""
+    return cell.get("cell_type") == "code" and bool(_meta(cell).get("solution"))
+
+
+def visible_traces(nb) -> dict[str, list[dict]]:
+    """``{grade_id: [trace, ...]}``: what each visible check of each test cell saw in a run with
+    ``COURSE_TRACE_CHECKS`` set (``course_utils.checks._trace``): the name, the reference's
+    value, the unit and tolerance, the known mistakes it was given."""
+    from course_utils.checks import TRACE_MIME
+
+    return {_meta(cell)["grade_id"]: [o["data"][TRACE_MIME] for o in cell.get("outputs", [])
+                                      if TRACE_MIME in o.get("data", {})]
+            for cell in nb.cells if is_test_cell(cell)}
+
+
+# ------------------------------------------------------------------------------ metadata
+
+MAX_NOTEBOOK_BYTES = 50_000_000  # a submitted or autograded notebook the grader will read
+_NBGRADER_CELL_KEYS = ("deletable", "editable")
+
+
+def read_notebook(path: Path):
+    """An nbformat notebook from a regular file of at most ``MAX_NOTEBOOK_BYTES`` (a link, a
+    named pipe or a huge file is refused: ``grading.files.NotRegular``)."""
+    return nbformat.reads(read_regular(path, MAX_NOTEBOOK_BYTES).decode("utf-8"), as_version=4)
+
+
+def release_notebook(assignment: str | None, notebook: str | None):
+    """The committed release of one notebook (``assignments/<a>/<notebook>.ipynb``), or None."""
+    if not assignment or not notebook:
+        return None
+    path = ROOT / "assignments" / assignment / f"{Path(notebook).stem}.ipynb"
+    return nbformat.read(path, as_version=4) if path.exists() else None
+
+
+def variants_on(assignment: str) -> bool | None:
+    """The instructor's switch for ``assignment``'s per-student numbers, read from the committed
+    release (the ``on=`` of its ``variants.givens(...)`` cell, never from a submission); None
+    when the assignment has no givens."""
+    from course_utils import variants
+
+    for name in notebook_names(assignment):
+        release = release_notebook(assignment, name)
+        if release is None:  # building the first release: the solution holds the same cell
+            release = nbformat.read(ROOT / "solutions" / assignment / name, as_version=4)
+        for cell in release.cells:
+            if cell.cell_type == "code":
+                switch = variants.switch_of(cell.source)
+                if switch is not None:
+                    return switch
+    return None
+
+
+VARIANTS_ENV = "COURSE_VARIANTS"  # "off": everyone on the base numbers (make check, no identity)
+
+
+def givens_for(assignment: str, student: str | None):
+    """The numbers ``student`` is judged on (``course_utils.variants.Givens``): drawn here from
+    nbgrader's student id, with the release's switch; the base numbers for no student or with
+    variants off (the release's switch, or ``COURSE_VARIANTS=off``: a self-learner's ``make
+    check`` without an identity); None for an assignment without givens."""
+    from course_utils import variants
+
+    switch = variants_on(assignment)
+    if switch is None:
+        return None
+    if os.environ.get(VARIANTS_ENV, "on").lower() == "off":  # make check without an identity
+        switch = False
+    return variants.givens(assignment, on=switch, student=student) if student else \
+        variants.givens(assignment, on=False)
+
+
+def restore_metadata(nb, release) -> list[str]:
+    """Put back, in ``nb``, the nbgrader metadata and the type of every cell the release marks
+    (graded, answer or locked), from the release; strip nbgrader metadata the release does not
+    have. A submitted cell is the release's cell with the same grade id, else the one with the
+    same cell id. Returns what was changed, one line per cell (empty: nothing was)."""
+    wanted = {_meta(c)["grade_id"]: c for c in release.cells if _meta(c).get("grade_id")}
+    by_id = {c.get("id"): gid for gid, c in wanted.items() if c.get("id")}
+    matched: set[str] = set()
+    changes: list[str] = []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader")
+        gid = meta.get("grade_id") if isinstance(meta, dict) else None
+        if gid not in wanted or gid in matched:
+            gid = by_id.get(cell.get("id")) if by_id.get(cell.get("id")) not in matched else None
+        if gid is None:
+            if meta:
+                cell.setdefault("metadata", {}).pop("nbgrader", None)
+                changes.append("a cell claimed nbgrader metadata the release does not have "
+                               "(removed)")
+            continue
+        matched.add(gid)
+        source = wanted[gid]
+        want = copy.deepcopy(source.metadata["nbgrader"])
+        if meta != want:
+            fields = sorted(one_line(k, 40) for k in
+                            set(want) | set(meta if isinstance(meta, dict) else {})
+                            if not isinstance(meta, dict) or meta.get(k) != want.get(k))
+            changes.append(f"cell {gid}: nbgrader metadata edited ({', '.join(fields[:10])}"
+                           + (", ..." if len(fields) > 10 else "") + ")")
+        cell.setdefault("metadata", {})["nbgrader"] = want
+        for key in _NBGRADER_CELL_KEYS:
+            if key in source.metadata:
+                cell.metadata[key] = source.metadata[key]
+            else:
+                cell.metadata.pop(key, None)
+        if cell.get("cell_type") != source.cell_type:
+            changes.append(f"cell {gid}: type changed to {cell.get('cell_type')}")
+            cell["cell_type"] = source.cell_type
+            if source.cell_type == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+            else:
+                cell.pop("outputs", None)
+                cell.pop("execution_count", None)
+    return changes

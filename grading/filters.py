@@ -1,0 +1,187 @@
+"""The nbgrader preprocessors that rewrite a submitted notebook (nothing here runs it).
+
+``nbgrader_config.py`` puts them into the autograde and feedback steps:
+
+* :class:`RestoreReleaseMetadata` (first sanitizer): every nbgrader field of every graded,
+  answer and locked cell (grade, solution, locked, points, grade_id, checksum), and the cell's
+  type, is put back from the release before nbgrader reads it; cells that claim nbgrader
+  metadata the release does not have lose it. A test cell whose ``grade`` flag the student set
+  to false is graded as released (the report flags the edit).
+* :class:`LimitOutputBytes` cuts every kept output to ``max_bytes`` (a 50 MB print would
+  otherwise become a 50 MB autograded notebook and feedback page).
+* :class:`InertStudentContent` leaves only text and pictures in what a person will open
+  (``grading.inert``).
+* :class:`StderrToStdout` moves stderr text in *test* cells to stdout before the grades are
+  saved: nbgrader scores any test cell that wrote to stderr 0, so a correct student whose code
+  logs a warning would lose the points. Errors are still errors (an ``error`` output).
+* :class:`ShowOnlyErrorMessages` (feedback) keeps each error's one-line message and drops
+  tracebacks and submission outputs; :class:`LimitSourceForFeedback` bounds the source a
+  feedback page renders (a crafted cell can take nbconvert minutes).
+
+Running the notebook is ``grading.preprocessors.RecoveringExecute``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+from nbconvert.preprocessors import Preprocessor
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool, Int
+
+from course_utils.checks import SUBMIT_MIME
+from grading import course
+from grading.inert import SAFE_IMAGES, inert_markdown, inert_output, is_base64
+
+
+def _is_test(cell) -> bool:
+    return course.is_test_cell(cell)
+
+
+class RestoreReleaseMetadata(NbGraderPreprocessor):
+    """Sanitizer: nbgrader's metadata and cell types of every graded/answer/locked cell come
+    from the committed release (``assignments/<a>/<notebook>.ipynb``), not from the student."""
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        info = resources.get("nbgrader", {})
+        release = course.release_notebook(info.get("assignment"), info.get("notebook"))
+        if release is not None:
+            for change in course.restore_metadata(nb, release):
+                self.log.warning("restored from the release: %s", change)
+        return nb, resources
+
+
+class InertStudentContent(Preprocessor):
+    """Autograde and feedback: every output made inert (:func:`inert_output`), every markdown
+    cell that is not exactly one of the release's shown as text (:func:`inert_markdown`: a
+    written answer, a cell the student added or edited), attachments kept only as base64
+    PNG/JPEG."""
+
+    enabled = Bool(True).tag(config=True)  # nbgrader registers preprocessors as not enabled
+
+    def preprocess(self, nb, resources):
+        info = (resources or {}).get("nbgrader", {})
+        release = course.release_notebook(info.get("assignment"), info.get("notebook"))
+        self._course_markdown = {c.source for c in release.cells
+                                 if c.cell_type == "markdown"} if release is not None else set()
+        return super().preprocess(nb, resources)
+
+    def preprocess_cell(self, cell, resources, index):
+        """Make one cell inert."""
+        if "outputs" in cell:
+            cell["outputs"] = [nbformat.from_dict(inert_output(o))
+                               for o in cell.get("outputs", []) if isinstance(o, dict)]
+        source = cell.get("source", "")
+        source = source if isinstance(source, str) else "".join(source)
+        if cell.get("cell_type") == "markdown" and \
+                source not in getattr(self, "_course_markdown", set()):
+            cell["source"], _ = inert_markdown(source)
+        if "attachments" in cell:
+            safe = {}
+            for name, bundle in (cell.get("attachments") or {}).items():
+                images = {m: v for m, v in (bundle or {}).items()
+                          if m in SAFE_IMAGES and is_base64(v)}
+                if images and re.fullmatch(r"[\w.-]{1,100}", str(name)):
+                    safe[name] = images
+            cell["attachments"] = nbformat.from_dict(safe)
+        return cell, resources
+
+
+class StderrToStdout(Preprocessor):
+    """In graded test cells, turn stderr stream outputs into stdout (errors stay errors)."""
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        """Rename stderr streams of a graded, non-answer code cell to stdout."""
+        if _is_test(cell):
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                    output["name"] = "stdout"
+        return cell, resources
+
+
+class LimitOutputBytes(Preprocessor):
+    """Cut each output of each cell to ``max_bytes`` of text (and drop oversized images)."""
+
+    enabled = Bool(True).tag(config=True)
+    max_bytes = Int(100_000, config=True, help="largest output kept, in bytes")
+
+    def preprocess_cell(self, cell, resources, index):
+        """Truncate long streams and text results; say how much was cut."""
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                output["text"] = self._cut(output.get("text", ""))
+            for mime, value in list(output.get("data", {}).items()):
+                if isinstance(value, str) and len(value) > self.max_bytes:
+                    if mime.startswith("text/"):
+                        output["data"][mime] = self._cut(value)
+                    else:
+                        del output["data"][mime]
+            if output.get("output_type") == "error":
+                output["evalue"] = self._cut(output.get("evalue", ""))
+                output["traceback"] = [self._cut(t) for t in output.get("traceback", [])][:100]
+        return cell, resources
+
+    def _cut(self, text: str) -> str:
+        if len(text) <= self.max_bytes:
+            return text
+        return (text[:self.max_bytes]
+                + f"\n[... {len(text) - self.max_bytes} more characters cut by the grader]\n")
+
+
+class LimitSourceForFeedback(Preprocessor):
+    """Feedback: the source the student wrote (answer cells and added cells) is cut to
+    ``max_cell_chars`` per cell and ``max_notebook_chars`` in all; cells past that say they were
+    left out. nbconvert spends about 0.3-0.5 ms per token rendering code to HTML (pygments,
+    then bleach), so one crafted cell of 200,000 characters took a feedback run 12 minutes;
+    within these limits a page takes seconds, whatever the submission."""
+
+    enabled = Bool(True).tag(config=True)
+    max_cell_chars = Int(5_000, config=True, help="student source shown per cell")
+    max_notebook_chars = Int(20_000, config=True, help="student source shown per notebook")
+
+    def preprocess(self, nb, resources):
+        shown = 0
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade_id") and not meta.get("solution"):
+                continue  # the release's own cells (restored by the grader)
+            source = cell.get("source", "")
+            if shown + min(len(source), self.max_cell_chars) > self.max_notebook_chars:
+                cell["source"] = (f"[{len(source):,} characters of this cell not shown: the "
+                                  f"feedback shows {self.max_notebook_chars:,} characters of "
+                                  f"your code in all]")
+            elif len(source) > self.max_cell_chars:
+                cell["source"] = (source[:self.max_cell_chars]
+                                  + f"\n[... {len(source) - self.max_cell_chars:,} more "
+                                    f"characters cut by the grader]")
+            shown += len(cell["source"])
+        return nb, resources
+
+
+class ShowOnlyErrorMessages(Preprocessor):
+    """Feedback: every error output as its one line ``Name: message`` (no traceback, which would
+    quote the test's code); no submission outputs (a student's own display of one included)."""
+
+    enabled = Bool(True).tag(config=True)  # nbgrader registers preprocessors as not enabled
+
+    def preprocess_cell(self, cell, resources, index):
+        """Shorten tracebacks and drop submission outputs in one cell."""
+        kept = []
+        for output in cell.get("outputs", []):
+            if SUBMIT_MIME in output.get("data", {}):
+                continue
+            if output.get("output_type") == "error":
+                output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
+            kept.append(output)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+        return cell, resources
+
+
+__all__ = ["InertStudentContent", "LimitOutputBytes", "LimitSourceForFeedback",
+           "RestoreReleaseMetadata", "ShowOnlyErrorMessages", "StderrToStdout"]
