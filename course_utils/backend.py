@@ -20,6 +20,9 @@ workers only call these functions:
   timeout, so a demo that opens several channels works on both.
 * **Bytes on the wire** (:func:`host_sees_collective_bytes`): gloo sends over TCP, so the
   host's write counter measures a collective's bytes; NCCL's go over NVLink or InfiniBand.
+* **Reduce-scatter** (:func:`reduce_scatter_in_place`): NCCL's is a ring, in place; gloo's own
+  sends what an all-reduce sends (module 9 measures it), so on gloo it is built from
+  ``all_to_all_single``, which sends a ring's (D-1)/D.
 
 :data:`DIFFERENCES` lists these in a table (lecture 7 and the README's GPU section show it).
 """
@@ -34,7 +37,8 @@ import torch.distributed as dist
 
 __all__ = ["BACKENDS", "DIFFERENCES", "resolve_backend", "init_process_group", "device",
            "to_device", "to_cpu", "synchronize", "scaled_sum", "peak_memory_bytes",
-           "reset_peak_memory", "new_group", "host_sees_collective_bytes", "differences_table"]
+           "reset_peak_memory", "new_group", "host_sees_collective_bytes", "reduce_scatter_in_place",
+           "differences_table"]
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -192,6 +196,47 @@ def host_sees_collective_bytes() -> bool | None:
     if not (dist.is_available() and dist.is_initialized()):
         return None
     return dist.get_backend() == "gloo"
+
+
+class _Pending:
+    """A collective in flight; ``wait()`` blocks until it is done and runs what finishes it."""
+
+    def __init__(self, work: Any, finish: Any = None):
+        self.work, self.finish = work, finish
+
+    def wait(self) -> None:
+        if self.work is not None:
+            self.work.wait()
+        if self.finish is not None:
+            self.finish()
+        self.work = self.finish = None
+
+
+def reduce_scatter_in_place(flat: torch.Tensor, group: dist.ProcessGroup | None = None,
+                            async_op: bool = False) -> _Pending:
+    """Sum the 1-D ``flat`` (D * S elements) over ``group`` and leave rank r's slice of the sum
+    in ``flat[r*S:(r+1)*S]`` (the other slices keep what they held); returns a handle whose
+    ``wait()`` finishes it (already finished unless ``async_op``).
+
+    NCCL reduce-scatters in place (its in-place rule: the output is the rank's slice of the
+    input). gloo's ``reduce_scatter_single`` sends 2(D-1)/D of the tensor, as an all-reduce does,
+    so on gloo each rank sends slice j to rank j (``all_to_all_single``, (D-1)/D of the tensor,
+    a ring's share) and adds what it receives.
+    """
+    d, r = dist.get_world_size(group), dist.get_rank(group)
+    if flat.dim() != 1 or flat.numel() % d:
+        raise ValueError(f"flat must be 1-D with a multiple of the group size ({d}) elements; "
+                         f"got shape {tuple(flat.shape)}")
+    size = flat.numel() // d
+    mine = flat[r * size:(r + 1) * size]
+    if dist.get_backend(group) == "nccl":
+        return _Pending(dist.reduce_scatter_single(mine, flat, group=group, async_op=async_op))
+    recv = torch.empty_like(flat).view(d, size)                 # recv[j]: rank j's slice r
+    work = dist.all_to_all_single(recv, flat, group=group, async_op=async_op)
+    pending = _Pending(work, lambda: torch.sum(recv, dim=0, out=mine))
+    if not async_op:
+        pending.wait()
+    return pending
 
 
 def differences_table() -> str:

@@ -152,7 +152,9 @@ def count_state_bytes(model: torch.nn.Module,
     """Bytes the model's parameters, gradients and optimizer state really hold.
 
     Each storage is counted once (tied weights, views and shared gradient buffers are not
-    double-counted). Returns ``{"weights", "grads", "master", "optimizer", "other", "total"}``:
+    double-counted; a parameter's ``main_grad``, an fp32 gradient kept beside a low-precision
+    weight, counts as gradient). Returns ``{"weights", "grads", "master", "optimizer", "other",
+    "total"}``:
     ``master`` counts fp32 copies a :class:`MixedPrecisionAdam` keeps; ``optimizer`` counts
     optimizer tensors shaped like a parameter (Adam's moments); ``other`` the rest (Adam's
     per-parameter ``step`` counters: 4 bytes each, which a bytes-per-parameter layout ignores).
@@ -161,7 +163,8 @@ def count_state_bytes(model: torch.nn.Module,
         raise ValueError(f"model must be a torch.nn.Module; got {type(model).__name__}")
     seen: set = set()
     params = list(model.parameters())
-    out = {"weights": _tally(params, seen), "grads": _tally((p.grad for p in params), seen),
+    grads = [g for p in params for g in (p.grad, getattr(p, "main_grad", None))]
+    out = {"weights": _tally(params, seen), "grads": _tally(grads, seen),
            "master": 0, "optimizer": 0, "other": 0}
     if optimizer is not None:
         inner = getattr(optimizer, "inner", optimizer)

@@ -55,6 +55,7 @@ import torch.nn.functional as F
 
 from course_utils import activations, backend
 from course_utils import tensor_parallel as tp
+from course_utils.measure import clock
 from course_utils.tensor_parallel import (MLP, Attention, CommEvent, TensorParallelAttention,
                                           TensorParallelMLP, record_comms, shard_range)
 from course_utils.validate import check_int as _check_int
@@ -95,9 +96,10 @@ def _reduce_scatter_seq(x: torch.Tensor, group: dist.ProcessGroup | None,
                          f"tp size {t}")
     send = torch.stack(x.chunk(t, dim=SEQ_DIM)).contiguous()  # (t, B, T/t, ...): chunk j to rank j
     recv = torch.empty_like(send)
+    t0 = clock(send)
     dist.all_to_all_single(recv, send, group=group)          # recv[r]: rank r's chunk for me
     out = recv.sum(0)                                        # (B, T/t, ...)
-    tp._log("reduce_scatter", phase, out)
+    tp._log("reduce_scatter", phase, out, clock(out) - t0)
     return out
 
 

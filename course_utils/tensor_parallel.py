@@ -115,11 +115,12 @@ def _group_size(group: dist.ProcessGroup | None) -> int:
     return dist.get_world_size(group)
 
 
-def _all_reduce(x: torch.Tensor, group: dist.ProcessGroup | None, phase: str) -> torch.Tensor:
+def _all_reduce(x: torch.Tensor, group: dist.ProcessGroup | None, phase: str,
+                op: Any = dist.ReduceOp.SUM) -> torch.Tensor:
     out = x.contiguous().clone()  # never reduce into a tensor autograd may still need
     if _group_size(group) > 1:
         t0 = clock(out)
-        dist.all_reduce(out, group=group)
+        dist.all_reduce(out, op=op, group=group)
         _log("all_reduce", phase, out, clock(out) - t0)
     return out
 

@@ -2,27 +2,28 @@
 
 Every rank of a ``dp * pp * tp`` job finds its coordinates on one rank grid
 (:class:`course_utils.mesh.Mesh`, TP innermost) and builds its groups from it
-(:func:`build_groups`). Rank (dp_rank, pp_rank, tp_rank) then holds
-:func:`course_utils.stage_model.build_stage`'s piece of the model, and one training step
-(:func:`train_step`) is:
+(:func:`build_groups`). Rank (dp_rank, pp_rank, tp_rank) then builds only its own piece of the
+model (:func:`course_utils.stage_model.build_stage`: on the meta device, then materialised with
+its slices), and one training step (:func:`train_step`) is:
 
 1. **PP, 1F1B** (module 5): the DP replica's rows are cut into ``m`` microbatches; the rank runs
-   :func:`course_utils.pipeline_schedule.schedule_order`'s 1F1B order, receiving activations from
-   ``pp_prev_rank`` and gradients from ``pp_next_rank`` (``dist.recv``; sends are ``isend``).
-   The last stage's loss is each microbatch's mean cross-entropy divided by ``m``.
-2. **TP inside every block** (module 4): the stage's layers issue their own all-reduces over
-   ``tp_group`` (one forward, one backward, per attention and per MLP).
-3. **DP, bucketed and overlapped** (module 9): :class:`course_utils.overlap.BucketAllReduce`
-   over ``dp_group`` stays off for the first ``m - 1`` backward passes (gradients accumulate
-   locally, as under DDP's ``no_sync``) and starts each bucket's all-reduce during the last
-   one; ``finish`` waits and averages.
-4. **ZeRO-1** (module 3): :class:`course_utils.zero1.ShardedAdam` updates this DP rank's shard
-   and all-gathers the weights over ``dp_group``.
+   :func:`course_utils.pipeline_schedule.schedule_order`'s 1F1B order, posting before each
+   operation one ``batch_isend_irecv`` with the send the last operation produced and the
+   receive this one needs (:func:`course_utils.train3d_comms.exchange_plan`).
+   The last stage's loss is the sum of its tokens' cross-entropies divided by the replica's
+   number of tokens, so the m backward passes add up to the replica's mean.
+2. **TP inside every block** (module 4), with the vocabulary split over TP too (the embedding,
+   the head and a parallel cross-entropy, :mod:`course_utils.vocab_parallel`) and **sequence
+   parallelism** (module 9) between the TP regions: ``Plan.vocab_parallel``, ``Plan.sp``.
+3. **DP, bucketed and overlapped** (module 9): gradients accumulate in fp32 in one contiguous
+   buffer (:class:`course_utils.grad_buffer.GradBuffer`); during the last microbatch's backward
+   each full bucket is reduce-scattered over ``dp_group``.
+4. **ZeRO-1** (module 3): :class:`course_utils.zero1.ShardedOptimizer` clips the gradient by
+   its norm over every rank, runs ``torch.optim.Adam`` on this DP rank's slices and all-gathers
+   the updated buckets in place. ``Plan.dtype = "bf16"``: weights and compute in bf16, fp32
+   gradients and an fp32 master copy of the slices.
 
-:mod:`course_utils.train3d_check` holds the one-process reference and the checks: each rank's
-loss, first-step gradients and final weights against the slices
-:func:`course_utils.stage_model.shard_state` cuts from the reference, and the persistent bytes
-predicted from the sizes.
+:mod:`course_utils.train3d_check` holds the one-process reference and the checks.
 
 Run the same worker under torchrun (8 ranks: DP 2 x PP 2 x TP 2)::
 
@@ -31,32 +32,34 @@ Run the same worker under torchrun (8 ranks: DP 2 x PP 2 x TP 2)::
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from course_utils import backend, memory, tensor_parallel
+from course_utils.grad_buffer import GradBuffer
 from course_utils.measure import clock
 from course_utils.mesh import Mesh, axis_group
-from course_utils.overlap import BucketAllReduce
-from course_utils.pipeline_schedule import schedule_order
-from course_utils.stage_model import build_stage, check_coords
+from course_utils.overlap import MIB
+from course_utils.stage_model import Stage, build_stage, check_coords
 from course_utils.tiny_lm import MarkovCorpus, TinyLMConfig, shard_batch
+from course_utils.train3d_comms import count_comms, exchange_plan
 from course_utils.validate import check_int, check_real
-from course_utils.zero1 import ShardedAdam
+from course_utils.zero1 import ShardedOptimizer
 
-__all__ = ["Plan", "Groups", "build_groups", "Timer", "train_step", "count_comms", "train_worker",
+__all__ = ["DTYPES", "Plan", "Groups", "build_groups", "Timer", "train_step", "train_worker",
            "run"]
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A training run: mesh degrees, data and optimizer settings (counts; ``lr`` per step)."""
+    """A training run: mesh degrees, data, precision and optimizer settings (counts; ``lr`` per
+    step; ``clip``: the gradient's largest norm, None for no clipping)."""
 
     dp: int = 2
     pp: int = 2
@@ -65,19 +68,29 @@ class Plan:
     batch: int = 16           # global batch (rows), split over DP, then into m microbatches
     m: int = 4                # microbatches per DP replica per step
     lr: float = 3e-3
-    eps: float = 1e-8         # Adam's epsilon (torch.optim.Adam's default)
+    eps: float = 1e-5         # Adam's epsilon: train3d_check.TOLERANCES says why not 1e-8
+    clip: float | None = 0.55  # below the first steps' gradient norms (0.6-0.66): it acts
     seed: int = 0
-    bucket_mb: float = 0.05   # DP gradient buckets (MiB): a few per stage at this size
+    bucket_mb: float = 0.05   # DP gradient buckets (MiB of fp32): a few per stage at this size
+    vocab_parallel: bool = True
+    sp: bool = True
+    dtype: str = "fp32"       # "bf16": bf16 weights and compute, fp32 gradients and master
     cfg: TinyLMConfig = TinyLMConfig()
 
     def __post_init__(self) -> None:
         for name in ("dp", "pp", "tp", "steps", "batch", "m"):
             check_int(name, getattr(self, name))
         check_int("seed", self.seed, 0)
-        check_real("lr", self.lr)
-        check_real("eps", self.eps)
-        check_real("bucket_mb", self.bucket_mb)
-        check_coords(self.cfg, 0, self.pp, 0, self.tp)
+        for name in ("lr", "eps", "bucket_mb"):
+            check_real(name, getattr(self, name))
+        if self.clip is not None:
+            check_real("clip", self.clip)
+        for name in ("vocab_parallel", "sp"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}; got {self.dtype!r}")
+        check_coords(self.cfg, 0, self.pp, 0, self.tp, self.vocab_parallel, self.sp)
         if self.batch % (self.dp * self.m):
             raise ValueError(f"batch={self.batch} must divide into dp={self.dp} replicas of "
                              f"m={self.m} equal microbatches")
@@ -93,6 +106,15 @@ class Plan:
     @property
     def microbatch(self) -> int:
         return self.batch // (self.dp * self.m)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def bucket_numel(self) -> int:
+        """Elements of fp32 gradient per DP bucket (``bucket_mb`` MiB)."""
+        return max(1, int(self.bucket_mb * MIB) // 4)
 
 
 @dataclass
@@ -136,169 +158,207 @@ def build_groups(mesh: Mesh, rank: int) -> Groups:
 
 
 class Timer:
-    """Seconds one rank spends waiting on each kind of communication in a step."""
+    """Seconds one rank spends waiting on the pipeline and on DP in a step, and its exchanges."""
 
-    def __init__(self) -> None:
+    def __init__(self, dev: torch.device | None = None) -> None:
+        self.dev = dev or backend.device()
         self.pp_wait = self.dp_wait = 0.0
+        self._sends: list[Any] = []
 
-    def recv(self, shape: tuple[int, ...], src: int, dev: torch.device) -> torch.Tensor:
-        buf = torch.empty(shape, device=dev)
-        t0 = clock(dev)
-        dist.recv(buf, src=src)
-        self.pp_wait += clock(dev) - t0
-        return buf
+    def exchange(self, ops: Sequence[tuple[str, torch.Tensor, int]]) -> None:
+        """Post ``("send" | "recv", tensor, peer)`` as one ``batch_isend_irecv``; wait for the
+        receives (timed as pipeline wait) and keep the sends for :meth:`finish_sends`."""
+        if not ops:
+            return
+        works = dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend if kind == "send" else dist.irecv, t, peer)
+             for kind, t, peer in ops])
+        t0 = clock(self.dev)
+        if len(works) == len(ops):        # one request per op (gloo): sends finish later
+            for (kind, _, _), work in zip(ops, works):
+                self._sends.append(work) if kind == "send" else work.wait()
+        else:                             # NCCL coalesces the batch into one request
+            for work in works:
+                work.wait()
+        self.pp_wait += clock(self.dev) - t0
+
+    def finish_sends(self) -> None:
+        """Wait for every send still in flight (pipeline wait too)."""
+        t0 = clock(self.dev)
+        for work in self._sends:
+            work.wait()
+        self._sends = []
+        self.pp_wait += clock(self.dev) - t0
 
 
-def train_step(stage: torch.nn.Module, g: Groups, inputs: torch.Tensor, targets: torch.Tensor,
-               m: int, optimizer: ShardedAdam, dp_sync: BucketAllReduce | None = None,
+def train_step(stage: Stage, g: Groups, inputs: torch.Tensor, targets: torch.Tensor, m: int,
+               optimizer: ShardedOptimizer, grads: GradBuffer,
                timer: Timer | None = None) -> float | None:
     """One 1F1B step on this rank; returns the replica's mean loss on the last stage, else None.
 
     ``inputs``/``targets``: this DP replica's rows (b, T), cut here into ``m`` microbatches.
-    ``dp_sync``: buckets all-reduced during the last backward; None: one all-reduce per
-    gradient after it (no overlap).
+    ``grads``: the stage's gradient buffer, whose buckets go out during the last backward.
     """
-    timer = timer or Timer()
-    dev = inputs.device
+    timer = timer or Timer(inputs.device)
     x_mbs, y_mbs = inputs.chunk(m), targets.chunk(m)                   # m x (b/m, T)
-    boundary = (x_mbs[0].shape[0], inputs.shape[1], stage.cfg.d_model)  # (b/m, T, D)
+    tokens = targets.numel()                  # the replica's tokens: its loss is their mean
+    seq = inputs.shape[1] // (g.tp_size if stage.sp else 1)            # T, or T/t with SP
+    boundary = (x_mbs[0].shape[0], seq, stage.cfg.d_model)             # (b/m, T', D)
+    dtype = next(stage.parameters()).dtype
+    peer = {"prev": g.pp_prev_rank, "next": g.pp_next_rank}
+    order, batches = exchange_plan(g.pp_rank, g.pp_size, m)
     saved_in: dict[int, torch.Tensor] = {}
     saved_out: dict[int, torch.Tensor] = {}
-    sends = []
+    to_send: dict[tuple[str, int], torch.Tensor] = {}
     loss = 0.0
-    for kind, i, _chunk in schedule_order("1f1b", g.pp_size, m)[g.pp_rank]:
+    for k, (sends, recvs) in enumerate(batches):
+        got = {(what, i): torch.empty(boundary, dtype=dtype, device=inputs.device)
+               for what, i, _ in recvs}
+        timer.exchange([("send", to_send.pop((what, i)), peer[to]) for what, i, to in sends]
+                       + [("recv", got[(what, i)], peer[src]) for what, i, src in recvs])
+        if k == len(order):
+            break
+        kind, i, _ = order[k]
         if kind == "F":
-            if g.first:
-                x = x_mbs[i]
-            else:
-                x = timer.recv(boundary, g.pp_prev_rank, dev).requires_grad_(True)
-            out = stage(x)                                              # (b/m, T, D) or (.., V)
+            x = x_mbs[i] if g.first else got[("act", i)].requires_grad_(True)
+            out = stage(x)                                        # (b/m, T', D) or logits
             if g.last:
-                out = F.cross_entropy(out.reshape(-1, out.shape[-1]), y_mbs[i].reshape(-1)) / m
+                out = stage.token_losses(out, y_mbs[i]).sum() / tokens
                 loss += out.item()
             else:
-                act = out.detach()
-                sends.append((dist.isend(act, dst=g.pp_next_rank), act))
+                to_send[("act", i)] = out.detach()
             saved_in[i], saved_out[i] = x, out
         else:
-            grad = None if g.last else timer.recv(boundary, g.pp_next_rank, dev)
-            if dp_sync is not None:
-                dp_sync.active = i == m - 1   # DP all-reduces start in the last backward only
-            torch.autograd.backward(saved_out.pop(i), grad_tensors=grad)
+            grads.active = i == m - 1        # DP reduce-scatters start in the last backward
+            torch.autograd.backward(saved_out.pop(i),
+                                    grad_tensors=None if g.last else got[("grad", i)])
             x = saved_in.pop(i)
             if not g.first:
-                sends.append((dist.isend(x.grad, dst=g.pp_prev_rank), x.grad))
-    for work, _ in sends:
-        work.wait()
-    t0 = clock(dev)
-    if dp_sync is not None:
-        dp_sync.finish()                  # wait for the buckets still in flight, average
-    else:
-        for p in stage.parameters():      # sum over the replicas, then the mean
-            dist.all_reduce(p.grad, group=g.dp_group)
-            p.grad.div_(g.dp_size)
-    timer.dp_wait += clock(dev) - t0
-    optimizer.step()                      # ZeRO-1: my shard, then all-gather over DP
+                to_send[("grad", i)] = x.grad
+    timer.finish_sends()
+    t0 = clock(inputs.device)
+    grads.finish()                       # wait for the buckets still in flight; my slices / D
+    timer.dp_wait += clock(inputs.device) - t0
+    optimizer.step()                     # clip, Adam on my slices, all-gather the buckets
     return loss if g.last else None
 
 
-@contextlib.contextmanager
-def count_comms(g: Groups) -> Iterator[dict[str, int]]:
-    """Count this process's calls while the block runs: point-to-point (``send``, ``recv``,
-    ``isend``, ``irecv``) and ``all_reduce`` / ``all_gather`` by group ("tp", "dp" or "other"),
-    with the bytes of the TP all-reduces (``tp_bytes``). Read by wrapping ``torch.distributed``'s
-    functions, so it sees every caller: the layers, the step, the optimizer."""
-    counts = dict.fromkeys(("send", "recv", "isend", "irecv", "tp_bytes"), 0)
-    names = {id(g.tp_group): "tp", id(g.dp_group): "dp"}
-    real = {name: getattr(dist, name) for name in
-            ("send", "recv", "isend", "irecv", "all_reduce", "all_gather")}
-
-    def counted(name):
-        def call(*args, **kwargs):
-            if name in ("all_reduce", "all_gather"):
-                group = kwargs.get("group", args[2] if len(args) > 2 else None)
-                key = f"{name}_{names.get(id(group), 'other')}"
-                counts[key] = counts.get(key, 0) + 1
-                if key == "all_reduce_tp":
-                    counts["tp_bytes"] += args[0].numel() * args[0].element_size()
-            else:
-                counts[name] += 1
-            return real[name](*args, **kwargs)
-        return call
-    for name in real:
-        setattr(dist, name, counted(name))
-    try:
-        yield counts
-    finally:
-        for name, fn in real.items():
-            setattr(dist, name, fn)
-
-
 def _numpy(tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
-    return {k: backend.to_cpu(v.detach()).numpy().copy() for k, v in tensors.items()}
+    return {k: backend.to_cpu(v.detach().float()).numpy().copy() for k, v in tensors.items()}
 
 
-def train_worker(rank: int, world_size: int, plan: Plan, step_fn=None, f=None) -> dict[str, Any]:
-    """One rank of ``plan``: trains, returns losses, first-step grads, final weights, bytes, times.
-
-    ``step_fn(stage, g, inputs, targets, m, optimizer)`` replaces :func:`train_step` (how a
-    student's step runs: no buckets, and the optimizer leaves the all-gather to it); ``f``
-    replaces the blocks' TP operator "f" (:class:`~course_utils.stage_model.TensorParallelBlock`).
-    """
-    if world_size != plan.world_size:
-        raise ValueError(f"the plan needs {plan.world_size} ranks; got world_size={world_size}")
-    g = build_groups(plan.mesh, rank)
+def _setup(plan: Plan, g: Groups, f, student: bool):
+    """This rank's stage, optimizer and gradient buffer (None for a student's step)."""
     dev = backend.device()
     stage = build_stage(plan.cfg, plan.seed, g.pp_rank, g.pp_size, g.tp_rank, g.tp_size,
-                        g.tp_group, f).to(dev)
-    optimizer = ShardedAdam(stage.parameters(), g.dp_group, lr=plan.lr, eps=plan.eps,
-                            allow_step=step_fn is None)
-    dp_sync = BucketAllReduce(stage, plan.bucket_mb, group=g.dp_group) if step_fn is None \
-        else None
+                        g.tp_group, f, vocab_parallel=plan.vocab_parallel, sp=plan.sp,
+                        dtype=plan.torch_dtype, device=dev)
+    adam = dict(lr=plan.lr, eps=plan.eps)
+    if student:   # one bucket in parameter order; the student writes the all-gather
+        return stage, ShardedOptimizer(stage.parameters(), torch.optim.Adam, g.dp_group,
+                                       allow_step=False, **adam), None
+    params = list(stage.parameters())[::-1]             # backward's order: buckets fill in turn
+    replicated = {id(p) for p in stage.tp_replicated()}
+    optimizer = ShardedOptimizer(params, torch.optim.Adam, g.dp_group,
+                                 bucket_numel=plan.bucket_numel, master_dtype=torch.float32,
+                                 max_norm=plan.clip, counted=[
+                                     id(p) not in replicated or g.tp_rank == 0 for p in params],
+                                 **adam)
+    grads = GradBuffer(optimizer.params, optimizer.layout, g.dp_group, g.tp_group,
+                       stage.tp_partial())
+    optimizer.grads = grads
+    return stage, optimizer, grads
+
+
+def _train(plan: Plan, g: Groups, step_fn=None, f=None) -> dict[str, Any]:
+    stage, optimizer, grads = _setup(plan, g, f, step_fn is not None)
     corpus = MarkovCorpus(plan.cfg.vocab_size, seed=plan.seed)
     out: dict[str, Any] = {"coords": (g.dp_rank, g.pp_rank, g.tp_rank), "losses": [],
-                           "times": []}
+                           "times": [], "grad_norms": []}
     for step in range(plan.steps):
         x, y = corpus.batch(step, plan.batch, plan.cfg.seq_len)                # (B, T) each
         x, y = (backend.to_device(shard_batch(t, g.dp_rank, g.dp_size)) for t in (x, y))
-        timer, opt_comm_before = Timer(), optimizer.comm_s
+        timer, comm_before = Timer(), optimizer.comm_s
         dist.barrier()
-        with tensor_parallel.record_comms() as tp_events, count_comms(g) as calls:
-            t0 = clock(dev)
+        with tensor_parallel.record_comms() as tp_events, \
+                count_comms({"tp": g.tp_group, "dp": g.dp_group}) as calls:
+            t0 = clock(x.device)
             if step_fn is None:
-                loss = train_step(stage, g, x, y, plan.m, optimizer, dp_sync, timer)
+                loss = train_step(stage, g, x, y, plan.m, optimizer, grads, timer)
             else:
                 loss = step_fn(stage, g, x, y, plan.m, optimizer)
-            total = clock(dev) - t0
+            total = clock(x.device) - t0
         tp_s = sum(e.seconds for e in tp_events)
-        dp_s = timer.dp_wait + optimizer.comm_s - opt_comm_before
+        dp_s = timer.dp_wait + optimizer.comm_s - comm_before
         out["times"].append({"step": total, "tp": tp_s, "pp_wait": timer.pp_wait, "dp": dp_s,
                              "compute": total - tp_s - timer.pp_wait - dp_s})
         out["losses"].append(loss)
+        out["grad_norms"].append(optimizer.grad_norm)
         if step == 0:
-            out["grads"] = _numpy({n: p.grad for n, p in stage.named_parameters()
-                                   if p.grad is not None})
+            named = dict(stage.named_parameters())
+            full = grads.full_grads() if grads is not None else [p.grad for p in optimizer.params]
+            by_id = {id(p): gr for p, gr in zip(optimizer.params, full)}
+            out["grads"] = _numpy({n: by_id[id(p)] for n, p in named.items()
+                                   if by_id.get(id(p)) is not None})
             out["state_bytes"] = memory.count_state_bytes(stage, optimizer)
-            out["comms"] = {"tp_all_reduces": calls.get("all_reduce_tp", 0),
-                            "tp_bytes": calls["tp_bytes"],
-                            "dp_buckets": dp_sync.n_buckets if dp_sync else 0,
-                            "calls": dict(calls)}
+            tp_kinds = {}
+            for e in tp_events:
+                tp_kinds[e.op] = tp_kinds.get(e.op, 0) + 1
+                tp_kinds["bytes"] = tp_kinds.get("bytes", 0) + e.nbytes
+            out["comms"] = {"tp": tp_kinds, "tp_all_reduces": calls.get("all_reduce_tp", 0),
+                            "dp_buckets": grads.n_buckets if grads else 0, "calls": dict(calls)}
         optimizer.zero_grad()
+        if grads is not None:
+            grads.zero()
     out["weights"] = _numpy(dict(stage.named_parameters()))
     return out
 
 
-def run(plan: Plan, timeout_s: float = 120.0, step_fn=None, f=None) -> list[dict[str, Any]]:
-    """Train ``plan`` on ``plan.world_size`` real ranks; each rank's :func:`train_worker` result."""
+def train_worker(rank: int, world_size: int, plan: Plan | Sequence[Plan], step_fn=None,
+                 f=None) -> dict[str, Any] | list[dict[str, Any]]:
+    """One rank of ``plan`` (or of each plan of a list, in turn, in one launch): trains, returns
+    losses, first-step grads and norms, final weights, bytes, calls and times.
+
+    ``step_fn(stage, g, inputs, targets, m, optimizer)`` replaces :func:`train_step` (how a
+    student's step runs: one plain stage, no buffer, and the optimizer leaves the all-gather to
+    it); ``f`` replaces the blocks' TP operator "f"
+    (:class:`~course_utils.stage_model.TensorParallelBlock`).
+    """
+    plans = [plan] if isinstance(plan, Plan) else list(plan)
+    groups: dict[tuple[int, int, int], Groups] = {}
+    results = []
+    for p in plans:
+        if world_size != p.world_size:
+            raise ValueError(f"the plan needs {p.world_size} ranks; got world_size={world_size}")
+        key = (p.dp, p.pp, p.tp)
+        if key not in groups:
+            groups[key] = build_groups(p.mesh, rank)
+        results.append(_train(p, groups[key], step_fn, f))
+    return results[0] if isinstance(plan, Plan) else results
+
+
+def run(plan: Plan | Sequence[Plan], timeout_s: float = 120.0, step_fn=None,
+        f=None) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
+    """Train ``plan`` on ``plan.world_size`` real ranks; each rank's :func:`train_worker`
+    result. A list of plans (one world size) trains each in turn in one launch; the result is
+    then one list of per-rank results per plan."""
     from course_utils import launch
 
-    if not isinstance(plan, Plan):
-        raise ValueError(f"plan must be a train3d.Plan; got {type(plan).__name__}")
+    plans = [plan] if isinstance(plan, Plan) else list(plan) if isinstance(plan, (list, tuple)) \
+        else None
+    if not plans or not all(isinstance(p, Plan) for p in plans):
+        raise ValueError(f"plan must be a train3d.Plan or a list of them; got "
+                         f"{type(plan).__name__}")
+    if len({p.world_size for p in plans}) > 1:
+        raise ValueError("the plans of one launch must need the same number of ranks")
     for name, fn in (("step_fn", step_fn), ("f", f)):
         if fn is not None and not callable(fn):
             raise ValueError(f"{name} must be a function or None; got {type(fn).__name__}")
-    return launch.run(functools.partial(train_worker, plan=plan, step_fn=step_fn, f=f),
-                      plan.world_size, timeout_s=timeout_s, threads_per_rank=1)
+    per_rank = launch.run(functools.partial(train_worker, plan=plan, step_fn=step_fn, f=f),
+                          plans[0].world_size, timeout_s=timeout_s, threads_per_rank=1)
+    if isinstance(plan, Plan):
+        return per_rank
+    return [[r[i] for r in per_rank] for i in range(len(plans))]
 
 
 if __name__ == "__main__":

@@ -1,122 +1,277 @@
-"""ZeRO-1 as an optimizer: each DP rank keeps Adam's moments for one shard, then all-gathers.
+"""ZeRO-1 as a wrapper of any ``torch.optim`` optimizer: each DP rank updates one shard.
 
-The parameters of a model replica (here: one rank's pipeline stage, already split by TP) are
-read as one flat vector, padded with zeros to a multiple of D (the size of ``dp_group``), and
-DP rank r owns elements ``[r*S, (r+1)*S)`` with ``S = ceil(n / D)`` (module 3's flat-buffer
-layout). :meth:`ShardedAdam.step` expects gradients already averaged over DP (a bucketed
-all-reduce, as DDP does: the same pairing as DDP + ``ZeroRedundancyOptimizer``), updates its
-own shard with exactly ``torch.optim.Adam``'s arithmetic, and all-gathers the updated shards so
-every replica holds the same weights again. Persistent bytes per rank in fp32: 4n weights +
-4n gradients + 8S moments (``memory.zero_state_bytes(n, D, stage=1, layout_name="fp32_adam")``
-plus at most D - 1 padding elements).
+The parameters (one rank's pipeline stage, already split by TP; or any model's) are moved
+into one flat buffer, cut into buckets (:class:`FlatLayout`: in the order given, a bucket
+closes once it holds at least ``bucket_numel`` elements, and is padded with zeros to a
+multiple of D, the size of ``dp_group``). DP rank r owns the r-th of the D equal slices of
+every bucket, as Megatron-LM's distributed optimizer does, so that a bucket's gradients can be
+reduce-scattered (:class:`course_utils.grad_buffer.GradBuffer`) the moment backward has filled
+it and each rank receives exactly the slice it updates. Per step and per rank, that is
+(D-1)/D of the gradient bytes reduce-scattered plus (D-1)/D of the weight bytes all-gathered:
+2(D-1)/D in all, what an all-reduce alone costs (module 3).
 
-The optimizer's own all-gather is timed (:attr:`ShardedAdam.comm_s`) for the step breakdown.
+:class:`ShardedOptimizer` cuts this rank's slices into *pieces*, one per parameter they
+touch, and hands the pieces to ``optimizer_cls`` (``torch.optim.AdamW``, ``SGD``, ...), which
+keeps its state for them alone. A piece whose parameter has no gradient gets none, so the inner
+optimizer skips it, as ``torch.optim`` skips such a parameter. Element-wise optimizers (SGD,
+Adam, AdamW, ...) then compute exactly what they compute on whole tensors; one that reads a
+whole tensor at once (LAMB's trust ratio, Muon's orthogonalisation, Adafactor's factored
+moments) would not, and is not supported. After the update, each bucket's slices are
+all-gathered in place into the flat buffer, which the parameters are views of: no
+concatenation and no copy back. With ``master_dtype`` wider than the parameters (bf16
+weights), the pieces are an fp32 master copy of this rank's slices (Megatron's "bf16 param,
+fp32 grads" layout: 2 + 4 bytes per parameter, plus 4 + 8 per owned element).
+
+This is not what PyTorch's ``ZeroRedundancyOptimizer`` does. Its docstring
+(``torch/distributed/optim/zero_redundancy_optimizer.py``, lines 305-308 in torch 2.13):
+"``ZeroRedundancyOptimizer`` uses a sorted-greedy algorithm to pack a number of parameters at
+each rank. Each parameter belongs to a single rank and is not divided among ranks."
+(``_partition_parameters``, lines 689-697: sorted by size, each to the rank with the fewest
+elements so far), and its ``_sync_params`` (line 813) sends every rank's updated parameters to
+the others with ``dist.broadcast``. It sits after DDP's all-reduce of the whole gradient.
+
+Standalone (a model trained with DDP, or CS336's sharded-optimizer test): the caller
+averages the gradients over DP first, as DDP does, and :meth:`ShardedOptimizer.step` reads each
+parameter's ``.grad``. In the 3-D trainer, a ``GradBuffer`` hands over the reduce-scattered
+slices instead (``grads=``). ``max_norm`` clips the gradient by its norm over every rank of
+``norm_group`` (the whole job: DP slices, PP stages and TP shards each hold a part of the
+model's gradient), as ``torch.nn.utils.clip_grad_norm_`` does for one process.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
 
 from course_utils.measure import clock
-from course_utils.validate import check_real
-from course_utils.zero import shard_numel
+from course_utils.validate import check_int, check_real
 
-__all__ = ["ShardedAdam"]
+__all__ = ["FlatLayout", "ShardedOptimizer"]
 
 
-class ShardedAdam:
-    """Adam over ``params`` with the moments sharded over ``dp_group`` (ZeRO stage 1).
+class FlatLayout:
+    """Where each of a list of parameters sits in one flat buffer, and which slice each of
+    ``dp_size`` ranks owns (counts of elements; pure arithmetic, no tensors).
 
-    ``lr``, ``betas`` and ``eps`` as in ``torch.optim.Adam`` (no weight decay). ``state`` has
-    the moments in the layout ``memory.count_state_bytes`` reads (``{0: {"exp_avg": ...}}``).
-    ``allow_step=False`` makes :meth:`step` refuse, so that the caller writes the all-gather
-    (assignment a10).
+    ``numels``: the parameters' sizes in buffer order; ``bucket_numel``: a bucket closes once it
+    holds at least this many elements (the parameter that crosses it stays in it, as in DDP);
+    None: one bucket. Each bucket is padded with zeros to a multiple of ``dp_size``.
     """
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], dp_group=None, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 allow_step: bool = True):
-        self.params = [p for p in params]
-        if not self.params or not all(isinstance(p, torch.Tensor) for p in self.params):
-            raise ValueError("params must be a non-empty iterable of tensors")
-        self.lr = check_real("lr", lr)
-        if (not isinstance(betas, tuple) or len(betas) != 2
-                or not all(0 <= check_real("betas", b, 0, strict=False) < 1 for b in betas)):
-            raise ValueError(f"betas must be a pair of numbers in [0, 1); got {betas!r}")
-        self.betas, self.eps = betas, check_real("eps", eps, 0, strict=False)
-        self.dp_group = dp_group
-        self.dp_size = dist.get_world_size(dp_group)
-        self.dp_rank = dist.get_rank(dp_group)
-        self.numel = sum(p.numel() for p in self.params)
-        self.shard = shard_numel(self.numel, self.dp_size)        # S elements per DP rank
-        self.start = self.dp_rank * self.shard
-        ref = self.params[0]
-        self.state = {0: {"exp_avg": torch.zeros(self.shard, dtype=ref.dtype, device=ref.device),
-                          "exp_avg_sq": torch.zeros(self.shard, dtype=ref.dtype,
-                                                    device=ref.device)}}
-        self.steps = 0
-        self.comm_s = 0.0   # seconds in the all-gather, summed over steps
-        self.allow_step = allow_step
+    def __init__(self, numels: Sequence[int], dp_size: int, bucket_numel: int | None = None):
+        if not numels or not all(isinstance(n, int) and n >= 0 for n in numels):
+            raise ValueError(f"numels must be a non-empty list of sizes >= 0; got {numels!r}")
+        self.dp_size = check_int("dp_size", dp_size)
+        if bucket_numel is not None:
+            check_int("bucket_numel", bucket_numel)
+        self.numels = list(numels)
+        self.offsets: list[int] = []
+        self.buckets: list[tuple[int, int]] = []        # [start, stop) incl. padding
+        self.bucket_of: list[int] = []                  # each parameter's bucket
+        start = filled = 0
+        for n in self.numels:
+            if bucket_numel is not None and filled >= bucket_numel:
+                self._close(start, filled)
+                start, filled = start + self._padded(filled), 0
+            self.offsets.append(start + filled)
+            self.bucket_of.append(len(self.buckets))
+            filled += n
+        self._close(start, filled)
 
-    def _flat(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        flat = torch.cat([t.reshape(-1) for t in tensors])                  # (n,)
-        return torch.nn.functional.pad(flat, (0, self.shard * self.dp_size - self.numel))
+    def _padded(self, n: int) -> int:
+        return -(-n // self.dp_size) * self.dp_size
+
+    def _close(self, start: int, filled: int) -> None:
+        self.buckets.append((start, start + self._padded(filled)))
+
+    @property
+    def total(self) -> int:
+        """Elements of the buffer, padding included."""
+        return self.buckets[-1][1]
+
+    def shard(self, bucket: int, dp_rank: int) -> tuple[int, int]:
+        """[start, stop) of ``dp_rank``'s slice of bucket ``bucket`` in the buffer."""
+        lo, hi = self.buckets[bucket]
+        size = (hi - lo) // self.dp_size
+        return lo + dp_rank * size, lo + (dp_rank + 1) * size
+
+    def pieces(self, dp_rank: int) -> list[tuple[int, int, int]]:
+        """(parameter index, start inside the parameter, length) of every run of elements that
+        ``dp_rank`` owns, in buffer order."""
+        out = []
+        for i, (off, n) in enumerate(zip(self.offsets, self.numels)):
+            lo, hi = self.shard(self.bucket_of[i], dp_rank)
+            a, b = max(lo, off), min(hi, off + n)
+            if a < b:
+                out.append((i, a - off, b - a))
+        return out
+
+    def owned(self, dp_rank: int) -> int:
+        """Parameter elements (padding excluded) that ``dp_rank`` updates."""
+        return sum(n for _, _, n in self.pieces(dp_rank))
+
+
+class ShardedOptimizer:
+    """ZeRO-1 over ``dp_group``: ``optimizer_cls(**kwargs)`` on this rank's slices only.
+
+    ``params``: tensors of one dtype and device (repeats are dropped, as for tied weights); they
+    become views of one flat buffer. ``grads``: a :class:`~course_utils.grad_buffer.GradBuffer`
+    whose slices hold the reduced gradients (default: read each ``param.grad``, already
+    averaged over DP). ``max_norm``: clip by the norm over ``norm_group`` (default: every rank),
+    each element counted on one rank only: ``counted[i]`` False leaves parameter i out on this
+    rank (a TP-replicated copy). ``allow_step=False``: :meth:`step` refuses, so the caller writes
+    the all-gather (assignment a10): :meth:`update_shard`, then :meth:`load_gathered`.
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], optimizer_cls: type = torch.optim.Adam,
+                 dp_group: Any = None, *, bucket_numel: int | None = None,
+                 master_dtype: torch.dtype | None = None, grads: Any = None,
+                 max_norm: float | None = None, norm_group: Any = None,
+                 counted: Sequence[bool] | None = None, allow_step: bool = True, **kwargs: Any):
+        self.params: list[torch.Tensor] = []
+        for p in params:
+            if not isinstance(p, torch.Tensor):
+                raise ValueError(f"params must be tensors; got {type(p).__name__}")
+            if all(p is not q for q in self.params):
+                self.params.append(p)
+        if not self.params:
+            raise ValueError("params must be a non-empty iterable of tensors")
+        ref = self.params[0]
+        if any(p.dtype != ref.dtype or p.device != ref.device for p in self.params):
+            raise ValueError("params must share one dtype and one device (one flat buffer)")
+        if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
+            raise ValueError(f"optimizer_cls must be a torch.optim.Optimizer class; got "
+                             f"{optimizer_cls!r}")
+        self.max_norm = None if max_norm is None else check_real("max_norm", max_norm)
+        self.dp_group, self.norm_group, self.grads = dp_group, norm_group, grads
+        self.dp_size, self.dp_rank = dist.get_world_size(dp_group), dist.get_rank(dp_group)
+        self.layout = FlatLayout([p.numel() for p in self.params], self.dp_size, bucket_numel)
+        self.counted = list(counted) if counted is not None else [True] * len(self.params)
+        if len(self.counted) != len(self.params):
+            raise ValueError(f"counted must have one flag per parameter ({len(self.params)})")
+        self.flat = torch.zeros(self.layout.total, dtype=ref.dtype, device=ref.device)
+        with torch.no_grad():
+            for p, off in zip(self.params, self.layout.offsets):
+                view = self.flat[off:off + p.numel()]
+                view.copy_(p.reshape(-1))
+                p.data = view.view_as(p)                     # the parameter lives in the buffer
+        self.master_dtype = master_dtype or ref.dtype
+        self._pieces = self.layout.pieces(self.dp_rank)      # (param, start, length)
+        owned = sum(n for _, _, n in self._pieces)
+        self.master_params: list[torch.Tensor] = []
+        if self.master_dtype != ref.dtype:                   # an fp32 copy of my slices
+            self._master_flat = torch.empty(owned, dtype=self.master_dtype, device=ref.device)
+        masters, at = [], 0
+        for i, lo, n in self._pieces:
+            if self.master_dtype == ref.dtype:               # update the buffer in place
+                start = self.layout.offsets[i] + lo
+                piece = torch.nn.Parameter(self.flat[start:start + n])
+            else:
+                view = self._master_flat[at:at + n]
+                view.copy_(self.params[i].detach().reshape(-1)[lo:lo + n])
+                piece = torch.nn.Parameter(view)
+                self.master_params.append(piece)
+            masters.append(piece)
+            at += n
+        self._masters = masters
+        self.inner = optimizer_cls(masters, **kwargs) if masters else None
+        self.allow_step = allow_step
+        self.comm_s = 0.0           # seconds in the all-gathers, summed over steps
+        self.grad_norm: float | None = None   # the last step's norm (before clipping)
+
+    # ------------------------------------------------------------------ one step, in parts
+
+    def _load_grads(self) -> None:
+        for piece, (i, lo, n) in zip(self._masters, self._pieces):
+            if self.grads is not None:
+                start = self.layout.offsets[i] + lo
+                g = self.grads.flat[start:start + n]
+            else:
+                full = self.params[i].grad
+                g = None if full is None else full.reshape(-1)[lo:lo + n]
+            piece.grad = None if g is None else g.to(self.master_dtype)
+
+    def _clip(self) -> None:
+        sq = torch.zeros((), dtype=torch.float32, device=self.flat.device)
+        for piece, (i, _, _) in zip(self._masters, self._pieces):
+            if piece.grad is not None and self.counted[i]:
+                sq += piece.grad.float().pow(2).sum()
+        t0 = clock(sq)
+        dist.all_reduce(sq, group=self.norm_group)        # every part of the model's gradient
+        self.comm_s += clock(sq) - t0
+        self.grad_norm = float(sq.sqrt())
+        # torch.nn.utils.clip_grad_norm_'s rule (torch/nn/utils/clip_grad.py): * min(max/(n+1e-6), 1)
+        coef = min(self.max_norm / (self.grad_norm + 1e-6), 1.0)
+        for piece in self._masters:
+            if piece.grad is not None:
+                piece.grad.mul_(coef)
 
     @torch.no_grad()
     def update_shard(self) -> torch.Tensor:
-        """Adam on this rank's shard of the weights; returns the updated shard, (S,).
-
-        The weights themselves are unchanged until :meth:`load_gathered` copies every rank's
-        updated shard back into them.
-        """
-        missing = [i for i, p in enumerate(self.params) if p.grad is None]
-        if missing:
-            raise ValueError(f"parameter {missing[0]} has no gradient: run backward first")
-        self.steps += 1
-        beta1, beta2 = self.betas
-        lo, hi = self.start, self.start + self.shard
-        p = self._flat(self.params)[lo:hi]                                    # (S,) mine
-        g = self._flat([q.grad for q in self.params])[lo:hi]                  # (S,)
-        m, v = self.state[0]["exp_avg"], self.state[0]["exp_avg_sq"]
-        # torch.optim.Adam's single-tensor update, step for step (torch/optim/adam.py)
-        m.lerp_(g, 1 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        step_size = self.lr / (1 - beta1 ** self.steps)
-        denom = (v.sqrt() / math.sqrt(1 - beta2 ** self.steps)).add_(self.eps)
-        return p.addcdiv_(m, denom, value=-step_size)
+        """Run the inner optimizer on this rank's slices; return them, concatenated in bucket
+        order ((sum of S_b,) elements, the same length on every DP rank, in the parameters'
+        dtype). The other ranks' slices of the weights are unchanged until gathered."""
+        self._load_grads()
+        if self.max_norm is not None:
+            self._clip()
+        if self.inner is not None:
+            self.inner.step()
+        if self.master_dtype != self.flat.dtype:
+            for piece, (i, lo, n) in zip(self._masters, self._pieces):
+                start = self.layout.offsets[i] + lo
+                self.flat[start:start + n].copy_(piece)
+        return torch.cat([self.flat[slice(*self.layout.shard(b, self.dp_rank))]
+                          for b in range(len(self.layout.buckets))])
 
     @torch.no_grad()
     def load_gathered(self, flat: torch.Tensor) -> None:
-        """Copy the D shards, concatenated in DP-rank order ((D*S,) elements), into the weights."""
-        if not isinstance(flat, torch.Tensor) or flat.shape != (self.shard * self.dp_size,):
-            raise ValueError(f"flat must be a tensor of shape ({self.shard * self.dp_size},) "
-                             f"(D = {self.dp_size} shards of {self.shard}); got "
+        """Copy the D ranks' :meth:`update_shard` results, concatenated in DP-rank order, into
+        the weights."""
+        mine = sum(hi - lo for lo, hi in (self.layout.shard(b, 0)
+                                          for b in range(len(self.layout.buckets))))
+        if not isinstance(flat, torch.Tensor) or flat.shape != (mine * self.dp_size,):
+            raise ValueError(f"flat must be a tensor of shape ({mine * self.dp_size},) (D = "
+                             f"{self.dp_size} slices of {mine}); got "
                              f"{getattr(flat, 'shape', type(flat).__name__)}")
-        offset = 0
-        for q in self.params:
-            q.copy_(flat[offset:offset + q.numel()].view_as(q))
-            offset += q.numel()
+        per_rank = flat.view(self.dp_size, mine)
+        at = 0
+        for b in range(len(self.layout.buckets)):
+            size = self.layout.shard(b, 0)[1] - self.layout.shard(b, 0)[0]
+            lo, hi = self.layout.buckets[b]
+            self.flat[lo:hi].view(self.dp_size, size).copy_(per_rank[:, at:at + size])
+            at += size
 
     @torch.no_grad()
     def step(self) -> None:
-        """ZeRO-1's whole update: :meth:`update_shard`, all-gather over DP,
-        :meth:`load_gathered`."""
+        """ZeRO-1's whole update: :meth:`update_shard`, then each bucket all-gathered in place."""
         if not self.allow_step:
             raise RuntimeError("this optimizer leaves the all-gather to you: call "
                                "update_shard(), all-gather the shards over the DP group and "
                                "pass them to load_gathered()")
-        shard = self.update_shard()
-        parts = [torch.empty_like(shard) for _ in range(self.dp_size)]
-        t0 = clock(shard)
-        dist.all_gather(parts, shard, group=self.dp_group)                    # D x (S,)
-        self.comm_s += clock(shard) - t0
-        self.load_gathered(torch.cat(parts))                                  # (D*S,)
+        self.update_shard()
+        t0 = clock(self.flat)
+        for b in range(len(self.layout.buckets)):
+            lo, hi = self.layout.buckets[b]
+            mine = self.flat[slice(*self.layout.shard(b, self.dp_rank))].clone()
+            dist.all_gather_single(self.flat[lo:hi], mine, group=self.dp_group)
+        self.comm_s += clock(self.flat) - t0
 
-    def zero_grad(self) -> None:
-        """Set every gradient to None."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the gradients: the parameters' ``.grad`` and the pieces' (a ``GradBuffer``
+        is zeroed by its owner)."""
         for p in self.params:
             p.grad = None
+        for piece in self._masters:
+            piece.grad = None
+
+    @property
+    def state(self) -> dict:
+        """The inner optimizer's state (its tensors are this rank's slices only)."""
+        return self.inner.state if self.inner is not None else {}
+
+    @property
+    def param_groups(self) -> list[dict]:
+        """The inner optimizer's groups (``lr`` and the rest can be changed there)."""
+        return self.inner.param_groups if self.inner is not None else []

@@ -1,69 +1,102 @@
 """Module 10's 3-D trainer: every rank's tensors against one process, on several meshes.
 
-The 8-rank runs (DP 2 x PP 2 x TP 2, 20 steps, two seeds) are made once per file; the 4-rank
-meshes that drop one axis each, an uneven stage split, the PyTorch-parts version and the
-hand-built pieces (slicing, ZeRO-1's Adam, the groups) are tested on their own.
+The 8-rank runs (DP 2 x PP 2 x TP 2: 20 steps fp32 and 5 steps bf16, two seeds each) are made
+once per file, in one launch; the 4-rank meshes that drop one axis each, the three layouts of
+the vocabulary and the sequence, an uneven stage split, the PyTorch-parts version and the
+pieces (slicing, the meta-device build, the exchange plan, FLOPs, the statements lecture 10
+makes) are tested on their own.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import math
+import time
+import weakref
 
 import pytest
 import torch
 
-from course_utils import launch, memory, stage_model, train3d, train3d_check, train3d_torch
-from course_utils.mesh import Mesh
+from course_utils import (capstone, launch, stage_model, tiny_lm, train3d, train3d_check,
+                          train3d_comms, train3d_torch)
+from course_utils.grad_buffer import GradBuffer
 from course_utils.tiny_lm import TinyLMConfig, build
-from course_utils.zero1 import ShardedAdam
 
 SEEDS = (0, 1)
 
 
 @pytest.fixture(scope="module")
 def runs():
-    """The lecture's plan (8 ranks, 20 steps) for each seed: (plan, per-rank results, reference)."""
-    out = {}
-    for seed in SEEDS:
-        plan = train3d.Plan(seed=seed)
-        out[seed] = (plan, train3d.run(plan, timeout_s=180), train3d_check.reference_train(plan))
-    return out
+    """(plan, per-rank results, reference) for fp32 (the lecture's plan, 20 steps) and bf16
+    (5 steps), each seed; one launch."""
+    plans = [train3d.Plan(seed=s) for s in SEEDS]
+    plans += [train3d.Plan(seed=s, dtype="bf16", steps=5) for s in SEEDS]
+    results = train3d.run(plans, timeout_s=480)
+    return {(p.dtype, p.seed): (p, res, train3d_check.reference_train(p))
+            for p, res in zip(plans, results)}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_8_ranks_train_like_one_process(runs, seed):
-    plan, results, ref = runs[seed]
+    plan, results, ref = runs[("fp32", seed)]
     worst = train3d_check.check_against_reference(plan, results, ref)
     assert len(results) == 8 and sorted(r["coords"] for r in results) == sorted(
         (d, p, t) for d in range(2) for p in range(2) for t in range(2))
     assert ref["losses"][-1] < ref["losses"][0] - 1.0   # it learns: 20 steps, > 1 nat lower
     assert worst["loss"] < 1e-5 and worst["grads"] < 1e-6
+    clipped = [n > plan.clip for n in ref["grad_norms"]]
+    assert any(clipped) and not all(clipped)            # the clipping acts, some of the time
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_persistent_bytes_predicted_equal_measured(runs, seed):
-    plan, results, _ = runs[seed]
-    for r in results:
-        got, want = r["state_bytes"], train3d_check.predicted_state_bytes(plan, r["coords"][1])
-        assert {k: got[k] for k in want} == want, r["coords"]
-        assert got["master"] == got["other"] == 0
-        n = stage_model.stage_param_count(plan.cfg, r["coords"][1], plan.pp, plan.tp)
-        ideal = memory.zero_state_bytes(n, plan.dp, 1, "fp32_adam")
-        assert want["optimizer"] - ideal["optimizer"] < 8 * plan.dp   # padding < D elements
+def test_bf16_with_fp32_gradients_trains_like_one_process_in_bf16(runs, seed):
+    plan, results, ref = runs[("bf16", seed)]
+    train3d_check.check_against_reference(plan, results, ref)
+    fp32 = dataclasses.replace(plan, dtype="fp32")
+    with pytest.raises(AssertionError):          # it did compute in bf16: fp32's check fails
+        train3d_check.check_against_reference(fp32, results)
+    assert all(v.dtype.itemsize == 4 for r in results for v in r["grads"].values())
 
 
-def test_tp_all_reduces_counted_as_predicted(runs):
-    plan, results, _ = runs[0]
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_persistent_bytes_predicted_equal_measured(runs, dtype, seed):
+    plan, results, _ = runs[(dtype, seed)]
     for r in results:
-        want = train3d_check.predicted_comms(plan, r["coords"][1])
-        assert {k: r["comms"][k] for k in want} == want
-        assert r["comms"]["dp_buckets"] >= 2   # more than one bucket: overlap is possible
+        dp_rank, pp_rank, _ = r["coords"]
+        assert r["state_bytes"] == train3d_check.predicted_state_bytes(plan, pp_rank, dp_rank)
+    for pp_rank in range(plan.pp):   # the DP ranks' slices cover the stage once: n in all
+        n = stage_model.stage_param_count(plan.cfg, pp_rank, plan.pp, plan.tp, True)
+        moments = sum(r["state_bytes"]["optimizer"] for r in results
+                      if r["coords"][1:] == (pp_rank, 0))
+        assert moments == 8 * n
+        weights = next(r["state_bytes"]["weights"] for r in results if r["coords"][1] == pp_rank)
+        assert 0 <= weights - (2 if dtype == "bf16" else 4) * n < 4 * 2 * len(
+            train3d_check.bucket_bytes(plan, pp_rank))          # padding: < D per bucket
+
+
+def test_comms_counted_as_predicted(runs):
+    plan, results, _ = runs[("fp32", 0)]
+    for r in results:
+        _, pp_rank, _ = r["coords"]
+        want = train3d_comms.predicted_tp(plan.cfg, pp_rank, plan.pp, plan.tp, plan.m,
+                                          plan.microbatch, True, True)
+        assert {k: r["comms"]["tp"].get(k, 0) for k in want} == want
+        calls = r["comms"]["calls"]
+        n_buckets = len(train3d_check.bucket_bytes(plan, pp_rank))
+        pred = train3d_comms.predicted_calls(pp_rank, plan.pp, plan.m, n_buckets, True)
+        assert (calls["send"], calls["recv"]) == (pred["send"], pred["recv"])
+        _, batches = train3d_comms.exchange_plan(pp_rank, plan.pp, plan.m)
+        assert calls["p2p_batches"] == sum(1 for s, rv in batches if s or rv)
+        assert calls["all_to_all_single_dp"] == calls["all_gather_single_dp"] == n_buckets >= 2
+        assert calls["all_reduce_other"] == 1                    # the norm, over all 8 ranks
 
 
 def test_step_breakdown_names_each_wait(runs):
     """Every rank on this mesh waits for TP, PP and DP each step; the parts add up."""
-    _, results, _ = runs[0]
+    _, results, _ = runs[("fp32", 0)]
     for r in results:
         for t in r["times"]:
             assert t["tp"] > 0 and t["dp"] > 0 and t["step"] > 0
@@ -71,19 +104,110 @@ def test_step_breakdown_names_each_wait(runs):
         assert sum(t["pp_wait"] for t in r["times"]) > 0   # 1F1B's warm-up waits at least
 
 
+def test_throughput_and_mfu_from_the_run(runs):
+    plan, results, _ = runs[("fp32", 0)]
+    got = train3d_check.throughput(plan, results, peak=1e10)
+    assert math.isclose(got["tokens_per_s"], plan.batch * plan.cfg.seq_len / got["step_s"])
+    flops = train3d_check.flops_per_token(plan.cfg)["total"]
+    assert math.isclose(got["mfu"], got["tokens_per_s"] * flops / 8 / 1e10)
+
+
+# --------------------------------------------------------------- the statements lecture 10 makes
+
+
+def test_the_check_reads_every_last_stage_rank(runs):
+    """A wrong loss on TP rank 1 of the last stage fails the check (it read tp_rank 0 only)."""
+    plan, results, ref = runs[("fp32", 0)]
+    bad = copy.deepcopy(results)
+    r = next(r for r in bad if r["coords"] == (1, 1, 1))
+    r["losses"][3] += 0.5
+    with pytest.raises(AssertionError, match="TP ranks differ"):
+        train3d_check.check_against_reference(plan, bad, ref)
+
+
+def test_adams_eps_decides_whether_one_process_equals_itself():
+    """Two right one-process runs that only sum in another order: with eps = 1e-8 seed 6 ends
+    beyond the weights' tolerance (head.weight[30, 55]); with the plan's 1e-5, far inside."""
+    plan = train3d.Plan(seed=6, eps=1e-8)
+    drift = train3d_check.order_drift(plan)
+    assert drift["weights"] > 2e-4 and (drift["name"], drift["index"]) == ("head.weight",
+                                                                            (30, 55))
+    assert abs(drift["grad"]) < 2e-9       # a first-step gradient far below eps = 1e-8's scale
+    for seed in (6, 0, 1):
+        assert train3d_check.order_drift(train3d.Plan(seed=seed))["weights"] < 1e-6
+
+
+def test_mean_over_m_is_the_replica_mean_only_for_equal_token_counts():
+    """The step divides the sum of token losses by the replica's tokens. Dividing each
+    microbatch's mean by m is the same only while every microbatch counts as many tokens."""
+    torch.manual_seed(0)
+    losses = torch.rand(4, 8)                                  # (rows, T) token losses
+    mask = torch.ones(4, 8)
+    mask[2:, 5:] = 0                                           # padding in the second half
+    true_mean = (losses * mask).sum() / mask.sum()
+    halves = [(lo * mk).sum() / mk.sum() / 2 for lo, mk in zip(losses.chunk(2), mask.chunk(2))]
+    assert not math.isclose(sum(halves), true_mean, rel_tol=1e-3)
+    equal = [lo.mean() / 2 for lo in losses.chunk(2)]
+    assert math.isclose(sum(equal), losses.mean(), rel_tol=1e-6)
+
+
+def _late_receiver(rank, world_size):
+    timer = train3d.Timer()
+    t = torch.ones(16)
+    if rank == 0:
+        timer.exchange([("send", t, 1)])
+        timer.finish_sends()
+    else:
+        time.sleep(0.5)
+        timer.exchange([("recv", t, 0)])
+    return timer.pp_wait
+
+
+def test_a_send_still_in_flight_is_pipeline_wait():
+    """gloo's send completes only when the peer receives: the step times that wait as PP."""
+    waits = launch.run(_late_receiver, 2, timeout_s=60)
+    assert waits[0] > 0.3
+
+
+def _library_step_as_answer(stage, g, inputs, targets, m, optimizer):
+    optimizer.allow_step = True
+    return train3d.train_step(stage, g, inputs, targets, m, optimizer)
+
+
+def test_the_library_step_is_not_a10_q1s_answer():
+    """Lecture 10's step (bucketed reduce-scatters from its own buffer, the clipped sharded
+    optimizer) does not run as a10 Q1's answer: the all-reduce and the all-gather Q1 asks for
+    are not in it."""
+    p = capstone.plan(2, 2, 1, seed=11, m=4)
+    with pytest.raises(launch.RankError, match="train_step"):
+        capstone.diagnose(p, capstone.run_step(_library_step_as_answer, p))
+
+
+# --------------------------------------------------------------------------- other meshes
+
+
 @pytest.mark.parametrize("degrees", [(1, 2, 2), (2, 1, 2), (2, 2, 1)],
                          ids=["no-dp", "no-pp", "no-tp"])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_4_rank_meshes_train_like_one_process(degrees, seed):
+def test_4_rank_meshes_train_like_one_process(degrees):
     dp, pp, tp = degrees
-    plan = train3d.Plan(dp=dp, pp=pp, tp=tp, steps=3, seed=seed)
-    results = train3d.run(plan)
-    train3d_check.check_against_reference(plan, results)
-    for r in results:   # an axis of size 1 issues none of its communication
-        for t in r["times"]:
-            assert (t["tp"] > 0) == (tp > 1)
-        waited = sum(t["pp_wait"] for t in r["times"])
-        assert waited > 0 if pp > 1 else waited == 0
+    plans = [train3d.Plan(dp=dp, pp=pp, tp=tp, steps=3, seed=s) for s in SEEDS]
+    for plan, results in zip(plans, train3d.run(plans)):
+        train3d_check.check_against_reference(plan, results)
+        for r in results:   # an axis of size 1 issues none of its communication
+            for t in r["times"]:
+                assert (t["tp"] > 0) == (tp > 1)
+            waited = sum(t["pp_wait"] for t in r["times"])
+            assert waited > 0 if pp > 1 else waited == 0
+
+
+def test_vocabulary_and_sequence_layouts_train_like_one_process():
+    """The plain stage (embedding and head whole), the vocabulary split alone, each seed."""
+    plans = [train3d.Plan(dp=1, pp=2, tp=2, steps=3, seed=s, vocab_parallel=vp, sp=False)
+             for vp in (False, True) for s in SEEDS]
+    for plan, results in zip(plans, train3d.run(plans)):
+        train3d_check.check_against_reference(plan, results)
+        heads = [r["weights"]["head.weight"].shape for r in results if r["coords"][1] == 1]
+        assert heads[0] == ((64, 32) if plan.vocab_parallel else (64, 64))
 
 
 def test_uneven_stages_and_more_microbatches():
@@ -93,37 +217,37 @@ def test_uneven_stages_and_more_microbatches():
     train3d_check.check_against_reference(plan, train3d.run(plan))
 
 
-class _ScaledSync:
-    """A wrong DP sync: the right average, then the gradients multiplied by ``scale`` (D: an
-    all-reduce that sums; m: microbatch losses not divided by m)."""
-
-    active = False
-
-    def __init__(self, stage, g, scale):
-        self.stage, self.g, self.scale = stage, g, scale
-
-    def finish(self):
-        for p in self.stage.parameters():
-            torch.distributed.all_reduce(p.grad, group=self.g.dp_group)
-            p.grad.div_(self.g.dp_size).mul_(self.scale)
-
-
 def _scaled_grads_step(stage, g, x, y, m, optimizer, factor="dp"):
-    optimizer.allow_step = True
-    sync = _ScaledSync(stage, g, g.dp_size if factor == "dp" else m)
-    return train3d.train_step(stage, g, x, y, m, optimizer, sync)
+    """The library's step with a wrong DP mean: the gradients D times (a sum) or m times (no
+    1/m) too large."""
+    grads = getattr(optimizer, "_test_grads", None)
+    if grads is None:
+        grads = optimizer._test_grads = GradBuffer(optimizer.params, optimizer.layout,
+                                                   g.dp_group)
+        optimizer.grads, optimizer.allow_step = grads, True
+        finish = grads.finish
+        scale = g.dp_size if factor == "dp" else m
+
+        def wrong_finish():
+            finish()
+            grads.flat.mul_(scale)
+        grads.finish = wrong_finish
+    loss = train3d.train_step(stage, g, x, y, m, optimizer, grads)
+    for p, full in zip(optimizer.params, grads.full_grads()):
+        p.grad = full
+    return loss
 
 
 @pytest.mark.parametrize("factor", ["dp", "m"], ids=["dp-sum", "no-1/m"])
 def test_the_check_fails_a_wrong_step(factor):
-    plan = train3d.Plan(dp=2, pp=2, tp=1, steps=1)
+    plan = train3d.Plan(dp=2, pp=2, tp=1, steps=1, vocab_parallel=False, sp=False, clip=None)
     results = train3d.run(plan, step_fn=functools.partial(_scaled_grads_step, factor=factor))
     with pytest.raises(AssertionError, match="grads"):
         train3d_check.check_against_reference(plan, results)
 
 
 def _library_step(stage, g, inputs, targets, m, optimizer):
-    return train3d.train_step(stage, g, inputs, targets, m, optimizer)
+    optimizer.step()
 
 
 def test_a_student_step_must_write_the_all_gather():
@@ -132,6 +256,9 @@ def test_a_student_step_must_write_the_all_gather():
 
 
 def test_torch_parts_train_like_one_process_and_the_hand_built():
+    """DeviceMesh + DTensor + pipelining + FSDP2 + torchtitan's clipping; the same run also
+    reports init_device_mesh's groups and the rows ColwiseParallel leaves each TP rank: rank 0
+    holds rows 0-5 of a (12, 4) fused weight, all of q (0-3) and half of k."""
     plan = train3d.Plan(steps=3)
     ref = train3d_check.reference_train(plan)
     torch_results = train3d_torch.run(plan)
@@ -139,43 +266,34 @@ def test_torch_parts_train_like_one_process_and_the_hand_built():
     ours = train3d_check.replica_losses(plan, train3d.run(plan))
     torch.testing.assert_close(torch.tensor(train3d_check.replica_losses(plan, torch_results)),
                                torch.tensor(ours), rtol=1e-5, atol=1e-5)
-
-
-def test_colwise_parallel_gives_a_rank_contiguous_rows():
-    """Why train3d_torch reorders q/k/v: on 2 ranks rank 0 holds rows 0-5 of a (12, 4) fused
-    weight: all of q (0-3) and half of k, not its heads of q, k and v."""
-    rows = launch.run(functools.partial(train3d_torch.colwise_rows_worker, d=4), 2,
-                      timeout_s=60)
-    assert rows == [list(range(6)), list(range(6, 12))]
-
-
-def test_device_mesh_builds_the_grid_groups():
-    plan = train3d.Plan()
-    mesh = Mesh.from_degrees(dp=2, pp=2, tp=2)
-    got = launch.run(functools.partial(train3d_torch.mesh_groups_worker, plan=plan), 8,
-                     timeout_s=120)
-    for rank, groups in enumerate(got):
-        assert groups == {axis: mesh.group(rank, axis) for axis in ("dp", "pp", "tp")}
+    for rank, r in enumerate(torch_results):
+        assert r["groups"] == {axis: plan.mesh.group(rank, axis) for axis in ("dp", "pp", "tp")}
+        assert r["colwise_rows"] == list(range(6 * r["coords"][2], 6 * r["coords"][2] + 6))
 
 
 # ----------------------------------------------------------------------- the pieces, one process
 
 
+@pytest.mark.parametrize("vocab_parallel", [False, True])
 @pytest.mark.parametrize("cfg,pp,tp", [(TinyLMConfig(), 2, 2), (TinyLMConfig(n_layers=3), 2, 4),
                                        (TinyLMConfig(d_ff=128, n_heads=2), 1, 2),
                                        (TinyLMConfig(), 1, 1)])
-def test_shard_state_cuts_every_tensor_once(cfg, pp, tp):
+def test_shard_state_cuts_every_tensor_once(cfg, pp, tp, vocab_parallel):
     """Every rank's slices: counts equal the pen-and-paper count; TP slices of a weight
     concatenate back to the whole; every full tensor is held by some stage."""
     full = build(cfg, 0).state_dict()
     held = set()
     for p in range(pp):
-        pieces = [stage_model.shard_state(full, cfg, p, pp, t, tp) for t in range(tp)]
+        pieces = [stage_model.shard_state(full, cfg, p, pp, t, tp, vocab_parallel)
+                  for t in range(tp)]
         for t, piece in enumerate(pieces):
             assert sum(v.numel() for v in piece.values()) == \
-                stage_model.stage_param_count(cfg, p, pp, tp)
-            stage = stage_model.Stage(cfg, p, pp, tp)
-            assert sorted(piece) == sorted(n for n, _ in stage.named_parameters())
+                stage_model.stage_param_count(cfg, p, pp, tp, vocab_parallel)
+            with torch.device("meta"):
+                stage = stage_model.Stage(cfg, p, pp, tp, tp_rank=t,
+                                          vocab_parallel=vocab_parallel)
+            assert {n: tuple(v.shape) for n, v in piece.items()} == \
+                {n: tuple(q.shape) for n, q in stage.named_parameters()}
             assert all(stage_model.full_name(n) in full for n in piece)
         for i in stage_model.stage_blocks(cfg, p, pp):
             held.update(k for k in full if k.startswith(f"blocks.{i}."))
@@ -183,9 +301,82 @@ def test_shard_state_cuts_every_tensor_once(cfg, pp, tp):
             torch.testing.assert_close(fc1, full[f"blocks.{i}.fc1.weight"].t())
             o = torch.cat([pc[f"blocks.{i}.attn.o.weight"] for pc in pieces], dim=0)
             torch.testing.assert_close(o, full[f"blocks.{i}.proj.weight"].t())
+        if p == 0 and vocab_parallel:
+            torch.testing.assert_close(torch.cat([pc["tok.weight"] for pc in pieces]),
+                                       full["tok.weight"])
         held.update(k for k in full if not k.startswith("blocks.") and
                     k in stage_model.shard_state(full, cfg, p, pp, 0, tp))
     assert held == set(full)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_init_tensors_equal_tiny_lm_build_one_layer_at_a_time(seed):
+    cfg = TinyLMConfig()
+    full = build(cfg, seed).state_dict()
+    seen, alive = {}, []
+
+    def keep(name, p):
+        alive.append(sum(r() is not None for r in seen.values()))
+        seen[name] = weakref.ref(p)
+        assert torch.equal(p.detach(), full[name]), name
+    stage_model.init_tensors(cfg, seed, keep)
+    assert sorted(seen) == sorted(full)
+    assert max(alive) <= 1       # when a tensor arrives, at most its layer's other is alive
+
+
+def test_build_stage_never_builds_the_model(monkeypatch):
+    cfg = TinyLMConfig()
+    want = stage_model.shard_state(build(cfg, 3).state_dict(), cfg, 1, 2, 1, 2, True)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the whole TinyLM was built")
+    monkeypatch.setattr(tiny_lm.TinyLM, "__init__", refuse)
+    stage = stage_model.build_stage(cfg, 3, 1, 2, 1, 2, vocab_parallel=True, sp=True)
+    got = dict(stage.named_parameters())
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        assert torch.equal(got[name].detach(), value), name
+    bf16 = stage_model.build_stage(cfg, 3, 1, 2, 1, 2, vocab_parallel=True,
+                                   dtype=torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())
+
+
+@pytest.mark.parametrize("pp", [1, 2, 3, 4])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8])
+def test_exchange_plan_pairs_every_send_with_a_receive(pp, m):
+    """Between two neighbours, the activations one sends are the ones the other receives, in
+    the same order, and the same for the gradients."""
+    plans = [train3d_comms.exchange_plan(r, pp, m)[1] for r in range(pp)]
+    for r in range(pp - 1):
+        sent = [(w, i) for s, _ in plans[r] for w, i, to in s if to == "next"]
+        got = [(w, i) for _, rv in plans[r + 1] for w, i, src in rv if src == "prev"]
+        assert sent == got == [("act", i) for i in range(m)]
+        sent = [(w, i) for s, _ in plans[r + 1] for w, i, to in s if to == "prev"]
+        got = [(w, i) for _, rv in plans[r] for w, i, src in rv if src == "next"]
+        assert sent == got == [("grad", i) for i in range(m)]
+
+
+def test_the_exchange_the_lecture_prints():
+    assert train3d_comms.format_exchange(0, 2, 4) == (
+        "F0 [send a0] F1 [send a1, recv g0] B0 F2 [send a2, recv g1] B1 F3 "
+        "[send a3, recv g2] B2 [recv g3] B3")
+    assert train3d_comms.format_exchange(1, 2, 4) == (
+        "[recv a0] F0 B0 [send g0, recv a1] F1 B1 [send g1, recv a2] F2 B2 "
+        "[send g2, recv a3] F3 B3 [send g3]")
+
+
+@pytest.mark.parametrize("cfg", [TinyLMConfig(), TinyLMConfig(d_model=32, d_ff=64, n_layers=3,
+                                                              vocab_size=48, seq_len=16)])
+def test_the_matmul_flops_are_what_flop_counter_mode_counts(cfg):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x, y = tiny_lm.MarkovCorpus(cfg.vocab_size).batch(0, 3, cfg.seq_len)
+    with FlopCounterMode(display=False) as counter:
+        tiny_lm.lm_loss(build(cfg), x, y).backward()
+    f = train3d_check.flops_per_token(cfg)
+    assert counter.get_total_flops() == f["matmuls"] * x.numel()
+    assert f["attention"] == 12 * cfg.n_layers * cfg.seq_len * cfg.d_model
+    assert f["total"] == f["matmuls"] + f["attention"]
 
 
 def test_qkv_reordering_round_trips():
@@ -196,35 +387,14 @@ def test_qkv_reordering_round_trips():
     torch.testing.assert_close(train3d_torch.qkv_for_tp(w, 8, 1), w)
 
 
-def _adam_worker(rank, world_size, seed, numels):
-    torch.manual_seed(seed)
-    params = [torch.nn.Parameter(torch.randn(n)) for n in numels]
-    ref = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    ours, theirs = ShardedAdam(params, lr=1e-2), torch.optim.Adam(ref, lr=1e-2)
-    for _ in range(3):
-        grads = [torch.randn(n) for n in numels]
-        for p, q, g in zip(params, ref, grads):
-            p.grad, q.grad = g.clone(), g.clone()
-        ours.step()
-        theirs.step()
-    held = ours.state[0]["exp_avg"].numel()
-    return [p.detach().numpy() for p in params], [q.detach().numpy() for q in ref], held
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_sharded_adam_is_torch_adam(seed):
-    numels = [7, 10, 3]   # 20 elements over 3 ranks: shards of 7, the last one padded
-    for got, want, held in launch.run(_adam_worker, 3, seed, numels):
-        assert held == 7
-        for a, b in zip(got, want):
-            torch.testing.assert_close(torch.as_tensor(a), torch.as_tensor(b), rtol=0, atol=1e-7)
-
-
 @pytest.mark.parametrize("kwargs,match", [
     ({"dp": 0}, "dp must be an int >= 1"), ({"batch": 15}, "batch=15 must divide"),
     ({"tp": 3}, "tp_size=3 must divide n_heads=4"), ({"pp": 3}, "pp_size must be at most"),
     ({"lr": -1.0}, "lr must be a finite number"), ({"seed": -1}, "seed must be an int >= 0"),
     ({"bucket_mb": 0}, "bucket_mb must be a finite number"),
+    ({"clip": 0.0}, "clip must be a finite number"), ({"dtype": "fp16"}, "dtype must be one of"),
+    ({"sp": True, "vocab_parallel": False}, "sp=True needs vocab_parallel=True"),
+    ({"sp": 1}, "sp must be True or False"),
 ])
 def test_a_bad_plan_is_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -237,13 +407,19 @@ def test_bad_coordinates_and_arguments_are_named():
         stage_model.shard_state({}, cfg, 2, 2, 0, 1)
     with pytest.raises(ValueError, match="cfg must be a TinyLMConfig"):
         stage_model.stage_param_count("big", 0, 1, 1)
+    with pytest.raises(ValueError, match="tp_size=3 must divide vocab_size=64"):
+        stage_model.stage_param_count(TinyLMConfig(n_heads=3, d_model=66, d_ff=66), 0, 1, 3,
+                                      vocab_parallel=True)
     with pytest.raises(ValueError, match="plan must be a train3d.Plan"):
         train3d.run({"dp": 2})
+    with pytest.raises(ValueError, match="the same number of ranks"):
+        train3d.run([train3d.Plan(), train3d.Plan(dp=1)])
     with pytest.raises(ValueError, match="the plan needs 8 ranks"):
         train3d.train_worker(0, 4, train3d.Plan())
-    with pytest.raises(ValueError, match="params must be a non-empty"):
-        ShardedAdam([])
     with pytest.raises(ValueError, match="step_fn must be a function or None"):
         train3d.run(train3d.Plan(), step_fn="mine")
     with pytest.raises(ValueError, match="mesh must be a course_utils.mesh.Mesh"):
         train3d_check.groups_table((2, 2, 2))
+    with pytest.raises(ValueError, match="logits must be"):
+        from course_utils.vocab_parallel import vocab_parallel_cross_entropy
+        vocab_parallel_cross_entropy(torch.zeros(3, 4), torch.zeros(2, dtype=torch.long))

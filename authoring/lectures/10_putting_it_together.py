@@ -5,32 +5,38 @@
 # (module 7's language model) trained for 20 steps on 8 real gloo ranks laid out as
 # **DP 2 x PP 2 x TP 2**. Each rank uses
 #
-# * module 6's **rank grid** for its coordinates and groups,
-# * module 4's **Megatron tensor parallelism** inside every transformer block,
-# * module 5's **1F1B pipeline schedule** across two stages,
-# * module 9's **bucketed gradient all-reduce** over DP, started while backward is still
-#   running, and
-# * module 3's **ZeRO-1**: Adam's moments sharded over DP, the weights all-gathered after the
-#   update.
+# * module 6's **rank grid** for its coordinates and groups;
+# * module 4's **Megatron tensor parallelism** inside every block, and the vocabulary split
+#   over TP too: the embedding, the head and a cross-entropy computed from the split logits;
+# * module 9's **sequence parallelism** between the TP regions;
+# * module 5's **1F1B pipeline schedule** across two stages, each exchange with a neighbour one
+#   `batch_isend_irecv`;
+# * module 9's **bucketed gradient communication** over DP, started while backward is still
+#   running, from one contiguous fp32 gradient buffer;
+# * module 3's **ZeRO-1**: each DP rank's optimizer updates one slice of the weights, which the
+#   gradients are reduce-scattered into and the weights all-gathered from; the gradient is
+#   clipped by its norm over all 8 ranks first.
 #
-# Then it checks the result the way module 7 taught: the loss and every gradient and weight
-# on every rank must equal one process training the whole model on the whole batch. After
-# that it compares each rank's memory with the prediction, splits the step's time into its
-# parts, builds the same plan from PyTorch's own parts, and gives the commands that run the same
-# code on a GPU node and on a Slurm cluster.
+# No rank ever builds the whole model: each builds its stage on the meta device (shapes, no
+# memory) and fills in only its slices. Then the run is checked the way module 7 taught: the
+# loss, the gradient norm and every gradient and weight on every rank must equal one process
+# training the whole model on the whole batch. After that it compares each rank's memory, in
+# fp32 and in bf16 with fp32 gradients, with the prediction, counts every message, splits the
+# step's time into its parts, measures throughput and MFU, builds the same plan from PyTorch's
+# own parts, and gives the commands that run the same code on a GPU node and on a cluster.
 #
 # The trainer is in `course_utils`, one concern per file, each short enough to read:
-# `stage_model.py` (one rank's piece of the model), `zero1.py` (the sharded optimizer),
-# `train3d.py` (groups, the step, the worker), `train3d_check.py` (the one-process reference
-# and the predictions), `train3d_torch.py` (the PyTorch-parts version).
+# `stage_model.py` (one rank's piece of the model), `vocab_parallel.py` (the split vocabulary),
+# `grad_buffer.py` (the gradients and their reduce-scatter), `zero1.py` (the sharded optimizer),
+# `train3d.py` (groups, the step, the worker), `train3d_comms.py` (what a step sends),
+# `train3d_check.py` (the one-process reference and the predictions), `train3d_torch.py` (the
+# PyTorch-parts version).
 
 # %%
-import inspect
-
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import launch, stage_model, style, tiny_lm, train3d, train3d_torch
+from course_utils import stage_model, style, tiny_lm, train3d, train3d_comms, train3d_torch
 from course_utils import train3d_check as check
 
 style.use()
@@ -40,12 +46,13 @@ torch.set_num_threads(1)
 # ## 1. One rank grid, every group
 #
 # The plan is a `train3d.Plan`: the three degrees, 20 steps, a global batch of 16 sequences
-# of 32 tokens, m = 4 microbatches per DP replica, Adam with a learning rate of 3e-3. The ranks
-# fill the grid (dp, pp, tp) in row-major order, TP innermost, as in module 6, so the two
-# ranks of a TP group are neighbours (on a GPU node, the same NVLink island).
+# of 32 tokens, m = 4 microbatches per DP replica, Adam with a learning rate of 3e-3, the
+# gradient clipped to a norm of 0.55. The ranks fill the grid (dp, pp, tp) in row-major order,
+# TP innermost, as in module 6, so the two ranks of a TP group are neighbours (on a GPU node,
+# the same NVLink island).
 #
 # Each rank reads three things off the grid: its **DP group** (the same (pp, tp) in the other
-# replica: gradients are averaged there), its **TP group** (the same (dp, pp): the all-reduces
+# replica: gradients are averaged there), its **TP group** (the same (dp, pp): the collectives
 # inside each block), and its **pipeline neighbours** (the same (dp, tp), one stage before and
 # after: activations go forward to `pp_next_rank`, gradients back to `pp_prev_rank`).
 
@@ -58,41 +65,36 @@ print(check.groups_table(plan.mesh))
 # `train3d.build_groups` turns this table into process groups on the real ranks (every rank
 # calls `new_group` for every group, in the same order). PyTorch's
 # `init_device_mesh(device, (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))` builds the same
-# groups from the same row-major grid; the next cell starts 8 ranks and compares them.
-
-# %%
-torch_groups = launch.run(train3d_torch.mesh_groups_worker, 8, plan, timeout_s=120)
-same = all(g == {axis: plan.mesh.group(rank, axis) for axis in ("dp", "pp", "tp")}
-           for rank, g in enumerate(torch_groups))
-print("rank 5 under init_device_mesh:", torch_groups[5])
-print("every rank's dp, pp and tp groups equal the grid's:", same)
-
-# %% [markdown]
+# groups from the same row-major grid: section 7 starts it on 8 ranks and compares.
+#
 # ## 2. What each rank holds
 #
 # PP gives stage 0 the embeddings and block 0, stage 1 block 1, the final LayerNorm and the
 # head. TP then splits each block as module 4 did: attention by heads (q, k and v
-# column-parallel, the output projection row-parallel), the MLP column- then row-parallel.
-# The LayerNorms, the row-parallel biases (added once, after the all-reduce), the embeddings and
-# the head stay whole on both TP ranks. Megatron-LM splits the embedding and the head by
-# vocabulary too; with 64 tokens it is not worth it here.
+# column-parallel, the output projection row-parallel), the MLP column- then row-parallel. The
+# token embedding and the head are split by token id: TP rank r holds the rows of tokens
+# 32r to 32r + 31, and the head's outputs for the same tokens (picotron's and Megatron-LM's
+# `VocabParallelEmbedding`; torchtitan shards both the same way). The LayerNorms, the position
+# embedding and the row-parallel biases (added once, after the sum) stay whole on both TP ranks.
 #
 # `stage_model.shard_state` is the one function that says which slice of which tensor a rank
-# holds. The trainer builds each rank's stage with it, and the checks below cut the
-# one-process reference with it. Weights are stored input-major, (in, out), as in module 4.
+# holds. The trainer fills each rank's stage with it, and the checks below cut the one-process
+# reference with it. Weights are stored input-major, (in, out), as in module 4.
 
 # %%
 cfg = plan.cfg
 full = tiny_lm.build(cfg, plan.seed).state_dict()
-mine = stage_model.shard_state(full, cfg, pp_rank=0, pp_size=2, tp_rank=1, tp_size=2)
-print("rank (dp, pp, tp) = (0, 0, 1) holds          its slice   of the whole tensor")
-for name, value in mine.items():
-    whole = stage_model.full_name(name)
-    print(f"  {name:24s} {tuple(value.shape)!s:>10}   {whole:20s} {tuple(full[whole].shape)}")
+for coords in ((0, 0, 1), (0, 1, 1)):
+    mine = stage_model.shard_state(full, cfg, pp_rank=coords[1], pp_size=2, tp_rank=coords[2],
+                                   tp_size=2, vocab_parallel=True)
+    print(f"rank (dp, pp, tp) = {coords}:", ", ".join(
+        f"{n.replace('blocks.', 'b')} {tuple(v.shape)}" for n, v in mine.items()
+        if not n.endswith("bias") and "ln" not in n))
 
 # %%
 N = tiny_lm.count_params(tiny_lm.build(cfg))
-held = {p: stage_model.stage_param_count(cfg, p, plan.pp, plan.tp) for p in range(plan.pp)}
+held = {p: stage_model.stage_param_count(cfg, p, plan.pp, plan.tp, vocab_parallel=True)
+        for p in range(plan.pp)}
 print(f"TinyLM: {N:,} parameters")
 for p, n in held.items():
     print(f"a rank of stage {p} holds {n:,} ({n / N:.1%} of the model)")
@@ -100,57 +102,101 @@ print(f"summed over the 4 ranks of one replica: {plan.tp * sum(held.values()):,}
       f"(more than N: what TP keeps whole is held twice)")
 
 # %% [markdown]
-# ## 3. One training step
-#
-# This is the step every rank runs (`train3d.train_step`). Read it with the 1F1B chart of
-# module 5 in mind: `schedule_order("1f1b", 2, 4)` gives stage 0 the order
-# one warm-up forward, then one forward and one backward in turn; stage 1 alternates from the
-# start (printed below). Three details decide whether the numbers come out right:
-#
-# * **Normalisation.** The last stage divides each microbatch's mean loss by m, so the
-#   gradients add up to the replica's mean; `BucketAllReduce.finish` divides the summed
-#   gradients by D, so they become the global batch's mean (module 2).
-# * **When DP talks.** The m backward passes accumulate into the same `.grad`. The bucket
-#   hooks stay off (`dp_sync.active = False`) until the last microbatch's backward, as DDP's
-#   `no_sync` does, so each bucket is all-reduced once per step, while the rest of that
-#   backward still runs (module 9).
-# * **Who talks to whom.** Sends and receives go to `pp_prev_rank` / `pp_next_rank`; the TP
-#   all-reduces happen inside the stage's layers, on `tp_group`; the bucket all-reduces and
-#   ZeRO-1's all-gather use `dp_group`. A collective on the wrong group does not fail: it
-#   averages the wrong tensors, or hangs.
+# A rank builds its stage without the model: `stage_model.build_stage` makes the `Stage`
+# under `torch.device("meta")` (every parameter a shape with no memory), gives it memory with
+# `to_empty`, then draws TinyLM's tensors one layer at a time, with the same random numbers
+# `tiny_lm.build` draws, keeps its slices and drops the rest (torchtitan builds on the meta
+# device too, then initialises each rank's shards). On a model that does not fit one device,
+# that is the only way to start.
 
 # %%
-for pp_rank, order in enumerate(train3d.schedule_order("1f1b", 2, 4)):
-    print(f"stage {pp_rank}:", " ".join(f"{kind}{i}" for kind, i, _ in order))
-print()
-print(inspect.getsource(train3d.train_step))
+with torch.device("meta"):
+    shell = stage_model.Stage(cfg, 0, 2, 2, tp_rank=1, vocab_parallel=True, sp=True)
+print("on the meta device:", next(shell.parameters()).device, "; bytes held:",
+      sum(p.untyped_storage().nbytes() for p in shell.parameters()))
+drawn = []
+stage_model.init_tensors(cfg, plan.seed, lambda name, t: drawn.append(name))
+print(f"build_stage draws TinyLM's {len(drawn)} tensors one layer at a time; stage 0 keeps a "
+      f"slice of {sum(1 for n in drawn if n.startswith(('tok', 'pos', 'blocks.0')))}")
+
+# %% [markdown]
+# ## 3. One training step
+#
+# Every rank runs `train3d.train_step` (read it in `course_utils/train3d.py`). Its order is
+# module 5's 1F1B: stage 0 does one warm-up forward, then alternates; stage 1 alternates from
+# the start. Between two operations a rank posts **one** `batch_isend_irecv`: the send the last
+# operation produced and the receive the next one needs. In the steady phase that is "send my
+# activation, receive the gradient of an earlier microbatch", and the neighbour posts the mirror
+# image at the same moment (picotron's `bidirectional_pipeline_communicate`). `a` is an
+# activation, `g` a gradient:
+
+# %%
+for pp_rank in range(plan.pp):
+    print(f"stage {pp_rank}:", train3d_comms.format_exchange(pp_rank, plan.pp, plan.m))
+
+# %% [markdown]
+# What decides whether the numbers come out right:
+#
+# * **Normalisation.** The last stage adds up its tokens' cross-entropies and divides by the
+#   replica's number of tokens (b x T), so the m backward passes add up to the gradient of the
+#   replica's mean loss, whatever the microbatches hold; the DP mean then divides by D. That
+#   gives the global batch's mean because every replica holds the same number of tokens here:
+#   with padded sequences, both would have to count real tokens only (a10 Q5).
+# * **Where the gradients go.** Each parameter's gradient is added, as it is produced, into its
+#   place in one fp32 buffer (`grad_buffer.GradBuffer`); the buffer is cut into buckets
+#   in backward order. Until the last microbatch's backward nothing is sent (DDP's `no_sync`);
+#   during it, each bucket is **reduce-scattered** over DP the moment its last gradient arrives,
+#   so each DP rank receives the mean of exactly the slice it updates, while the rest of
+#   backward still runs. No gradient is copied into a bucket: the bucket is the buffer.
+# * **The update.** `zero1.ShardedOptimizer` computes the gradient's norm from the slices:
+#   every rank adds the squares of its slice (a TP-replicated weight, such as a LayerNorm, on
+#   TP rank 0 only) and one all-reduce over all 8 ranks sums them, across DP, PP and TP; the
+#   slices are scaled by min(0.55 / norm, 1), as `torch.nn.utils.clip_grad_norm_` does; then
+#   `torch.optim.Adam` updates this rank's slice, and each bucket of weights is all-gathered in
+#   place. Per step that is (D-1)/D of the gradient reduce-scattered plus (D-1)/D of the weights
+#   all-gathered: what one all-reduce costs, where module 3's all-reduce followed by an
+#   all-gather costs half as much again.
+# * **Who talks to whom.** Point-to-point goes to `pp_prev_rank` / `pp_next_rank`; the TP
+#   collectives happen inside the stage's layers, on `tp_group`; the buckets and the
+#   all-gathers use `dp_group`. A collective on the wrong group does not fail: it averages the
+#   wrong tensors, or hangs.
 
 # %% [markdown]
 # ## 4. Train on 8 ranks, and check against one process
 #
-# `train3d.run(plan)` starts 8 ranks and trains 20 steps; `check.reference_train(plan)`
-# trains `tiny_lm.build(cfg, seed)` on one process, whole batch, `torch.optim.Adam`, on the
-# same batches. `check.check_against_reference` then asserts, rank by rank, that the loss of
-# every step, the first step's gradients and the final weights equal the reference's slices
-# (`torch.testing.assert_close` within `check.TOLERANCES`), and returns the largest
-# differences. Two seeds: two different models and data streams.
+# `train3d.run` starts 8 ranks once and trains three plans in turn: seed 0 and seed 1 (two
+# different models and data streams), and seed 0 again in bf16 (section 5).
+# `check.reference_train(plan)` trains `tiny_lm.build(cfg, seed)` on one process, whole batch,
+# `torch.optim.Adam` and `clip_grad_norm_`, on the same batches. `check.check_against_reference`
+# then asserts, rank by rank, that the loss of every step on every rank of the last stage (both
+# TP ranks of both replicas), the first step's gradient norm on every rank, its gradients, and
+# the final weights equal the reference's slices (`torch.testing.assert_close` within
+# `check.TOLERANCES`), and returns the largest differences.
 #
-# One slice is left out of the weight comparison: the key projection's bias. Its gradient is
-# zero in exact arithmetic (adding b_k shifts every attention score of a query by the same
-# amount, and softmax ignores such a shift), so backward computes only rounding noise, about
-# 1e-10, different in every summation order; Adam divides that noise by its own root mean
-# square and moves those weights by up to the learning rate, in a random direction. Their
-# gradients are compared, and are tiny on both sides.
+# **When such a comparison can hold.** Two correct fp32 runs that only add in another order
+# differ by rounding, about 1e-9 in a gradient here. Adam turns a gradient g into a step of
+# about lr x g / (|g| + eps). Where |g| is far above eps, the rounding moves the step by a
+# fraction of itself, and the runs stay together. Where |g| is near eps or below, the
+# rounding decides the step: with torch's default eps = 1e-8, a gradient that is pure noise,
+# about 1e-10 (the key projection's bias, whose true gradient is zero: softmax ignores a
+# shift shared by a whole row of scores), moves its weight by about 1 % of lr per step in a
+# random direction, and a first-step gradient of 1.3e-9 (seed 6: `head.weight[30, 55]`) by an
+# eighth of lr. `tests/test_train3d.py` measures it on one process: seed 6 with eps = 1e-8 ends
+# about 3e-4 apart from itself summed in another order (4 microbatches), beyond any useful
+# tolerance. The plan uses eps = 1e-5 (as a10 does): a step then moves at most lr / eps = 300
+# times a gradient's noise, and the same two runs end under 1e-6 apart for every seed the
+# test tries.
 
 # %%
 runs = {}
-for seed in (0, 1):
-    p = train3d.Plan(seed=seed)
-    results, ref = train3d.run(p), check.reference_train(p)
-    runs[seed] = (p, results, ref, check.check_against_reference(p, results, ref))
-    print(f"seed {seed}: loss {ref['losses'][0]:.3f} -> {ref['losses'][-1]:.3f} in 20 steps; "
-          "every step's loss, the first gradients and the final weights of all 8 ranks equal "
-          "one process's")
+results = train3d.run([train3d.Plan(seed=0), train3d.Plan(seed=1), train3d.Plan(dtype="bf16")],
+                      timeout_s=240)
+for p, res in zip((train3d.Plan(seed=0), train3d.Plan(seed=1)), results):
+    ref = check.reference_train(p)
+    runs[p.seed] = (p, res, ref, check.check_against_reference(p, res, ref))
+    clipped = sum(n > p.clip for n in ref["grad_norms"])
+    print(f"seed {p.seed}: loss {ref['losses'][0]:.3f} -> {ref['losses'][-1]:.3f} in 20 steps, "
+          f"clipped in {clipped}; all 8 ranks equal one process")
 print("(rtol, atol):", check.TOLERANCES)
 
 # %%
@@ -160,9 +206,9 @@ for seed, (*_, worst) in runs.items():
 
 # %%
 fig, ax = plt.subplots(figsize=(6.4, 3.4))
-for seed, (p, results, ref, _) in runs.items():
+for seed, (p, res, ref, _) in runs.items():
     ax.plot(ref["losses"], label=f"one process, seed {seed}")
-    ax.plot(check.replica_losses(p, results), "o", ms=4, mfc="none",
+    ax.plot(check.replica_losses(p, res), "o", ms=4, mfc="none",
             label=f"8 ranks (DP 2 x PP 2 x TP 2), seed {seed}")
 ax.axhline(tiny_lm.MarkovCorpus(cfg.vocab_size, seed=0).entropy_rate(), ls=":", c="grey",
            label="entropy rate of the text (seed 0)")
@@ -173,42 +219,74 @@ plt.show()
 # %% [markdown]
 # ## 5. Memory: predicted from the sizes, measured on the ranks
 #
-# Everything is fp32 here (so that the comparison with one process can be tight), so module
-# 1's layout is `fp32_adam`: 4 bytes of weight and 4 of gradient per parameter a rank holds,
-# and module 3's ZeRO-1 puts Adam's 8 bytes of moments on one DP rank per element: 8n/D with
-# the shard rounded up to whole elements. `check.predicted_state_bytes` computes that from the
-# sizes alone (`stage_param_count`, `memory.zero_state_bytes`); `memory.count_state_bytes`
-# measured each rank's tensors (every storage once) after the first backward. With D = 2 the
-# moments take 8n/2 = 4n bytes, the same as the weights: a coincidence of this plan.
+# **fp32.** A rank's parameters live in one flat buffer, its buckets padded to a multiple of D
+# = 2 elements, so module 1's layout `fp32_adam` gives 4 bytes of weight and 4 of gradient per
+# element of that buffer, and module 3's ZeRO-1 puts Adam's 8 bytes of moments only on the
+# elements of this rank's slices, about n/D (plus a 4-byte step counter per piece of a
+# parameter a slice touches). `check.predicted_state_bytes` computes it from the sizes alone
+# (the stage's shapes, read from a `Stage` on the meta device, and the bucket layout);
+# `memory.count_state_bytes` measured each rank's tensors (every storage once) after the first
+# step. With D = 2 the moments take about 8n/2 = 4n bytes, the same as the weights: a
+# coincidence of this plan.
 
 # %%
-p, results, *_ = runs[0]
-print(check.memory_table(p, results))
+p, res, *_ = runs[0]
+print(check.memory_table(p, res))
 print("predicted == measured on every rank:",
-      all(check.predicted_state_bytes(p, r["coords"][1])["total"] == r["state_bytes"]["total"]
-          for r in results))
+      all(check.predicted_state_bytes(p, r["coords"][1], r["coords"][0]) == r["state_bytes"]
+          for r in res))
 
 # %% [markdown]
-# The communication can be counted the same way. Megatron's block issues one all-reduce
-# forward and one backward in attention, the same in the MLP: 4 per block per microbatch, each
-# of one microbatch's activations, 2 x 32 x 64 fp32 values = 16,384 bytes. Counted on the
-# ranks (module 4's `record_comms`) during the first step:
+# **bf16 with fp32 gradients.** The third run computes in bf16: the weights in the buffer are
+# bf16 (2 bytes), every microbatch's bf16 gradient is added into the fp32 buffer (4 bytes:
+# summing in bf16 would lose the small contributions, module 9), and each rank keeps an fp32
+# master copy of its slices beside the moments (4 + 8 bytes per owned element): Megatron-LM's
+# "bf16 param, fp32 grads" row, 6 + 12/D bytes per parameter. Its losses are compared with one
+# process running the same policy, within bf16's precision (`check.BF16_TOLERANCES`).
 
 # %%
-for r in results[:4]:
-    want = check.predicted_comms(p, r["coords"][1])
-    print(f"rank {r['coords']}: {r['comms']['tp_all_reduces']} TP all-reduces, "
-          f"{r['comms']['tp_bytes']:,} B (predicted {want['tp_all_reduces']}, "
-          f"{want['tp_bytes']:,} B); its gradients in {r['comms']['dp_buckets']} DP buckets "
-          f"of at most {p.bucket_mb} MiB")
+bf16 = train3d.Plan(dtype="bf16")
+check.check_against_reference(bf16, results[2], check.reference_train(bf16))
+print(check.memory_table(bf16, results[2]))
+print("predicted == measured on every rank:",
+      all(check.predicted_state_bytes(bf16, r["coords"][1], r["coords"][0]) == r["state_bytes"]
+          for r in results[2]))
+print("bf16 losses equal one process's bf16 run within (rtol, atol)",
+      check.BF16_TOLERANCES["losses"])
 
 # %% [markdown]
-# ## 6. Where a step's time goes
+# The communication can be counted the same way. With sequence parallelism each of Megatron's
+# all-reduces becomes an all-gather of the whole activation before a column-parallel layer and
+# a reduce-scatter to this rank's half of the tokens after a row-parallel one, forward and
+# backward (module 9): 8 per block per microbatch. The vocabulary split adds the embedding's
+# reduce-scatter, the head's all-gather, each with its backward, and the loss's three
+# all-reduces of one number per token; and once per step the LayerNorms, biases and position
+# embedding that saw only this rank's tokens are all-reduced over TP. `train3d_comms`
+# predicts every count and byte from the plan; `count_comms` counted them on the ranks
+# during the first step ("=": the same):
+
+# %%
+print(check.comms_table(p, res))
+
+# %% [markdown]
+# DP's buckets are cut in backward order, and a bucket closes once it holds at least
+# `bucket_mb` = 0.05 MiB (52,429 bytes): the gradient that crosses the cap stays in it, as in
+# DDP, so every bucket but the last is larger than the cap:
+
+# %%
+for pp_rank in range(plan.pp):
+    print(f"stage {pp_rank}: buckets of", ", ".join(
+        f"{b:,}" for b in check.bucket_bytes(plan, pp_rank)), "bytes of fp32 gradient")
+
+# %% [markdown]
+# ## 6. Where a step's time goes, and how fast it runs
 #
-# Each rank timed four parts of every step: the TP all-reduces (inside the layers), waiting
-# for a pipeline neighbour in `recv` (the bubble, and any neighbour that is late), DP (waiting
-# for the last gradient buckets after backward, plus ZeRO-1's all-gather) and the rest, which
-# is computation. The table gives the median over steps 2-20, in milliseconds.
+# Each rank timed four parts of every step: the TP collectives (inside the layers, and the
+# gradients of the sequence-split weights), the pipeline (waiting for a receive, and at the end
+# of the step for the sends still in flight: the bubble, and any neighbour that is late), DP
+# (waiting for the last buckets after backward, the norm's all-reduce and ZeRO-1's
+# all-gathers) and the rest, computation. The table gives the median over steps 2-20, in
+# milliseconds.
 #
 # Read it with this machine in mind: 8 processes share the cores printed below, so a rank
 # waiting in a collective is often waiting for its partner to get a core, and the parts say
@@ -222,60 +300,95 @@ for r in results[:4]:
 import os
 
 print(f"this machine: {os.cpu_count()} logical CPUs for 8 ranks")
-rows = check.breakdown(results)
+rows = check.breakdown(res)
 print("rank  (dp, pp, tp)   step  compute     TP  PP wait     DP")
-for rank, (r, b) in enumerate(zip(results, rows)):
+for rank, (r, b) in enumerate(zip(res, rows)):
     print(f"{rank:>4}  {r['coords']!s:>12} {b['step']:>6.1f} {b['compute']:>8.1f} "
           f"{b['tp']:>6.1f} {b['pp_wait']:>8.1f} {b['dp']:>6.1f}")
 fig, ax = plt.subplots(figsize=(6.4, 3.0))
 left = [0.0] * len(rows)
-for part, label in zip(check.PARTS, ("compute", "TP all-reduce", "PP wait", "DP wait")):
+for part, label in zip(check.PARTS, ("compute", "TP collectives", "PP wait", "DP wait")):
     widths = [b[part] for b in rows]
     ax.barh(range(len(rows)), widths, left=left, label=label)
     left = [a + w for a, w in zip(left, widths)]
-ax.set(yticks=range(len(rows)), yticklabels=[str(r["coords"]) for r in results],
+ax.set(yticks=range(len(rows)), yticklabels=[str(r["coords"]) for r in res],
        xlabel="ms per step (median)", ylabel="rank (dp, pp, tp)")
 ax.invert_yaxis()
 ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
 plt.show()
 
 # %% [markdown]
+# **Throughput and MFU.** A training token costs 6N FLOPs in the matmuls, N the weights that
+# multiply activations (2N forward; backward computes the input's and the weight's gradient,
+# 4N), plus 12 L T d for attention's scores and weighted sums (PaLM's count, the one picotron's
+# `get_mfu` uses). PyTorch's `FlopCounterMode` counts the matmuls of one process's step
+# exactly (it does not see the CPU's attention kernel):
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
+
+f = check.flops_per_token(cfg)
+x, y = tiny_lm.MarkovCorpus(cfg.vocab_size).batch(0, 4, cfg.seq_len)
+with FlopCounterMode(display=False) as counter:
+    tiny_lm.lm_loss(tiny_lm.build(cfg), x, y).backward()
+print(f"per token: 6N = 6 x {check.matmul_weights(cfg):,} = {f['matmuls']:,}; "
+      f"FlopCounterMode: {counter.get_total_flops() // x.numel():,}; "
+      f"attention 12LTd = {f['attention']:,}; total {f['total']:,}")
+
+# %% [markdown]
+# MFU divides the FLOPs the tokens needed by what the hardware could do in the same time. On a
+# GPU that is the vendor's dense figure (989.5e12 bf16 FLOP/s for an H100 SXM, picotron's
+# default); a CPU has no such figure, so here it is one core's measured matmul rate:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+peak = check.peak_flops()
+speed = check.throughput(p, res, peak)
+print(f"one core: {peak / 1e9:.1f} GFLOP/s on a 512 x 512 matmul; the run: "
+      f"{speed['tokens_per_s']:,.0f} tokens/s, MFU {speed['mfu']:.2%}")
+
+# %% [markdown]
+# A tiny model on 8 processes that share a few cores spends its time communicating and
+# switching, not multiplying: the MFU is what that looks like. Large models on GPUs reach
+# 30-50 %.
+#
 # ## 7. The same plan with PyTorch's own parts
 #
 # `train3d_torch` builds the plan from the library: `init_device_mesh` for the groups,
 # DTensor's `parallelize_module` with `ColwiseParallel` / `RowwiseParallel` for TP,
-# `torch.distributed.pipelining`'s `PipelineStage` and `Schedule1F1B` for PP, and FSDP2's
-# `fully_shard` over the "dp" sub-mesh for DP. Two differences from the hand-built trainer:
+# `torch.distributed.pipelining`'s `PipelineStage` and `Schedule1F1B` for PP, FSDP2's
+# `fully_shard` over the "dp" sub-mesh for DP, and torchtitan's clipping recipe (the norm
+# of the stage's DTensor gradients, its square summed over the PP group). Three differences
+# from the hand-built trainer:
 #
 # * FSDP2 shards the weights and gradients too (ZeRO-3), where the hand-built trainer shards
-#   only Adam's moments (ZeRO-1). The update is the same Adam on the same averaged gradients,
+#   the optimizer (ZeRO-1). The update is the same Adam on the same clipped mean gradients,
 #   so the numbers must still agree.
+# * The vocabulary split and sequence parallelism are left out (torchtitan's DTensor plan for
+#   them is `set_decoder_sharding_config`): one process's arithmetic is the same either way.
 # * `ColwiseParallel` gives a TP rank a contiguous block of the fused q/k/v projection's rows.
-#   TinyLM orders them [q | k | v], and a contiguous half of that is all of q, not "my heads of
-#   q, k and v". So the rows are reordered once, [q_0 k_0 v_0 | q_1 k_1 v_1], and the attention
-#   takes its head count from the local width, as torchtitan's Llama attention does ("Use -1
-#   instead of `n_heads` ... as TP may have sharded them", in
-#   `torchtitan/models/llama3/model/model.py`).
+#   TinyLM orders them [q | k | v], and the first half of that is all of q and half of k, not
+#   "my heads of q, k and v". So the rows are reordered once, [q_0 k_0 v_0 | q_1 k_1 v_1], and
+#   the attention takes its head count from the local width, as torchtitan's attention does
+#   ("Use -1 instead of n_heads (or n_kv_heads) to infer the actual local heads from sizes as
+#   TP may have sharded them", in `torchtitan/models/common/attention.py`).
 #
-# The second point, shown on 2 ranks: fill a fused (12, 4) q/k/v weight's rows with their own index,
-# apply `ColwiseParallel`, and read back which rows each rank kept.
-
-# %%
-print("rows of [q | k | v] (0-3 q, 4-7 k, 8-11 v) each rank keeps under ColwiseParallel:",
-      launch.run(train3d_torch.colwise_rows_worker, 2, 4, timeout_s=60))
-
-# %% [markdown]
-# Five steps here, to keep the notebook short (each step all-gathers FSDP2's weight shards);
-# `tests/test_train3d.py` runs more.
+# Five steps here, to keep the notebook short; `tests/test_train3d.py` runs more. Each rank
+# also reports its groups under `init_device_mesh`, and, for the third point, which rows of a
+# fused (12, 4) q/k/v weight whose rows hold their own index `ColwiseParallel` left it.
 
 # %%
 p5 = train3d.Plan(steps=5)
 torch_results = train3d_torch.run(p5)
 train3d_torch.check_against_reference(p5, torch_results, check.reference_train(p5))
-ours = check.replica_losses(*runs[0][:2])[:5]
-theirs = check.replica_losses(p5, torch_results)
-print("losses, PyTorch's parts:", [f"{x:.4f}" for x in theirs])
-print("losses, hand-built:     ", [f"{x:.4f}" for x in ours])
+same = all(r["groups"] == {axis: plan.mesh.group(rank, axis) for axis in ("dp", "pp", "tp")}
+           for rank, r in enumerate(torch_results))
+print("rank 5 under init_device_mesh:", torch_results[5]["groups"])
+print("every rank's dp, pp and tp groups equal the grid's:", same)
+print("rows of [q | k | v] (0-3 q, 4-7 k, 8-11 v) TP ranks 0 and 1 keep under ColwiseParallel:",
+      torch_results[0]["colwise_rows"], torch_results[1]["colwise_rows"])
+print("losses, PyTorch's parts:", [f"{v:.4f}" for v in check.replica_losses(p5, torch_results)])
+print("losses, hand-built:     ", [f"{v:.4f}" for v in check.replica_losses(*runs[0][:2])[:5]])
 print("PyTorch's parts equal one process (losses, and every rank's gathered weights, within "
       "check.TOLERANCES) and the hand-built run")
 
@@ -283,10 +396,11 @@ print("PyTorch's parts equal one process (losses, and every rank's gathered weig
 # ## 8. The same code on a GPU node and on a cluster
 #
 # `train3d.train_worker` picks its device from the backend (`course_utils.backend`): NCCL with
-# one GPU per rank where there are enough GPUs, gloo on CPU otherwise. Under torchrun the module
-# runs as a demo: each rank trains 5 steps and prints its largest weight difference from the
-# one-process run (8 ranks: DP 2 x PP 2 x TP 2; 4 ranks drop DP; 2 ranks are a 2-stage
-# pipeline):
+# one GPU per rank where there are enough GPUs, gloo on CPU otherwise (where the
+# reduce-scatter is built from `all_to_all_single`, since gloo's own sends what an all-reduce
+# sends; `backend.reduce_scatter_in_place`). Under torchrun the module runs as a demo: each
+# rank trains 5 steps and prints its largest weight difference from the one-process run (8
+# ranks: DP 2 x PP 2 x TP 2; 4 ranks drop DP; 2 ranks are a 2-stage pipeline):
 #
 # ```bash
 # # one node, 8 GPUs (or 8 CPU processes)
@@ -299,29 +413,32 @@ print("PyTorch's parts equal one process (losses, and every rank's gathered weig
 # ```
 #
 # With 4 ranks per node the grid puts ranks 0-3 (dp = 0) on the first node and 4-7 (dp = 1)
-# on the second: TP and PP stay inside a node and only DP's gradient buckets and ZeRO-1's
-# all-gather cross nodes, the placement module 6 recommends.
+# on the second: TP and PP stay inside a node and only DP's reduce-scatters and all-gathers
+# cross nodes, the placement module 6 recommends.
 #
 # ## Summary
 #
 # | what | predicted | measured |
 # | --- | --- | --- |
 # | groups of the 2 x 2 x 2 grid | the rank grid | `init_device_mesh` builds the same |
-# | loss, gradients, weights after 20 steps, 2 seeds | one process's | equal on all 8 ranks (1e-5, 1e-6, 1e-4) |
-# | persistent bytes per rank, fp32 Adam, ZeRO-1 | 4n + 4n + 8n/D | equal, to the byte |
-# | TP all-reduces per step per rank | 4 x blocks x m = 16, 262,144 B | equal |
+# | loss, gradient norm, gradients, weights; 20 steps, 2 seeds, fp32 | one process's | equal on all 8 ranks, (rtol, atol) (1e-5, 1e-5), (1e-4, 1e-6), (1e-4, 1e-4) |
+# | the same in bf16, fp32 gradients | one process's bf16 run | equal within (2e-2, 2e-2) |
+# | persistent bytes per rank, fp32 and bf16 | the buffer's size, and ZeRO-1's slices | equal, to the byte |
+# | TP, pipeline and DP calls and TP bytes per step | from the plan | equal |
+# | training FLOPs per token | 6N + 12LTd | the matmuls' 6N equal `FlopCounterMode`'s count |
 # | 1F1B bubble, P = 2, m = 4 | 20% of the step | inside the pipeline wait (shared CPU) |
 # | DeviceMesh + DTensor + pipelining + FSDP2 | one process's | equal (5 steps) |
 
 # %% [markdown]
 # **Next**: assignment `a10_capstone` (in your workspace under `assignments/a10_capstone/`):
-# write this step yourself (any schedule, the DP average and ZeRO-1's all-gather by hand) and
-# Megatron's "f" operator, both run on real ranks against one process on meshes the notebook
-# does not show; then debug five short data-parallel programs, each broken by a pitfall real
-# training runs have had (one of them hangs). This is the course's last module. After it, take module 7's checklist to a
-# real multi-GPU run (NCCL instead of gloo, a synchronize or CUDA events around everything you
-# time, `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline) and read
-# the papers under *References* in the course README: Megatron-LM's interleaved schedule and
+# write the 3-D step yourself, with plain point-to-point calls, the DP average by all-reduce
+# and ZeRO-1's all-gather by hand, and Megatron's "f" operator, both run on real ranks against
+# one process on meshes the notebook does not show; then debug five short data-parallel
+# programs, each broken by a pitfall real training runs have had (one of them hangs). This is
+# the course's last module. After it, take module 7's checklist to a real multi-GPU run (NCCL
+# instead of gloo, a synchronize or CUDA events around everything you time,
+# `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline) and read the
+# papers under *References* in the course README: Megatron-LM's interleaved schedule and
 # sequence parallelism, ZeRO, and TorchTitan, which composes the same PyTorch parts as section
 # 7 with context parallelism at scale. Where to go after it: **quantization** (weights, then
 # activations and optimizer state, stored in 8 bits or fewer: module 1's bytes per parameter,
