@@ -184,6 +184,8 @@ class Timer:
 
     def finish_sends(self) -> None:
         """Wait for every send still in flight (pipeline wait too)."""
+        if not self._sends:
+            return
         t0 = clock(self.dev)
         for work in self._sends:
             work.wait()
@@ -330,6 +332,9 @@ def train_worker(rank: int, world_size: int, plan: Plan | Sequence[Plan], step_f
     for p in plans:
         if world_size != p.world_size:
             raise ValueError(f"the plan needs {p.world_size} ranks; got world_size={world_size}")
+        if step_fn is not None and (p.vocab_parallel or p.sp or p.clip is not None):
+            raise ValueError("a student's step runs the plain stage: give it a Plan with "
+                             "vocab_parallel=False, sp=False, clip=None")
         key = (p.dp, p.pp, p.tp)
         if key not in groups:
             groups[key] = build_groups(p.mesh, rank)

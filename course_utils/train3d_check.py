@@ -12,6 +12,7 @@ and the model FLOPs utilisation (MFU). The tables the lecture prints are made he
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 from typing import Any, Sequence
@@ -33,6 +34,18 @@ __all__ = ["reference_train", "order_drift", "replica_losses", "TOLERANCES", "BF
            "MESH_FOR_WORLD", "torchrun_worker"]
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """torch on one thread while the block runs: a model this small gains nothing from more, and
+    on a busy machine a second OpenMP thread waits for a core at every operation."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def reference_train(plan: Plan, microbatches: int = 1) -> dict[str, Any]:
     """One process, whole model, whole global batch, ``torch.optim.Adam``: the same run.
 
@@ -41,6 +54,11 @@ def reference_train(plan: Plan, microbatches: int = 1) -> dict[str, Any]:
     ``microbatches``: backward on that many slices of the batch, accumulated (the same run,
     summed in another order).
     """
+    with _one_thread():
+        return _reference_train(plan, microbatches)
+
+
+def _reference_train(plan: Plan, microbatches: int) -> dict[str, Any]:
     model = build(plan.cfg, plan.seed)
     bf16 = plan.dtype == "bf16"
     if bf16:

@@ -47,8 +47,8 @@ from course_utils.tiny_lm import MarkovCorpus, TinyLMConfig, build, shard_batch
 from course_utils.train3d import Plan
 from course_utils.train3d_check import TOLERANCES, reference_train, replica_losses
 
-__all__ = ["qkv_for_tp", "torch_stage", "torch_train_worker", "run", "full_weights",
-           "check_against_reference", "colwise_rows_worker", "mesh_groups_worker"]
+__all__ = ["qkv_for_tp", "torch_stage", "torch_train_worker", "run", "both_worker", "run_both",
+           "full_weights", "check_against_reference"]
 
 
 def qkv_for_tp(w: torch.Tensor, d: int, tp: int) -> torch.Tensor:
@@ -188,6 +188,32 @@ def _clip(stage: nn.Module, max_norm: float, pp_group: Any) -> float:
     return norm
 
 
+def both_worker(rank: int, world_size: int, plans: Sequence[Plan],
+                torch_plan: Plan) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One rank: the hand-built trainer on each of ``plans`` (:func:`course_utils.train3d.
+    train_worker`), then ``torch_plan`` with PyTorch's parts, in one launch."""
+    from course_utils.train3d import train_worker
+
+    return train_worker(rank, world_size, list(plans)), torch_train_worker(rank, world_size,
+                                                                           torch_plan)
+
+
+def run_both(plans: Sequence[Plan], torch_plan: Plan, timeout_s: float = 300.0
+             ) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """:func:`both_worker` on real ranks (every plan on the same number of ranks): per plan, each
+    rank's hand-built result; then each rank's PyTorch-parts result."""
+    from course_utils import launch
+
+    plans = list(plans)
+    if not plans or not all(isinstance(p, Plan) for p in plans + [torch_plan]):
+        raise ValueError("plans must be a non-empty list of train3d.Plan, torch_plan a Plan")
+    if len({p.world_size for p in plans + [torch_plan]}) > 1:
+        raise ValueError("every plan of one launch must need the same number of ranks")
+    per_rank = launch.run(functools.partial(both_worker, plans=plans, torch_plan=torch_plan),
+                          torch_plan.world_size, timeout_s=timeout_s, threads_per_rank=1)
+    return [[r[0][i] for r in per_rank] for i in range(len(plans))], [r[1] for r in per_rank]
+
+
 def run(plan: Plan, timeout_s: float = 180.0) -> list[dict[str, Any]]:
     """Train ``plan`` with PyTorch's parts on real ranks; each rank's result."""
     from course_utils import launch
@@ -228,20 +254,3 @@ def _colwise_rows(mesh: Any, d: int = 4) -> list[int]:
         qkv.weight.copy_(torch.arange(3 * d, dtype=torch.float32)[:, None].expand(3 * d, d))
     parallelize_module(qkv, mesh, ColwiseParallel())
     return [int(v) for v in qkv.weight.to_local()[:, 0].tolist()]
-
-
-def colwise_rows_worker(rank: int, world_size: int, d: int = 4) -> list[int]:
-    """:func:`_colwise_rows` on a 1-D mesh of all the ranks."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    return _colwise_rows(init_device_mesh(backend.device().type, (world_size,)), d)
-
-
-def mesh_groups_worker(rank: int, world_size: int, plan: Plan) -> dict[str, list[int]]:
-    """This rank's groups per axis as ``init_device_mesh`` builds them (global ranks)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh(backend.device().type, (plan.dp, plan.pp, plan.tp),
-                            mesh_dim_names=("dp", "pp", "tp"))
-    return {axis: dist.get_process_group_ranks(mesh[axis].get_group())
-            for axis in ("dp", "pp", "tp")}

@@ -25,6 +25,10 @@ Persistent bytes are *measured*: :meth:`ZeroDP.state_bytes` adds up the storages
 a rank really holds (each storage once). Communication is *logged*: every collective the engine
 issues is recorded in a :class:`CommLog`, with the bytes a ring algorithm makes each rank send.
 
+:class:`ZeroDP` is an engine: it owns the model, the loss and the optimizer. The same ZeRO-3 as
+a module wrapper, with the loss, backward and any ``torch.optim`` optimizer left to the caller
+(FSDP's form), is :class:`course_utils.zero3.ShardedModule`.
+
 Run one stage under torchrun (prints each rank's measured bytes)::
 
     torchrun --standalone --nproc-per-node 2 -m course_utils.zero

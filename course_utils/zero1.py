@@ -209,10 +209,8 @@ class ShardedOptimizer:
                 piece.grad.mul_(coef)
 
     @torch.no_grad()
-    def update_shard(self) -> torch.Tensor:
-        """Run the inner optimizer on this rank's slices; return them, concatenated in bucket
-        order ((sum of S_b,) elements, the same length on every DP rank, in the parameters'
-        dtype). The other ranks' slices of the weights are unchanged until gathered."""
+    def _update(self) -> None:
+        """Clip, run the inner optimizer on this rank's slices, write them into the buffer."""
         self._load_grads()
         if self.max_norm is not None:
             self._clip()
@@ -222,6 +220,13 @@ class ShardedOptimizer:
             for piece, (i, lo, n) in zip(self._masters, self._pieces):
                 start = self.layout.offsets[i] + lo
                 self.flat[start:start + n].copy_(piece)
+
+    @torch.no_grad()
+    def update_shard(self) -> torch.Tensor:
+        """Run the inner optimizer on this rank's slices; return them, concatenated in bucket
+        order ((sum of S_b,) elements, the same length on every DP rank, in the parameters'
+        dtype). The other ranks' slices of the weights are unchanged until gathered."""
+        self._update()
         return torch.cat([self.flat[slice(*self.layout.shard(b, self.dp_rank))]
                           for b in range(len(self.layout.buckets))])
 
@@ -250,7 +255,7 @@ class ShardedOptimizer:
             raise RuntimeError("this optimizer leaves the all-gather to you: call "
                                "update_shard(), all-gather the shards over the DP group and "
                                "pass them to load_gathered()")
-        self.update_shard()
+        self._update()
         t0 = clock(self.flat)
         for b in range(len(self.layout.buckets)):
             lo, hi = self.layout.buckets[b]

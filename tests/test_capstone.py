@@ -6,6 +6,7 @@ every rank) fails the per-rank checks."""
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -15,6 +16,9 @@ import torch.distributed as dist
 from course_utils import capstone, launch, stage_model
 from course_utils.tiny_lm import build
 from course_utils.train3d_check import reference_train
+from grading import judge
+
+JUDGE = judge.load("a10_capstone")
 
 
 def _step(dp_div=True, m_div=True, group="dp", gather=True, misorder=False, hang=False,
@@ -68,17 +72,33 @@ def _step(dp_div=True, m_div=True, group="dp", gather=True, misorder=False, hang
 def test_a_step_written_outside_the_library_runs_and_is_counted():
     """The count of every rank's calls: m sends per pipeline neighbour, the layers' TP
     all-reduces, one hand-written ZeRO-1 all-gather (the 8-rank mesh of lecture 10)."""
-    from course_utils import train3d, train3d_check
+    from course_utils import train3d, train3d_check, train3d_comms
 
-    plan = train3d.Plan(steps=2)
+    plan = train3d.Plan(steps=2, vocab_parallel=False, sp=False, clip=None)
     results = train3d.run(plan, step_fn=_step())
     train3d_check.check_against_reference(plan, results)
     for r in results:
         first, last = r["coords"][1] == 0, r["coords"][1] == plan.pp - 1
         assert r["comms"]["calls"]["send"] == (0 if first else plan.m) + (0 if last else plan.m)
         assert r["comms"]["calls"]["all_gather_dp"] == 1   # ZeRO-1's, by hand
-        assert r["comms"]["tp_all_reduces"] == train3d_check.predicted_comms(
-            plan, r["coords"][1])["tp_all_reduces"]
+        assert r["comms"]["tp_all_reduces"] == train3d_comms.predicted_tp(
+            plan.cfg, r["coords"][1], plan.pp, plan.tp, plan.m, plan.microbatch, False,
+            False)["all_reduce"]
+
+
+def test_a_student_step_gets_the_plain_stage():
+    from course_utils import train3d
+
+    with pytest.raises(ValueError, match="a student's step runs the plain stage"):
+        train3d.train_worker(0, 8, train3d.Plan(), step_fn=_step())
+
+
+def test_the_hidden_meshes_each_combine_two_axes():
+    """What a10's introduction says: three hidden meshes of 4 ranks, every pair of axes."""
+    for seed in range(50):
+        cases = JUDGE.HIDDEN_CASES["q1_test"](random.Random(seed))
+        meshes = sorted(tuple(c[:3]) for c in cases)
+        assert meshes == [(1, 2, 2), (2, 1, 2), (2, 2, 1)]
 
 
 def _one_process_answer(stage, g, inputs, targets, m, optimizer):

@@ -195,7 +195,7 @@ def test_activations_in_flight():
             g = ps.simulate("gpipe", p, m).peak_activations()
             o = ps.simulate("1f1b", p, m).peak_activations()
             assert g == [float(m)] * p  # GPipe holds every microbatch
-            assert o == [float(min(p - r, m)) for r in range(p)]  # 1F1B at most P - r
+            assert o == [float(min(p - r, m)) for r in range(p)]  # 1F1B: min(P - r, m)
     assert ps.simulate("interleaved", 4, 8, v=2).peak_activations() == [5.5, 4.5, 3.5, 2.5]
     assert ps.simulate("interleaved", 4, 32, v=2).peak_activations() == [5.5, 4.5, 3.5, 2.5]
 

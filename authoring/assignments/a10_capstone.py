@@ -17,13 +17,15 @@
 # the wrong group, paired with the wrong microbatch, shards never gathered, ...); a practice
 # case's right answer is one process's run, which the cell computes itself.
 #
-# **What grading adds.** Hidden tests run your code on other meshes (4 ranks: one axis of size
-# 1 each time, so every axis is tested on its own), seeds and microbatch counts, drawn for your
+# **What grading adds.** Hidden tests run your code on three other meshes of 4 ranks, each
+# with two of the three axes (DP x PP, DP x TP and PP x TP: every pair of axes together, where
+# the practice cells try DP x PP and PP x TP), and on seeds and microbatch counts drawn for your
 # submission. A hang is stopped after a time limit and reported with each rank's stack.
 #
-# **Work it out yourself.** `course_utils` has the course's own versions (for example
-# `train3d.train_step` and `tensor_parallel.copy_to_tp`); an answer that uses one is flagged for
-# your instructor.
+# **Work it out yourself.** `course_utils` has the course's own pieces (for example
+# `tensor_parallel.copy_to_tp`, and lecture 10's `train3d.train_step`, a different step: it
+# reduce-scatters from its own gradient buffer and needs the optimizer's own all-gather); an
+# answer that uses one is flagged for your instructor.
 
 # %%
 import torch
@@ -45,10 +47,12 @@ from course_utils import capstone, checks
 # It also builds `stage`, this rank's pipeline stage with its blocks already split by TP (the
 # TP all-reduces happen inside its layers): `stage(x)` takes token ids `(b, T)` on the first
 # stage and activations `(b, T, D)` elsewhere (`D = stage.cfg.d_model`), and returns
-# activations `(b, T, D)`, or logits `(b, T, V)` on the last stage. And `optimizer`, ZeRO-1's
-# Adam over the DP group (`lr = 1e-2`, and `eps = 1e-5` rather than torch's `1e-8`: with `1e-8`,
-# a gradient of a few 1e-9 moves its weight by an amount the summation order decides, and a
-# right step could fail the comparison; `capstone.ADAM_EPS` shows the case):
+# activations `(b, T, D)`, or logits `(b, T, V)` on the last stage (here the embedding and the
+# head are whole on every TP rank, and there is no sequence parallelism). And `optimizer`,
+# ZeRO-1's Adam over the DP group (`zero1.ShardedOptimizer` around `torch.optim.Adam`,
+# `lr = 1e-2`, and `eps = 1e-5` rather than torch's `1e-8`: with `1e-8`, a gradient of a few
+# 1e-9 moves its weight by an amount the summation order decides, and a right step could fail
+# the comparison; `capstone.ADAM_EPS` shows the case):
 # `optimizer.update_shard()` applies Adam to this DP rank's shard of
 # the stage's weights and returns that shard (a 1-D tensor, the same length on every DP rank);
 # `optimizer.load_gathered(flat)` copies the concatenation of all DP ranks' shards, in DP-rank
@@ -215,17 +219,19 @@ None
 # neighbours), and DP goes across nodes, where its once-per-step traffic can overlap with
 # backward. (b) All forwards first (GPipe) and 1F1B have the same bubble, (P-1)/(m+P-1), for
 # balanced stages; GPipe holds all m microbatches' activations on every stage until the
-# backwards start, 1F1B at most P - r on stage r. (c) The gradient all-reduce starts only after
-# the last backward, so all of it is exposed; lecture 10 uses buckets that start all-reducing
-# during the last microbatch's backward (post-accumulate-grad hooks), so only the last buckets
-# are waited for. Blocking send/recv also serialise the stages where isend overlaps them.
+# backwards start, 1F1B at most min(P - r, m) on stage r (r counted from 0: stage r runs
+# P - r - 1 warm-up forwards and one more before its first backward, and never more than m).
+# (c) The gradient all-reduce starts only after the last backward, so all of it is exposed;
+# lecture 10 starts each bucket's reduce-scatter during the last microbatch's backward
+# (post-accumulate-grad hooks), so only the last buckets are waited for. Blocking send/recv
+# also serialise the stages where lecture 10 posts each send with the next receive.
 #
 # **Rubric** (2 points):
 # * 1 point: (a) TP per microbatch and per block (forward and backward), PP per microbatch per
 #   boundary, DP once per step; TP inside a node, DP across nodes (PP in between).
-# * 1 point: (b) same bubble, different activation memory (m vs at most P - r microbatches);
-#   and (c) the exposed all-reduce after backward versus buckets started during the last
-#   backward (or blocking sends versus isend).
+# * 1 point: (b) same bubble, different activation memory (m vs at most min(P - r, m)
+#   microbatches); and (c) the exposed all-reduce after backward versus buckets started during
+#   the last backward (or blocking sends versus non-blocking ones).
 # * 0 points: says 1F1B shrinks the bubble, or places TP across nodes without a reason.
 # ### END SOLUTION
 
@@ -361,14 +367,17 @@ pitfalls.show("padded_sequences")
 _ = pitfalls.demo("padded_sequences")
 
 # %% [markdown]
-# This program all-reduces with `op=dist.ReduceOp.AVG`. Is gloo's AVG what you think it is? The
-# cell below all-reduces, on 3 ranks, the same random float32 vectors with AVG and with SUM
+# This program all-reduces with `op=dist.ReduceOp.AVG`. Is AVG what you think it is? The cell
+# below all-reduces, on 3 gloo ranks, the same random float32 vectors with AVG and with SUM
 # (then divides by 3), a float16 value of 40,000 on every rank (float16's largest value is
-# 65,504) with AVG, and an int64 tensor with AVG. What it shows, with torch 2.13: gloo's AVG of
-# float32 is the sum divided by D, equal to it bit for bit; it adds first, so float16 values
-# whose mean fits but whose sum does not come back `inf`; and integer tensors are refused. So
-# AVG is safe only on floating-point tensors in a type whose sum cannot overflow; dividing by D
-# yourself says the same thing in plain sight.
+# 65,504) with AVG, and an int64 tensor with AVG. What it shows is gloo's AVG, with torch 2.13:
+# the sum divided by D, equal to it bit for bit in float32; it adds first, so float16 values
+# whose mean fits but whose sum does not come back `inf`; and integer tensors are refused.
+# NCCL's AVG is another operation: torch hands `ReduceOp.AVG` to NCCL's `ncclAvg`
+# (`torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`), which multiplies each floating-point
+# input by 1/D *before* adding (so the same float16 values come back near 40,000) and sums
+# integers, then divides (NCCL's `src/enqueue.cc`, `case ncclAvg`). Where AVG divides, and which
+# types it takes, depend on the backend; dividing by D yourself says the same thing on both.
 
 # %%
 pitfalls.gloo_avg(world_size=3)
@@ -609,9 +618,11 @@ _ = pitfalls.demo("loss_logging")
 # %% [markdown]
 # Set `q8_diagnosis`:
 #
-# * `"order"`: rank 0 waits in the metrics group's all-reduce for the others, who wait in the
-#   gradients' all-reduce for rank 0: on every rank, the collectives of each group must be
-#   issued in the same order;
+# * `"order"`: rank 0 is blocked in the metrics group's all-reduce, waiting for the others, who
+#   are blocked in the gradients' all-reduce, waiting for rank 0. On each group, every rank
+#   issues the same calls in the same order; what differs is how the two groups' blocking
+#   calls interleave (rank 0 enters the metrics group first, the others the default group),
+#   and a blocking collective returns only when its whole group has joined it;
 # * `"slow"`: gloo is slow on a CPU; a longer timeout would let it finish;
 # * `"group"`: a second group over the same ranks is not allowed;
 # * `"barrier"`: the ranks need a `dist.barrier()` before the gradient all-reduce.

@@ -25,8 +25,10 @@ from course_utils.checks import check_choice
 
 HELPERS_NOT_ALLOWED = {
     "q1": ["train3d.train_step", "train3d.train_worker", "train3d.run", "train3d_torch.run",
+           "train3d_torch.run_both",
            "train3d_check.reference_train", "capstone.run_step", "overlap.BucketAllReduce",
-           "zero1.ShardedAdam", "tiny_lm.build", "stage_model.build_stage",
+           "zero1.ShardedOptimizer", "grad_buffer.GradBuffer", "tiny_lm.build",
+           "stage_model.build_stage",
            "stage_model.shard_state", "pipeline_parallel.pipeline_worker"],
     "q2": ["tensor_parallel.copy_to_tp", "tensor_parallel.CopyToTensorParallel",
            "tensor_parallel.ColumnParallelLinear", "stage_model.TensorParallelBlock"],
@@ -42,8 +44,9 @@ LAUNCH_PRELOAD = "full"
 
 def _draw_q1(rng):
     """train_step's hidden runs, drawn per submission: (dp, pp, tp, seed, m) on 4 ranks, one
-    axis of size 1 each (the other two tested on their own); m = 4 where dp = 2, so that a
-    gradient D times and one m times too large are told apart."""
+    axis of size 1 each, so each mesh tests a pair of axes together (PP x TP, DP x TP,
+    DP x PP); m = 4 where dp = 2, so that a gradient D times and one m times too large are told
+    apart."""
     seeds = rng.sample(range(10_000), 3)
     return [[1, 2, 2, seeds[0], rng.choice([2, 4])], [2, 1, 2, seeds[1], 4],
             [2, 2, 1, seeds[2], 4]]
@@ -258,7 +261,8 @@ def q8_diagnosis_test(got, ref):
         "slow": "both ranks are blocked in an all-reduce, each waiting for the other in a "
                 "different group: waiting longer changes nothing",
         "group": "a second group over the same ranks is allowed (torch.distributed.new_group); "
-                 "what matters is the order in which each rank issues its collectives",
+                 "what matters is how each rank interleaves its blocking calls on the two "
+                 "groups",
         "barrier": "a barrier is one more collective: rank 0 would still be waiting in the "
                    "metrics group, and the others in the barrier"})
 

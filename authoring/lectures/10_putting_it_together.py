@@ -65,7 +65,7 @@ print(check.groups_table(plan.mesh))
 # `train3d.build_groups` turns this table into process groups on the real ranks (every rank
 # calls `new_group` for every group, in the same order). PyTorch's
 # `init_device_mesh(device, (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))` builds the same
-# groups from the same row-major grid: section 7 starts it on 8 ranks and compares.
+# groups from the same row-major grid: section 7 compares them on the 8 ranks.
 #
 # ## 2. What each rank holds
 #
@@ -164,8 +164,9 @@ for pp_rank in range(plan.pp):
 # %% [markdown]
 # ## 4. Train on 8 ranks, and check against one process
 #
-# `train3d.run` starts 8 ranks once and trains three plans in turn: seed 0 and seed 1 (two
-# different models and data streams), and seed 0 again in bf16 (section 5).
+# `train3d_torch.run_both` starts 8 ranks once. They train three plans in turn with the
+# hand-built trainer: seed 0 and seed 1 (two different models and data streams), and seed 0
+# for 5 steps in bf16 (section 5); then seed 0 for 3 steps with PyTorch's own parts (section 7).
 # `check.reference_train(plan)` trains `tiny_lm.build(cfg, seed)` on one process, whole batch,
 # `torch.optim.Adam` and `clip_grad_norm_`, on the same batches. `check.check_against_reference`
 # then asserts, rank by rank, that the loss of every step on every rank of the last stage (both
@@ -188,10 +189,10 @@ for pp_rank in range(plan.pp):
 # test tries.
 
 # %%
+plans = [train3d.Plan(seed=0), train3d.Plan(seed=1), train3d.Plan(dtype="bf16", steps=5)]
+results, torch_results = train3d_torch.run_both(plans, train3d.Plan(steps=3), timeout_s=300)
 runs = {}
-results = train3d.run([train3d.Plan(seed=0), train3d.Plan(seed=1), train3d.Plan(dtype="bf16")],
-                      timeout_s=240)
-for p, res in zip((train3d.Plan(seed=0), train3d.Plan(seed=1)), results):
+for p, res in zip(plans[:2], results):
     ref = check.reference_train(p)
     runs[p.seed] = (p, res, ref, check.check_against_reference(p, res, ref))
     clipped = sum(n > p.clip for n in ref["grad_norms"])
@@ -237,7 +238,7 @@ print("predicted == measured on every rank:",
           for r in res))
 
 # %% [markdown]
-# **bf16 with fp32 gradients.** The third run computes in bf16: the weights in the buffer are
+# **bf16 with fp32 gradients.** The third run (5 steps) computes in bf16: the weights in the buffer are
 # bf16 (2 bytes), every microbatch's bf16 gradient is added into the fp32 buffer (4 bytes:
 # summing in bf16 would lose the small contributions, module 9), and each rank keeps an fp32
 # master copy of its slices beside the moments (4 + 8 bytes per owned element): Megatron-LM's
@@ -245,7 +246,7 @@ print("predicted == measured on every rank:",
 # process running the same policy, within bf16's precision (`check.BF16_TOLERANCES`).
 
 # %%
-bf16 = train3d.Plan(dtype="bf16")
+bf16 = plans[2]
 check.check_against_reference(bf16, results[2], check.reference_train(bf16))
 print(check.memory_table(bf16, results[2]))
 print("predicted == measured on every rank:",
@@ -373,22 +374,22 @@ print(f"one core: {peak / 1e9:.1f} GFLOP/s on a 512 x 512 matmul; the run: "
 #   ("Use -1 instead of n_heads (or n_kv_heads) to infer the actual local heads from sizes as
 #   TP may have sharded them", in `torchtitan/models/common/attention.py`).
 #
-# Five steps here, to keep the notebook short; `tests/test_train3d.py` runs more. Each rank
-# also reports its groups under `init_device_mesh`, and, for the third point, which rows of a
-# fused (12, 4) q/k/v weight whose rows hold their own index `ColwiseParallel` left it.
+# The ranks of section 4 ran it, after the hand-built plans: three steps, to keep the notebook
+# short. Each rank also reported its groups under `init_device_mesh`, and, for the third point,
+# which rows of a fused (12, 4) q/k/v weight whose rows hold their own index `ColwiseParallel`
+# left it.
 
 # %%
-p5 = train3d.Plan(steps=5)
-torch_results = train3d_torch.run(p5)
-train3d_torch.check_against_reference(p5, torch_results, check.reference_train(p5))
+p3 = train3d.Plan(steps=3)
+train3d_torch.check_against_reference(p3, torch_results, check.reference_train(p3))
 same = all(r["groups"] == {axis: plan.mesh.group(rank, axis) for axis in ("dp", "pp", "tp")}
            for rank, r in enumerate(torch_results))
 print("rank 5 under init_device_mesh:", torch_results[5]["groups"])
 print("every rank's dp, pp and tp groups equal the grid's:", same)
 print("rows of [q | k | v] (0-3 q, 4-7 k, 8-11 v) TP ranks 0 and 1 keep under ColwiseParallel:",
       torch_results[0]["colwise_rows"], torch_results[1]["colwise_rows"])
-print("losses, PyTorch's parts:", [f"{v:.4f}" for v in check.replica_losses(p5, torch_results)])
-print("losses, hand-built:     ", [f"{v:.4f}" for v in check.replica_losses(*runs[0][:2])[:5]])
+print("losses, PyTorch's parts:", [f"{v:.4f}" for v in check.replica_losses(p3, torch_results)])
+print("losses, hand-built:     ", [f"{v:.4f}" for v in check.replica_losses(*runs[0][:2])[:3]])
 print("PyTorch's parts equal one process (losses, and every rank's gathered weights, within "
       "check.TOLERANCES) and the hand-built run")
 
@@ -427,7 +428,7 @@ print("PyTorch's parts equal one process (losses, and every rank's gathered weig
 # | TP, pipeline and DP calls and TP bytes per step | from the plan | equal |
 # | training FLOPs per token | 6N + 12LTd | the matmuls' 6N equal `FlopCounterMode`'s count |
 # | 1F1B bubble, P = 2, m = 4 | 20% of the step | inside the pipeline wait (shared CPU) |
-# | DeviceMesh + DTensor + pipelining + FSDP2 | one process's | equal (5 steps) |
+# | DeviceMesh + DTensor + pipelining + FSDP2 | one process's | equal (3 steps) |
 
 # %% [markdown]
 # **Next**: assignment `a10_capstone` (in your workspace under `assignments/a10_capstone/`):
