@@ -19,9 +19,11 @@ are not read.
 
 With sequence parallelism, a few parameters (the LayerNorms, the row-parallel biases, the
 position embedding) see only this TP rank's tokens, so their gradients are partial sums over
-the TP group: ``tp_partial`` lists them, and their hook all-reduces them over ``tp_group``
-before their bucket can go (Megatron does it after backward, in ``finalize_model_grads``);
-these all-reduces are logged with module 4's recorder (phase "grad sync").
+the TP group: ``tp_partial`` lists them. Both reductions are sums, so their order does not
+matter: :meth:`GradBuffer.finish`, after the DP reduce-scatters, all-reduces over ``tp_group``
+just the elements of those parameters that this rank's slices hold, in one call (Megatron
+all-reduces them whole, coalesced, in ``finalize_model_grads``). It is logged with module 4's
+recorder (phase "grad sync").
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ class GradBuffer:
         for i, (p, off) in enumerate(zip(self.params, layout.offsets)):
             p.main_grad = self.flat[off:off + p.numel()].view_as(p)
             self._hooks.append(p.register_post_accumulate_grad_hook(
-                lambda p, i=i, tp=id(p) in partial: self._grad_ready(p, i, tp)))
+                lambda p, i=i: self._grad_ready(p, i)))
+        self.partial_runs = [(layout.offsets[i] + lo, n) for i, lo, n in
+                             layout.pieces(self.dp_rank) if id(self.params[i]) in partial]
+        """(start, length) in the buffer of the TP-partial elements of this rank's slices."""
         self.n_buckets = len(layout.buckets)
         self.reset()
 
@@ -70,15 +75,11 @@ class GradBuffer:
             self._missing[b] += 1
         self._next, self._pending = 0, []
 
-    def _grad_ready(self, p: torch.nn.Parameter, i: int, tp_partial: bool) -> None:
+    def _grad_ready(self, p: torch.nn.Parameter, i: int) -> None:
         p.main_grad.add_(p.grad)             # fp32 accumulation of this microbatch's gradient
         p.grad = None
         if not self.active:
             return
-        if tp_partial and self.tp_group is not None and dist.get_world_size(self.tp_group) > 1:
-            t0 = clock(p.main_grad)
-            dist.all_reduce(p.main_grad, group=self.tp_group)   # the other tokens' share
-            tensor_parallel._log("all_reduce", "grad sync", p.main_grad, clock(p.main_grad) - t0)
         self._missing[self.layout.bucket_of[i]] -= 1
         while self._next < self.n_buckets and self._missing[self._next] == 0:
             self._launch(self._next)
@@ -98,6 +99,15 @@ class GradBuffer:
             self._launch(self._next)
         for pending in self._pending:
             pending.wait()
+        if self.partial_runs and self.tp_group is not None and \
+                dist.get_world_size(self.tp_group) > 1:     # the other tokens' share, once
+            part = torch.cat([self.flat[a:a + n] for a, n in self.partial_runs])
+            t0 = clock(part)
+            dist.all_reduce(part, group=self.tp_group)
+            tensor_parallel._log("all_reduce", "grad sync", part, clock(part) - t0)
+            for (a, n), piece in zip(self.partial_runs, part.split([n for _, n in
+                                                                    self.partial_runs])):
+                self.flat[a:a + n].copy_(piece)
         for b in range(self.n_buckets):
             lo, hi = self.layout.shard(b, self.dp_rank)
             self.flat[lo:hi].div_(self.dp_size)

@@ -255,7 +255,7 @@ def _setup(plan: Plan, g: Groups, f, student: bool):
     stage = build_stage(plan.cfg, plan.seed, g.pp_rank, g.pp_size, g.tp_rank, g.tp_size,
                         g.tp_group, f, vocab_parallel=plan.vocab_parallel, sp=plan.sp,
                         dtype=plan.torch_dtype, device=dev)
-    adam = dict(lr=plan.lr, eps=plan.eps)
+    adam = dict(lr=plan.lr, eps=plan.eps, foreach=True)   # one call over all of its pieces
     if student:   # one bucket in parameter order; the student writes the all-gather
         return stage, ShardedOptimizer(stage.parameters(), torch.optim.Adam, g.dp_group,
                                        allow_step=False, **adam), None

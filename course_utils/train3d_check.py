@@ -29,7 +29,7 @@ from course_utils.zero1 import FlatLayout
 
 __all__ = ["reference_train", "order_drift", "replica_losses", "TOLERANCES", "BF16_TOLERANCES",
            "check_against_reference", "predicted_state_bytes", "groups_table", "memory_table",
-           "bucket_bytes", "comms_table",
+           "bucket_bytes", "comms_table", "tp_partial_numel", "predicted_tp_calls",
            "PARTS", "breakdown", "flops_per_token", "matmul_weights", "peak_flops", "throughput",
            "MESH_FOR_WORLD", "torchrun_worker"]
 
@@ -192,6 +192,25 @@ def _stage_numels(plan: Plan, pp_rank: int) -> list[int]:
     return [p.numel() for p in stage.parameters()][::-1]
 
 
+def tp_partial_numel(plan: Plan, pp_rank: int, dp_rank: int) -> int:
+    """Elements of the sequence-split parameters (``Stage.tp_partial``) in the DP slices of rank
+    (dp_rank, pp_rank, any tp_rank): what its gradient buffer all-reduces over TP per step."""
+    with torch.device("meta"):
+        stage = Stage(plan.cfg, pp_rank, plan.pp, plan.tp, vocab_parallel=plan.vocab_parallel,
+                      sp=plan.sp)
+    params = list(stage.parameters())[::-1]
+    partial = {id(p) for p in stage.tp_partial()}
+    layout = FlatLayout([p.numel() for p in params], plan.dp, plan.bucket_numel)
+    return sum(n for i, _, n in layout.pieces(dp_rank) if id(params[i]) in partial)
+
+
+def predicted_tp_calls(plan: Plan, pp_rank: int, dp_rank: int) -> dict[str, int]:
+    """:func:`course_utils.train3d_comms.predicted_tp` for one rank of ``plan``."""
+    return predicted_tp(plan.cfg, pp_rank, plan.pp, plan.tp, plan.m, plan.microbatch,
+                        plan.vocab_parallel, plan.sp, 2 if plan.dtype == "bf16" else 4,
+                        tp_partial_numel(plan, pp_rank, dp_rank) if plan.tp > 1 else 0)
+
+
 def predicted_state_bytes(plan: Plan, pp_rank: int, dp_rank: int = 0) -> dict[str, int]:
     """Persistent bytes of rank (dp_rank, pp_rank, any tp_rank), from the sizes alone.
 
@@ -247,26 +266,22 @@ def bucket_bytes(plan: Plan, pp_rank: int) -> list[int]:
 
 
 def comms_table(plan: Plan, results: Sequence[dict[str, Any]]) -> str:
-    """Per rank, the first step's calls as counted on the rank against the plan's prediction
-    (:mod:`course_utils.train3d_comms`): TP collectives by kind and their bytes, the pipeline's
-    sends, receives and ``batch_isend_irecv`` calls, and DP's calls per bucket."""
-    elt = 2 if plan.dtype == "bf16" else 4
-    rows = ["rank  (dp, pp, tp)  TP gather/scatter/reduce      TP bytes  send recv batches"
-            "  DP buckets: RS AG"]
+    """Per rank, the first step's calls as counted on the rank, and whether the plan's prediction
+    (:mod:`course_utils.train3d_comms`) says the same: TP collectives by kind and their bytes, the
+    pipeline's sends, receives and ``batch_isend_irecv`` calls, DP's calls."""
+    rows = ["rank  (dp, pp, tp)   TP: gather scatter reduce     bytes  predicted   send recv "
+            "batches   DP: scatter gather"]
     for rank, r in enumerate(results):
-        _, pp_rank, _ = r["coords"]
-        tp = predicted_tp(plan.cfg, pp_rank, plan.pp, plan.tp, plan.m, plan.microbatch,
-                          plan.vocab_parallel, plan.sp, elt)
-        got, calls = r["comms"]["tp"], r["comms"]["calls"]
-        kinds = "/".join(f"{got.get(k, 0)}" for k in ("all_gather", "reduce_scatter",
-                                                      "all_reduce"))
-        same = all(got.get(k, 0) == tp[k] for k in ("all_gather", "reduce_scatter",
-                                                    "all_reduce", "bytes"))
+        dp_rank, pp_rank, _ = r["coords"]
+        want, got = predicted_tp_calls(plan, pp_rank, dp_rank), r["comms"]["tp"]
+        calls = r["comms"]["calls"]
+        same = all(got.get(k, 0) == want[k] for k in want)
         rs = calls.get("all_to_all_single_dp", 0) + calls.get("reduce_scatter_single_dp", 0)
-        rows.append(f"{rank:>4}  {r['coords']!s:>12}  {kinds:>12} {'=' if same else '!'} "
-                    f"predicted {got.get('bytes', 0):>9,}  {calls['send']:>4} {calls['recv']:>4}"
-                    f" {calls['p2p_batches']:>7}  {r['comms']['dp_buckets']:>10}: {rs} "
-                    f"{calls.get('all_gather_single_dp', 0)}")
+        rows.append(f"{rank:>4}  {r['coords']!s:>12}  {got.get('all_gather', 0):>10} "
+                    f"{got.get('reduce_scatter', 0):>7} {got.get('all_reduce', 0):>6} "
+                    f"{got.get('bytes', 0):>9,}  {'yes' if same else 'NO':>9}  {calls['send']:>5} "
+                    f"{calls['recv']:>4} {calls['p2p_batches']:>7}  {rs:>12} "
+                    f"{calls.get('all_gather_single_dp', 0):>6}")
     return "\n".join(rows)
 
 

@@ -119,7 +119,8 @@ def count_comms(groups: dict[str, Any]) -> Iterator[dict[str, int]]:
 
 
 def predicted_tp(cfg, pp_rank: int, pp_size: int, tp: int, m: int, rows: int,
-                 vocab_parallel: bool, sp: bool, elt: int = 4) -> dict[str, int]:
+                 vocab_parallel: bool, sp: bool, elt: int = 4,
+                 partial_numel: int = 0) -> dict[str, int]:
     """TP collectives one rank of stage ``pp_rank`` issues per step, by kind, and their bytes
     (of each result, as :func:`course_utils.tensor_parallel.record_comms` logs them).
 
@@ -129,8 +130,9 @@ def predicted_tp(cfg, pp_rank: int, pp_size: int, tp: int, m: int, rows: int,
     of the activation and a reduce-scatter to its 1/t (8). Vocabulary parallelism adds the
     embedding's sum (an all-reduce, or with SP a reduce-scatter forward and an all-gather
     backward), the head's f (all-reduce backward; with SP the all-gather forward and
-    reduce-scatter backward) and the loss's three all-reduces of one fp32 number per token.
-    With SP, each parameter of :meth:`Stage.tp_partial` is all-reduced once per step.
+    reduce-scatter backward) and the loss's all-gather of three fp32 numbers per token. With SP,
+    the ``partial_numel`` elements of :meth:`Stage.tp_partial`'s parameters in this rank's DP
+    slices are all-reduced once per step (:class:`~course_utils.grad_buffer.GradBuffer`).
     """
     out = {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 0, "bytes": 0}
     if tp == 1:
@@ -160,12 +162,9 @@ def predicted_tp(cfg, pp_rank: int, pp_size: int, tp: int, m: int, rows: int,
             add("reduce_scatter", m, act // tp)
         else:
             add("all_reduce", m, act)
-        add("all_reduce", 3 * m, 4 * tokens)
-    if sp:   # the gradients of Stage.tp_partial(), fp32, once per step
-        numel = (first * cfg.seq_len * cfg.d_model + blocks * 6 * cfg.d_model
-                 + last * 2 * cfg.d_model)
-        add("all_reduce", first + 6 * blocks + 2 * last, 0)
-        out["bytes"] += 4 * numel
+        add("all_gather", m, tp * 3 * 4 * tokens)
+    if sp and partial_numel:   # the gradients of Stage.tp_partial() in my slices, once a step
+        add("all_reduce", 1, 4 * partial_numel)
     return out
 
 

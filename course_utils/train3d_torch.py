@@ -173,13 +173,18 @@ def torch_train_worker(rank: int, world_size: int, plan: Plan) -> dict[str, Any]
 
 def _clip(stage: nn.Module, max_norm: float, pp_group: Any) -> float:
     """Clip the stage's gradients by the whole model's norm, as torchtitan's
-    ``clip_grad_norm_`` does (``torchtitan/distributed/utils.py``: the norm of the stage's DTensor
-    gradients, then its square summed over the PP group), with torch's rule
+    ``clip_grad_norm_`` does (``torchtitan/distributed/utils.py``: ``get_total_norm`` of the
+    stage's DTensor gradients, one per mesh here, then its square summed over the PP group),
+    with torch's rule
     (``torch/nn/utils/clip_grad.py``): multiply by min(max_norm / (norm + 1e-6), 1)."""
-    sq = torch.zeros((), device=backend.device())
+    by_mesh: dict[Any, list[torch.Tensor]] = {}   # FSDP2 x TP gradients: (dp, tp) or (dp,)
     for p in stage.parameters():
-        g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
-        sq += g.float().pow(2).sum()
+        by_mesh.setdefault(getattr(p.grad, "device_mesh", None), []).append(p.grad)
+    sq = torch.zeros((), device=backend.device())
+    for grads in by_mesh.values():
+        norm = torch.nn.utils.get_total_norm(grads)       # a DTensor: partial over its mesh
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        sq += norm.float() ** 2
     dist.all_reduce(sq, group=pp_group)
     norm = float(sq.sqrt())
     coef = min(max_norm / (norm + 1e-6), 1.0)

@@ -10,11 +10,15 @@ output layer; picotron's ``VocabParallelEmbedding``; torchtitan's ``tok_embeddin
   others; the sum over the TP group (an all-reduce, or with sequence parallelism a
   reduce-scatter along the sequence, which also leaves each rank its own tokens) is the lookup.
 * :func:`vocab_parallel_cross_entropy`: the head's logits stay split, (N, V/t) per rank, and
-  the cross-entropy is computed from the pieces with three all-reduces over the TP group of
-  N numbers each (the row maximum, the sum of exponentials, the target's logit), never the
-  (N, V) logits; backward needs none (softmax minus one-hot, on this rank's columns).
-  torchtitan's ``_LossParallelCrossEntropy`` (``torchtitan/components/loss.py``) is the same
-  three all-reduces ("max, sumexp, gather"), and DTensor's ``loss_parallel()`` the library form.
+  the cross-entropy is computed from three numbers per token and rank, never from the (N, V)
+  logits: this rank's largest logit m_r, its sum of exp(z - m_r), and the target's logit if
+  this rank holds it. Megatron-LM and torchtitan's ``_LossParallelCrossEntropy``
+  (``torchtitan/components/loss.py``: "three TP all-reduces (max, sumexp, gather)") reduce
+  them with three all-reduces; here one all-gather brings every rank's three numbers, and each
+  rank combines them (the largest m_r is the row's maximum; each sum is rescaled by
+  exp(m_r - max) before adding), one collective instead of three. Backward needs none
+  (softmax minus one-hot, on this rank's columns). DTensor's ``loss_parallel()`` is the
+  library form.
 
 :func:`check_worker` compares both with one process (``nn.Embedding``, ``F.cross_entropy``) on
 real ranks. Run it under torchrun (each rank prints its largest difference)::
@@ -71,25 +75,26 @@ class VocabParallelEmbedding(nn.Module):
 
 
 class VocabParallelCrossEntropy(torch.autograd.Function):
-    """Per-token cross-entropy from this rank's (N, V/t) logits; three TP all-reduces forward."""
+    """Per-token cross-entropy from this rank's (N, V/t) logits; one TP all-gather forward."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, start: int,
                 tp_group: dist.ProcessGroup | None) -> torch.Tensor:
         ctx.dtype = logits.dtype
         z = logits.float()                                  # (N, V/t): fp32, as torchtitan does
-        row_max = tp._all_reduce(z.max(dim=-1).values, tp_group, "forward",
-                                 op=dist.ReduceOp.MAX)       # (N,) the max over all V
-        shifted = z - row_max.unsqueeze(-1)                 # (N, V/t) <= 0
-        exp = shifted.exp()
-        sum_exp = tp._all_reduce(exp.sum(-1), tp_group, "forward")           # (N,)
+        local_max = z.max(dim=-1).values                    # (N,)
+        local_sum = (z - local_max.unsqueeze(-1)).exp().sum(-1)   # (N,) sum of exp(z - m_r)
         local = targets - start
         mine = (local >= 0) & (local < z.shape[-1])         # this rank holds the target's column
         col = local.clamp(0, z.shape[-1] - 1)
-        picked = shifted.gather(1, col.unsqueeze(1)).squeeze(1) * mine      # (N,)
-        target_logit = tp._all_reduce(picked, tp_group, "forward")          # (N,)
-        ctx.save_for_backward(exp / sum_exp.unsqueeze(-1), col, mine)
-        return sum_exp.log() - target_logit                 # (N,) = logsumexp - z[target]
+        picked = z.gather(1, col.unsqueeze(1)).squeeze(1) * mine               # (N,)
+        stats = torch.stack([local_max, local_sum, picked])                  # (3, N)
+        every = tp._all_gather_cat(stats, tp_group, "forward", dim=0).view(-1, 3, z.shape[0])
+        row_max = every[:, 0].max(dim=0).values                              # (N,) over all V
+        sum_exp = (every[:, 1] * (every[:, 0] - row_max).exp()).sum(0)       # (N,)
+        ctx.save_for_backward((z - row_max.unsqueeze(-1)).exp() / sum_exp.unsqueeze(-1), col,
+                              mine)
+        return row_max + sum_exp.log() - every[:, 2].sum(0)  # (N,) logsumexp - z[target]
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):

@@ -80,10 +80,10 @@ def test_persistent_bytes_predicted_equal_measured(runs, dtype, seed):
 def test_comms_counted_as_predicted(runs):
     plan, results, _ = runs[("fp32", 0)]
     for r in results:
-        _, pp_rank, _ = r["coords"]
-        want = train3d_comms.predicted_tp(plan.cfg, pp_rank, plan.pp, plan.tp, plan.m,
-                                          plan.microbatch, True, True)
+        dp_rank, pp_rank, _ = r["coords"]
+        want = train3d_check.predicted_tp_calls(plan, pp_rank, dp_rank)
         assert {k: r["comms"]["tp"].get(k, 0) for k in want} == want
+        assert want["all_reduce"] == 1    # the sequence-split weights' gradients, coalesced
         calls = r["comms"]["calls"]
         n_buckets = len(train3d_check.bucket_bytes(plan, pp_rank))
         pred = train3d_comms.predicted_calls(pp_rank, plan.pp, plan.m, n_buckets, True)
