@@ -118,8 +118,8 @@ def _cuts(cfg: TinyLMConfig, pp_rank: int, pp_size: int, tp_rank: int, tp_size: 
     """For each full tensor this rank holds a part of: (its name in the Stage, the cut)."""
     d, r, t = cfg.d_model, tp_rank, tp_size
     whole = lambda w: w  # noqa: E731
-    col_w = lambda w: column_shard(w.t(), r, t)             # noqa: E731  (h_out, h_in) -> (h_in, h_out/t)
-    row_w = lambda w: row_shard(w.t(), r, t)                # noqa: E731  -> (h_in/t, h_out)
+    col_w = lambda w: column_shard(w.t(), r, t)   # noqa: E731  (out, in) -> (in, out/t)
+    row_w = lambda w: row_shard(w.t(), r, t)      # noqa: E731  (out, in) -> (in/t, out)
     col_b = lambda b: _cols(b, r, t)                        # noqa: E731
     out: dict[str, tuple[str, Callable]] = {}
     if pp_rank == 0:
@@ -149,7 +149,8 @@ def _cuts(cfg: TinyLMConfig, pp_rank: int, pp_size: int, tp_rank: int, tp_size: 
 
 
 def shard_state(full: Mapping[str, torch.Tensor], cfg: TinyLMConfig, pp_rank: int, pp_size: int,
-                tp_rank: int, tp_size: int, vocab_parallel: bool = False) -> dict[str, torch.Tensor]:
+                tp_rank: int, tp_size: int,
+                vocab_parallel: bool = False) -> dict[str, torch.Tensor]:
     """The tensors one (pp_rank, tp_rank) holds, cut from a full TinyLM state (or its grads).
 
     ``full`` is keyed like ``TinyLM.state_dict()``; the result is keyed like this rank's

@@ -176,7 +176,10 @@ class Timer:
         t0 = clock(self.dev)
         if len(works) == len(ops):        # one request per op (gloo): sends finish later
             for (kind, _, _), work in zip(ops, works):
-                self._sends.append(work) if kind == "send" else work.wait()
+                if kind == "send":
+                    self._sends.append(work)
+                else:
+                    work.wait()
         else:                             # NCCL coalesces the batch into one request
             for work in works:
                 work.wait()

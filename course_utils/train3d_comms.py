@@ -28,13 +28,16 @@ __all__ = ["exchange_plan", "format_exchange", "count_comms", "predicted_tp", "p
 Transfer = tuple[str, int, str]   # ("act" or "grad", microbatch, "prev" or "next")
 
 
+Batch = tuple[list[Transfer], list[Transfer]]   # (sends, receives) posted together
+
+
 def exchange_plan(pp_rank: int, pp_size: int, m: int
-                  ) -> tuple[list[tuple[str, int, int]], list[tuple[list[Transfer], list[Transfer]]]]:
+                  ) -> tuple[list[tuple[str, int, int]], list[Batch]]:
     """``(order, batches)``: the 1F1B order of stage ``pp_rank``, and before each of its
     operations (and once after the last) the (sends, receives) posted together."""
     order = schedule_order("1f1b", pp_size, m)[pp_rank]
     first, last = pp_rank == 0, pp_rank == pp_size - 1
-    batches: list[tuple[list[Transfer], list[Transfer]]] = [([], []) for _ in range(len(order) + 1)]
+    batches: list[Batch] = [([], []) for _ in range(len(order) + 1)]
     for k, (kind, i, _) in enumerate(order):
         if kind == "F":
             if not first:

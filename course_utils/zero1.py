@@ -23,7 +23,7 @@ weights), the pieces are an fp32 master copy of this rank's slices (Megatron's "
 fp32 grads" layout: 2 + 4 bytes per parameter, plus 4 + 8 per owned element).
 
 This is not what PyTorch's ``ZeroRedundancyOptimizer`` does. Its docstring
-(``torch/distributed/optim/zero_redundancy_optimizer.py``, lines 305-308 in torch 2.13):
+(``torch/distributed/optim/zero_redundancy_optimizer.py``, lines 305-307 in torch 2.13):
 "``ZeroRedundancyOptimizer`` uses a sorted-greedy algorithm to pack a number of parameters at
 each rank. Each parameter belongs to a single rank and is not divided among ranks."
 (``_partition_parameters``, lines 689-697: sorted by size, each to the rank with the fewest
@@ -141,7 +141,8 @@ class ShardedOptimizer:
         ref = self.params[0]
         if any(p.dtype != ref.dtype or p.device != ref.device for p in self.params):
             raise ValueError("params must share one dtype and one device (one flat buffer)")
-        if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
+        if not (isinstance(optimizer_cls, type)
+                and issubclass(optimizer_cls, torch.optim.Optimizer)):
             raise ValueError(f"optimizer_cls must be a torch.optim.Optimizer class; got "
                              f"{optimizer_cls!r}")
         self.max_norm = None if max_norm is None else check_real("max_norm", max_norm)
@@ -202,7 +203,8 @@ class ShardedOptimizer:
         dist.all_reduce(sq, group=self.norm_group)        # every part of the model's gradient
         self.comm_s += clock(sq) - t0
         self.grad_norm = float(sq.sqrt())
-        # torch.nn.utils.clip_grad_norm_'s rule (torch/nn/utils/clip_grad.py): * min(max/(n+1e-6), 1)
+        # clip_grad_norm_'s rule (torch/nn/utils/clip_grad.py, lines 164-168):
+        # multiply by min(max_norm / (norm + 1e-6), 1)
         coef = min(self.max_norm / (self.grad_norm + 1e-6), 1.0)
         for piece in self._masters:
             if piece.grad is not None:
