@@ -294,7 +294,8 @@ def _train(plan: Plan, g: Groups, step_fn=None, f=None) -> dict[str, Any]:
                 loss = step_fn(stage, g, x, y, plan.m, optimizer)
             total = clock(x.device) - t0
         tp_s = sum(e.seconds for e in tp_events)
-        dp_s = timer.dp_wait + optimizer.comm_s - comm_before
+        synced = sum(e.seconds for e in tp_events if e.phase == "grad sync")  # inside finish()
+        dp_s = timer.dp_wait - synced + optimizer.comm_s - comm_before
         out["times"].append({"step": total, "tp": tp_s, "pp_wait": timer.pp_wait, "dp": dp_s,
                              "compute": total - tp_s - timer.pp_wait - dp_s})
         out["losses"].append(loss)
