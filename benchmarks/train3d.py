@@ -45,10 +45,10 @@ def main() -> None:
         speed = check.throughput(plan, res, peak)
         print(f"{name:30s} {slow['step']:8.1f} {slow['tp']:6.1f} {slow['pp_wait']:6.1f} "
               f"{slow['dp']:6.1f} {speed['tokens_per_s']:7.0f} {speed['mfu']:7.2%}")
-    from tests.test_zero1 import _bytes_worker  # the worker the test asserts with
+    from course_utils.zero1 import bytes_sent_worker   # tests/test_zero1.py asserts the same
 
     for world in (2, 4):
-        r = launch.run(_bytes_worker, world, timeout_s=120, show_output=False)[0]
+        r = launch.run(bytes_sent_worker, world, timeout_s=120, show_output=False)[0]
         share = (world - 1) / world
         print(f"ZeRO-1 bytes per rank, D = {world}, as a fraction of the weights' bytes: "
               + ", ".join(f"{k} {v:.3f}" for k, v in r.items())

@@ -48,7 +48,7 @@ import torch.distributed as dist
 from course_utils.measure import clock
 from course_utils.validate import check_int, check_real
 
-__all__ = ["FlatLayout", "ShardedOptimizer"]
+__all__ = ["FlatLayout", "ShardedOptimizer", "bytes_sent_worker"]
 
 
 class FlatLayout:
@@ -282,3 +282,36 @@ class ShardedOptimizer:
     def param_groups(self) -> list[dict]:
         """The inner optimizer's groups (``lr`` and the rest can be changed there)."""
         return self.inner.param_groups if self.inner is not None else []
+
+
+def bytes_sent_worker(rank: int, world_size: int, numel: int = 2 ** 18) -> dict[str, float]:
+    """Worker: the bytes this rank writes to its sockets (``measure.bytes_written``) for one
+    ZeRO-1 step of a ``numel``-element fp32 parameter, as a fraction of its bytes: the gradient
+    buffer's reduce-scatter and the optimizer's all-gather, against an all-reduce of the
+    gradient followed by the same all-gather. The second of two trials (the first opens the
+    connections)."""
+    from course_utils import measure
+    from course_utils.grad_buffer import GradBuffer
+
+    w = torch.nn.Parameter(torch.randn(numel))
+    opt = ShardedOptimizer([w], torch.optim.SGD, lr=0.1)
+    grads = GradBuffer(opt.params, opt.layout)
+    opt.grads = grads
+    out: dict[str, float] = {}
+    for _ in range(2):
+        dist.barrier()
+        before = measure.bytes_written()
+        w.sum().backward()                 # the bucket's reduce-scatter starts in backward
+        grads.finish()
+        opt.step()
+        out["reduce-scatter + all-gather"] = (measure.bytes_written() - before) / (4 * numel)
+        opt.zero_grad()
+        grads.zero()
+        g = torch.ones(numel)
+        dist.barrier()
+        before = measure.bytes_written()
+        dist.all_reduce(g)
+        size = numel // world_size
+        dist.all_gather_single(torch.empty(numel), g[rank * size:(rank + 1) * size])
+        out["all-reduce + all-gather"] = (measure.bytes_written() - before) / (4 * numel)
+    return out

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_utils import launch, measure
+from course_utils import launch, measure, zero1
 from course_utils.grad_buffer import GradBuffer
 from course_utils.zero1 import FlatLayout, ShardedOptimizer
 
@@ -204,39 +204,13 @@ def test_bf16_gradients_accumulate_in_fp32(seed):
     assert same and fp32 and lost > 0
 
 
-def _bytes_worker(rank, world_size, n=2 ** 18):
-    """Bytes this rank writes for one step of each form, as a fraction of the weights' bytes."""
-    w = nn.Parameter(torch.randn(n))
-    opt = ShardedOptimizer([w], torch.optim.SGD, lr=0.1)
-    grads = GradBuffer(opt.params, opt.layout)
-    opt.grads = grads
-    out = {}
-    for trial in range(2):                 # the first is a warm-up (connections, buffers)
-        dist.barrier()
-        before = measure.bytes_written()
-        w.sum().backward()                 # the bucket's reduce-scatter starts in backward
-        grads.finish()
-        opt.step()
-        out["reduce-scatter + all-gather"] = (measure.bytes_written() - before) / (4 * n)
-        opt.zero_grad()
-        grads.zero()
-        g = torch.ones(n)
-        dist.barrier()
-        before = measure.bytes_written()
-        dist.all_reduce(g)                 # module 3's ZeRO-1 before: all-reduce, all-gather
-        dist.all_gather_single(torch.empty(n), g[rank * n // world_size:
-                                                 (rank + 1) * n // world_size])
-        out["all-reduce + all-gather"] = (measure.bytes_written() - before) / (4 * n)
-    return out
-
-
 @pytest.mark.skipif(measure.bytes_written() is None, reason="no /proc/self/io on this host")
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_zero1_sends_what_one_all_reduce_sends(world_size):
     """Per rank: 2(D-1)/D of the bytes, against 3(D-1)/D for an all-reduce then an all-gather
     (measured: bytes written to the sockets)."""
     share = (world_size - 1) / world_size
-    for r in launch.run(_bytes_worker, world_size, timeout_s=120):
+    for r in launch.run(zero1.bytes_sent_worker, world_size, timeout_s=120):
         assert abs(r["reduce-scatter + all-gather"] - 2 * share) < 0.05 * share
         assert abs(r["all-reduce + all-gather"] - 3 * share) < 0.1 * share
 
