@@ -98,8 +98,21 @@ c.HTMLExporter.sanitize_html = True
 # the cell's outputs while grading), never hidden-test code or a traceback.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
+    "grading.filters.MarkManualPending",
     "nbgrader.preprocessors.ClearHiddenTests",
     "grading.filters.ShowOnlyErrorMessages",
     "grading.filters.LimitSourceForFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# Feedback made before the written answers are graded says so ("not graded yet"), and gives the
+# automatic points apart (grading/templates/course_feedback; grading.filters.MarkManualPending).
+# Only for generate_feedback: the formgrader's own page keeps its template.
+if sys.argv[1:2] == ["generate_feedback"]:
+    import nbgrader
+
+    c.HTMLExporter.template_name = "course_feedback"
+    c.HTMLExporter.template_file = "course_feedback.html.j2"
+    c.HTMLExporter.extra_template_basedirs = [
+        str(ROOT / "grading" / "templates"),
+        str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]

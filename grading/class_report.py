@@ -276,7 +276,10 @@ def render_html(summary: ClassSummary, results: list, isolation: str = "") -> st
            f"Security-Policy' content=\"{CSP}\"><title>{e(s.assignment)}: class "
            "report</title><style>body{font-family:sans-serif;max-width:60em;margin:2em auto;"
            "padding:0 1em}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;"
-           "padding:.2em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}"
+           "padding:.2em .6em;text-align:left;vertical-align:top;overflow-wrap:break-word}"
+           # (a student id or a header whole on its line: "anywhere" let the table squeeze
+           # columns until ids broke letter by letter, "am / arti / n")
+           "th,.id{white-space:nowrap}"
            ".bar{background:#dd8452;"
            "height:.8em;display:inline-block}.who{color:#555;font-size:90%}</style></head><body>",
            f"<h1>{e(s.assignment)}: class report</h1>",
@@ -308,7 +311,7 @@ def render_html(summary: ClassSummary, results: list, isolation: str = "") -> st
         out.append("<h2>Slowest submissions</h2><table><tr><th>seconds</th><th>student</th>"
                    "<th>limits that fired</th></tr>")
         for student, seconds, limits in s.slowest:
-            out.append(f"<tr><td>{seconds:.1f}</td><td>{e(student)}</td>"
+            out.append(f"<tr><td>{seconds:.1f}</td><td class='id'>{e(student)}</td>"
                        f"<td>{e('; '.join(limits))}</td></tr>")
         out.append("</table>")
     out.append("<h2>Every student</h2><table><tr><th>student</th><th>score</th>"
@@ -317,7 +320,7 @@ def render_html(summary: ClassSummary, results: list, isolation: str = "") -> st
         score = f"{r.score:g} / {r.max_score:g}" if r.graded else \
             f"NOT GRADED: {r.status.split(': ', 1)[-1]}"
         failed = "<br>".join(f"{e(c.grade_id)}: {e(c.message)}" for c in r.failed_cells)
-        out.append(f"<tr><td>{e(r.student)}</td><td>{e(score)}</td><td>{failed}</td>"
+        out.append(f"<tr><td class='id'>{e(r.student)}</td><td>{e(score)}</td><td>{failed}</td>"
                    f"<td>{'<br>'.join(e(f) for f in condense(r.flags))}</td></tr>")
     out.append("</table></body></html>")
     return "\n".join(out)

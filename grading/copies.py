@@ -110,7 +110,8 @@ def matches(assignment: str, students: dict[str, tuple[Any, dict[str, list], lis
             reference: dict[str, list]) -> dict[str, list[tuple[float, list[str], list[str]]]]:
     """``{student: [(chance, [classmates], [grade_id, ...]), ...]}`` from values alone, most
     unlikely first; classmates whose numbers give the same answers on the same questions are
-    one entry (the evidence cannot tell them apart). ``students``: ``{student: (their givens,
+    one entry (the evidence cannot tell them apart), and a classmate whose matched questions are
+    a part of another's is left out (the wider match explains more). ``students``: ``{student: (their givens,
     {grade_id: [(name, encoded value)] of each failed cell}, [grade_id of each cell right])}``;
     ``reference``: the reference run's submissions per cell (what the judge compares a
     classmate's numbers against).
@@ -153,7 +154,10 @@ def matches(assignment: str, students: dict[str, tuple[Any, dict[str, list], lis
                 #           would not give: the student worked with their own numbers there
             entry = found.setdefault(tuple(gids), [p, []])
             entry[1].append(peer)
-        out[student] = sorted((p, peers, list(gids)) for gids, (p, peers) in found.items())
+        # a classmate whose numbers explain only some of the questions another's explain is the
+        # weaker explanation (a7's small answer spaces: two students share a table) and is not named
+        widest = [g for g in found if not any(set(g) < set(other) for other in found)]
+        out[student] = sorted((found[g][0], found[g][1], list(g)) for g in widest)
     return out
 
 

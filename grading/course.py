@@ -11,12 +11,14 @@ release's nbgrader metadata back into a submission (:func:`restore_metadata`).
 from __future__ import annotations
 
 import copy
+import csv
+import io
 import os
 from pathlib import Path
 
 import nbformat
 
-from grading.files import read_regular
+from grading.files import entry_kind, read_regular
 from grading.inert import one_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,3 +161,36 @@ def restore_metadata(nb, release) -> list[str]:
                 cell.pop("outputs", None)
                 cell.pop("execution_count", None)
     return changes
+
+
+# ------------------------------------------------------------------------------ roster
+
+ROSTER = "roster.csv"
+
+
+def roster(data: Path) -> dict[str, dict[str, str]]:
+    """``{student id: {first_name, last_name, email}}`` from ``$COURSE_DATA/roster.csv``."""
+    path = data / ROSTER
+    if entry_kind(path) != "file":
+        return {}
+    rows = csv.DictReader(io.StringIO(read_regular(path, 10_000_000).decode("utf-8-sig")))
+    return {r["id"].strip(): {k: (r.get(k) or "").strip() for k in
+                              ("first_name", "last_name", "email")}
+            for r in rows if (r.get("id") or "").strip()}
+
+
+def name_students(data: Path, students: list[str] | None = None) -> None:
+    """Give the gradebook's students their names: the roster's, else the id as the last name
+    (the formgrader shows "last, first")."""
+    from nbgrader.api import Gradebook
+
+    db = data / "gradebook.db"
+    if not db.exists():
+        return
+    names = roster(data)
+    with Gradebook(f"sqlite:///{db}") as gb:
+        for student in students if students is not None else [s.id for s in gb.students]:
+            known = names.get(student, {})
+            gb.update_or_create_student(student, first_name=known.get("first_name", ""),
+                                        last_name=known.get("last_name") or student,
+                                        email=known.get("email") or None)

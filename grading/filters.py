@@ -183,5 +183,38 @@ class ShowOnlyErrorMessages(Preprocessor):
         return cell, resources
 
 
+class MarkManualPending(NbGraderPreprocessor):
+    """Feedback, after nbgrader's ``GetGrades``: each question graded by hand that the
+    instructor has not graded yet is marked (``nbgrader.pending``), and the notebook's
+    automatic points are kept apart from the manual ones (``resources["nbgrader"]``:
+    ``auto_score``, ``auto_max``, ``manual_pending``), so the page (the ``course_feedback``
+    template) says "not graded yet" instead of a 0 the instructor never gave."""
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook
+
+        info = resources["nbgrader"]
+        auto_score = auto_max = pending = 0.0
+        with Gradebook(info["db_url"]) as gb:
+            for cell in nb.cells:
+                meta = cell.get("metadata", {}).get("nbgrader", {})
+                if not meta.get("grade"):
+                    continue
+                grade = gb.find_grade(meta["grade_id"], info["notebook"], info["assignment"],
+                                      info["student"])
+                if meta.get("solution") and grade.manual_score is None and \
+                        grade.needs_manual_grade:
+                    meta["pending"] = True
+                    pending += float(grade.max_score or 0)
+                elif not meta.get("solution"):
+                    auto_score += float(grade.score or 0)
+                    auto_max += float(grade.max_score or 0)
+        info.update(auto_score=auto_score, auto_max=auto_max, manual_pending=pending)
+        return nb, resources
+
+
 __all__ = ["InertStudentContent", "LimitOutputBytes", "LimitSourceForFeedback",
+           "MarkManualPending",
            "RestoreReleaseMetadata", "ShowOnlyErrorMessages", "StderrToStdout"]

@@ -184,8 +184,9 @@ class RecoveringExecute(Execute):
     def preprocess_cell(self, cell, resources, index):
         """Run one cell (:meth:`_run_cell`); if it is a test cell, judge it outside the kernel
         and replace its outputs with the verdict."""
+        self._strays_ended = 0
         cell, resources = self._run_cell(cell, resources, index)
-        ended = self.km.end_strays() if hasattr(self.km, "end_strays") else 0
+        ended = self._strays_ended
         if ended:  # what the cell started and left running, detached or not (issue 41)
             self._limit(cell, index, f"{ended} process{'es' if ended > 1 else ''} this cell "
                                      f"left running {'were' if ended > 1 else 'was'} ended "
@@ -203,6 +204,7 @@ class RecoveringExecute(Execute):
                                        error, self._cases.get(gid), self._ref_cases.get(gid),
                                        self._givens)
             self._verdicts.append(verdict)
+            self._progress(verdict, error)
             if not verdict.passed and error is None and gid not in self._cases:
                 self._values[gid] = got  # for the report's copied-answer evidence
             if verdict.passed:
@@ -214,6 +216,22 @@ class RecoveringExecute(Execute):
                 cell.outputs = [new_output("error", ename=ename, evalue=evalue,
                                            traceback=[f"{ename}: {evalue}"])]
         return cell, resources
+
+    def _progress(self, verdict, error) -> None:
+        """``make check``: one line per question as it is judged, to the file its caller reads
+        (``COURSE_PROGRESS_FILE``; only the grader's own process writes it)."""
+        path = os.environ.get("COURSE_PROGRESS_FILE")
+        if not path:
+            return
+        from grading.inert import one_line
+
+        what = "right" if verdict.passed else one_line(
+            verdict.message or (error and f"{error[0]}: {error[1]}") or "not right", 300)
+        try:
+            with open(path, "a") as f:
+                f.write(f"  {verdict.grade_id}: {what}\n")
+        except OSError:
+            pass
 
     def _limit(self, cell, index: int, why: str) -> None:
         line = f"{_where(cell, index)}: {why}"
@@ -245,6 +263,9 @@ class RecoveringExecute(Execute):
             failure = err
         except Exception as err:  # noqa: BLE001 - a message the grader could not read, ...
             failure = err
+        # what the cell left running is ended first: 700 spinning processes in the kernel's own
+        # cgroup would starve it, and the kernel would look as if it ignored the interrupt
+        self._strays_ended = self.km.end_strays() if hasattr(self.km, "end_strays") else 0
         refused = self._refused_channels(wait_ms=300 if failure is not None else 0)
         if failure is None and not refused and self._timed_out(cell) and not self._responsive():
             # interrupted at the timeout, the kernel still does not answer: it caught the

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from grading import judge, sandbox
 from grading.files import NotRegular, entry_kind, read_regular, write_private
-from grading.course import ROOT, VARIANTS_ENV, data_dir, notebook_names
+from grading.course import ROOT, VARIANTS_ENV, data_dir, name_students, notebook_names
 from grading.digests import record_digests, record_not_graded
 from grading.reference import _environ, check_committed, launch_preload, reference_run
 from grading.report import report
@@ -333,15 +333,43 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
                f"submission(s)) and was stopped; see {logs[k]}")
            for k in timed_out for s in shards[k]}
     record_not_graded(assignment, data, {s: why.get(s) for s in chosen})
+    name_students(data, chosen)  # the formgrader lists them by name, not "None, None"
     record_digests(assignment, chosen, data, finished=[s for s in chosen if s not in stopped])
     return AutogradeRun(assignment, len(chosen), len(shards), time.perf_counter() - start,
                         codes, logs, timed_out)
 
 
-def self_check(assignment: str, notebook: Path | None = None):
+CHECK_CACHE = ROOT / ".cache" / "check"  # make check's registered gradebooks, per release
+PROGRESS_ENV = "COURSE_PROGRESS_FILE"  # where RecoveringExecute writes each verdict as it goes
+
+
+def _registered(assignment: str, data: Path) -> None:
+    """Register ``assignment`` in ``data``'s new gradebook, from a copy made the first time for
+    the same release and solution (registering runs nbgrader's generate_assignment: 5-8 s)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for top in ("assignments", "solutions"):
+        for name in notebook_names(assignment):
+            h.update((ROOT / top / assignment / name).read_bytes())
+    cached = CHECK_CACHE / f"{assignment}-{h.hexdigest()[:16]}.db"
+    if entry_kind(cached) == "file":
+        shutil.copyfile(cached, data / "gradebook.db")
+        return
+    register(assignment, data)
+    CHECK_CACHE.mkdir(parents=True, exist_ok=True)
+    for old in CHECK_CACHE.glob(f"{assignment}-*.db"):
+        old.unlink()
+    shutil.copyfile(data / "gradebook.db", cached)
+
+
+def self_check(assignment: str, notebook: Path | None = None, progress=None):
     """Grade one notebook (default: the student's workspace copy) exactly as the instructor's
     grading does, in a temporary course data folder; returns its ``StudentResult``. For
-    self-learners with the full repository (``make check A=<assignment>``)."""
+    self-learners with the full repository (``make check A=<assignment>``). ``progress``: a
+    function called with a line as each question is judged (the kernel's run, live)."""
+    import threading
+
     [assignment] = expand(assignment)
     notebook = Path(notebook or ROOT / "workspace" / "assignments" / assignment /
                     f"{assignment}.ipynb")
@@ -353,14 +381,35 @@ def self_check(assignment: str, notebook: Path | None = None):
     # graded on the numbers the notebook was worked with: the identity make lab recorded (or
     # the hub's user), else the base numbers
     who = variants.identity()
-    with tempfile.TemporaryDirectory(prefix="course-check-") as tmp, \
-            _environ({} if who else {VARIANTS_ENV: "off"}):
+    with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
         inbox, data = Path(tmp) / "inbox", Path(tmp) / "data"
         (inbox / (who or "me")).mkdir(parents=True)
         shutil.copyfile(notebook, inbox / (who or "me") / f"{assignment}.ipynb")
         collect(inbox, assignment, data)
-        autograde(assignment, workers=1, data=data,
-                  reference_cache=ROOT / ".cache" / "reference")
+        _registered(assignment, data)
+        lines = Path(tmp) / "progress"
+        lines.touch()
+        done = threading.Event()
+
+        def follow() -> None:  # print each verdict as the grader writes it
+            with lines.open() as f:
+                while not done.is_set() or f.tell() < lines.stat().st_size:
+                    line = f.readline()
+                    if line and progress is not None:
+                        progress(line.rstrip("\n"))
+                    elif not line:
+                        done.wait(0.2)
+
+        watcher = threading.Thread(target=follow, daemon=True)
+        watcher.start()
+        try:
+            with _environ({**({} if who else {VARIANTS_ENV: "off"}),
+                           PROGRESS_ENV: str(lines)}):
+                autograde(assignment, workers=1, data=data, register_first=False,
+                          reference_cache=ROOT / ".cache" / "reference")
+        finally:
+            done.set()
+            watcher.join(timeout=5)
         [result], _ = report(assignment, data)
         return result
 
@@ -399,27 +448,3 @@ def feedback(assignment: str, data: Path | None = None) -> Path:
                 f"nbgrader generate_feedback {a} (exit {out.returncode}) wrote no feedback for "
                 f"{', '.join(sorted(set(missing)))}:\n{log.read_text()[-3000:]}")
     return data / "feedback"
-
-
-def export(data: Path | None = None) -> tuple[Path, Path]:
-    """``grades.csv`` (nbgrader's export) and ``grades_verified.csv`` (from the reports)."""
-    import csv
-
-    data = data or data_dir()
-    out = data / "grades.csv"
-    nbgrader("export", f"--to={out}", data=data)
-    verified = data / "grades_verified.csv"
-    with verified.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["assignment", "student", "status", "score", "max_score", "nbgrader_score",
-                    "flags"])
-        for a in all_assignments():
-            if not submitted_students(a, data):
-                continue
-            results, _ = report(a, data)
-            for r in results:
-                w.writerow([a, r.student, r.status, "" if r.score is None else f"{r.score:g}",
-                            f"{r.max_score:g}" if r.graded else "",
-                            "" if r.kernel_score is None else f"{r.kernel_score:g}",
-                            len(r.flags)])
-    return out, verified

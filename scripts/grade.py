@@ -21,6 +21,7 @@ import argparse
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,12 +45,13 @@ def _summary(assignment: str) -> None:
                   f"{len(r.flags)} flag(s)")
 
 
-def _print_check(result) -> None:
-    """One line per graded question: right, or wrong with the judge's message."""
+def _print_check(result, questions: bool = True) -> None:
+    """One line per graded question (unless they were printed as they were judged): right, or
+    wrong with the judge's message; then the total and the limits that fired."""
     if not result.graded:
         print(f"  not graded: {result.status.split(': ', 1)[-1]}")
         return
-    for cell in result.cells:
+    for cell in result.cells if questions else []:
         mark = "right" if cell.score == cell.max_score else "WRONG"
         line = f"  {cell.grade_id} ({cell.score:g}/{cell.max_score:g}): {mark}"
         print(line + (f": {cell.message}" if cell.score < cell.max_score and cell.message else ""))
@@ -130,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignment")
     p = sub.add_parser("report", help="re-check grades outside the kernel; CSV + text report")
     p.add_argument("assignment")
-    sub.add_parser("export", help="grades.csv (nbgrader) and grades_verified.csv")
+    sub.add_parser("export", help="grades.csv (nbgrader's, with the status), grades_verified.csv, "
+                                  "grades_lms.csv (for Canvas or Moodle) and its notes")
     p = sub.add_parser("check", help="self-study: grade your own copy of one assignment as the "
                                      "instructor's grading would, and say what is right")
     p.add_argument("assignment")
@@ -182,12 +185,19 @@ def main(argv: list[str] | None = None) -> int:
             for a in workflow.expand(args.assignment):
                 _summary(a)
         elif args.step == "export":
-            plain, verified = workflow.export()
-            print(f"wrote {plain} and {verified}")
+            from grading import exports
+
+            paths = exports.export()
+            print("wrote " + ", ".join(str(p) for p in paths.values()))
         elif args.step == "check":
-            print(f"{args.assignment}: grading your notebook as the course's grading does "
-                  "(in its sandbox; about a minute)...", flush=True)
-            _print_check(workflow.self_check(args.assignment, args.notebook))
+            print(f"{args.assignment}: grading your notebook as the course's grading does, in "
+                  "its sandbox; each question as it is judged:", flush=True)
+            started = time.monotonic()
+            shown: list[str] = []
+            result = workflow.self_check(args.assignment, args.notebook, progress=lambda line: (
+                shown.append(line), print(line, flush=True)))
+            _print_check(result, questions=not shown)
+            print(f"  ({time.monotonic() - started:.0f} s)")
     except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -119,6 +119,10 @@ def test_autograde_round_trip(name, graded):
         carol_html = (data / "feedback" / "typical_mistake" / name / f"{name}.html").read_text(
             "utf-8")
         assert mistake[2] in carol_html, "feedback does not name the mistake"
+    if alice.needs_manual_grade:  # feedback before step 5 says so, and gives the automatic part
+        page = (data / "feedback" / "correct" / name / f"{name}.html").read_text("utf-8")
+        assert "Score: not graded yet /" in page and "written answers: not graded yet" in page
+        assert f"Automatic score: {auto_max:.1f} / {auto_max:.1f}" in page
     html = (data / "feedback" / "unanswered" / name / f"{name}.html").read_text(encoding="utf-8")
     assert "NotImplementedError" in html
     assert "BEGIN HIDDEN TESTS" not in html
@@ -139,6 +143,10 @@ COINCIDENCES: dict[tuple[str, str, float], str] = {
         "182 is a slice size in elements in lecture 3 (ZeRO with D = 3: [182, 352, 88])",
     ("a2_data_parallel", "global_mean_grad", 3.5):
         "3.5 is a per-rank bubble in lecture 5's interleaved schedule",
+    ("a2_data_parallel", "w_new_0", 0.55):
+        "0.55 is lecture 10's gradient-clipping norm (a setting of its run, not an SGD step)",
+    ("a8_jax_sharding", "w_bytes_2d", 614400):
+        "614,400 is lecture 10's FLOPs per token (6N for its 102,400 parameters), not bytes",
     **{("a4_tensor_parallel", name, 512): "ffn / t of the base numbers (4096 / 8); powers of "
        "two appear throughout the lectures as sizes (no other variant's shard is shown)"
        for name in ("w1_local[1]", "w2_local[0]", "dtensor_up_local[0]")},

@@ -219,7 +219,6 @@ def test_no_answer_reaches_the_kernel(name):
         gid = cell.metadata["nbgrader"]["grade_id"]
         assert callable(getattr(rules, gid, None)), f"{name}: no judge function for {gid}"
         source = integrity._python_source(cell.source)
-        tree = ast.parse(source)
         assert "submit(" in source, f"{gid} submits nothing: the judge would have nothing to judge"
         assert not [t for t in messages if t in source], f"{gid} contains the judge's messages"
         hidden = source.split("### BEGIN HIDDEN TESTS", 1)[-1] if "BEGIN HIDDEN" in source else ""
@@ -532,8 +531,7 @@ def test_wrong_unit_answers_lose_exactly_that_question(name, valued, graded):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_feedback_never_shows_hidden_tests_or_submissions(name, graded):
-    g = graded(name)
-    cases, results, data = g.cases, g.results, g.data
+    data = graded(name).data
     hidden = [line for line in _hidden_lines(name) if "submit(" in line]
     for html in (data / "feedback").glob(f"*/{name}/*.html"):
         text = html.read_text(encoding="utf-8")
@@ -551,8 +549,7 @@ def test_report_files_keep_not_graded_apart(name, graded):
     if synthetic.kernel_kinds(name) is not None:
         pytest.skip(f"the unreadable and missing notebooks are graded on "
                     f"{synthetic.KERNEL_EVERYTHING} (the report's code is the same for all)")
-    g = graded(name)
-    cases, results, data = g.cases, g.results, g.data
+    data = graded(name).data
     rows = {r["student"]: r for r in csv.DictReader((data / "reports" / f"{name}.csv").open())}
     assert rows["malformed_json"]["score"] == "" and "not graded" in rows["malformed_json"]["status"]
     assert rows["missing_notebook"]["score"] == ""
@@ -866,3 +863,59 @@ def test_a_named_mistake_of_ones_own_numbers_is_never_a_copy():
     pairs = [("q1_state_gb", 240.0)]
     assert copies.named_mistake(rules, "q1_state_gb_test", pairs, g)
     assert judge.judge_cell(rules, "q1_state_gb_test", pairs, pairs, givens=peer).passed
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [synthetic.KERNEL_EVERYTHING])
+def test_the_exports_keep_not_graded_apart_in_a_stable_order(name, graded):
+    """Issue 36: every export says "not graded" (with why) where a student could not be graded,
+    never 0, in the order of assignment and student; the LMS file leaves such a cell empty (and
+    a cell whose written answers wait) and says why in its notes; the gradebook has every
+    student's name (the formgrader listed "None, None")."""
+    import csv
+
+    from nbgrader.api import Gradebook
+
+    from grading import exports
+
+    g = graded(name)
+    paths = exports.export(g.data)
+    rows = list(csv.DictReader(paths["grades.csv"].open()))
+    mine = [r for r in rows if r["assignment"] == g.name]
+    assert [r["student_id"] for r in mine] == sorted(r["student_id"] for r in mine)
+    bad = {r["student_id"]: r for r in mine}["malformed_json"]
+    assert bad["score"] == "" and bad["status"].startswith("not graded: ")
+    assert {r["student_id"]: r for r in mine}["correct"]["status"] == "graded"
+    verified = {r["student"]: r for r in csv.DictReader(paths["grades_verified.csv"].open())}
+    assert verified["malformed_json"]["score"] == "" and verified["correct"]["score"] == "10"
+    lms = {r["SIS User ID"]: r for r in csv.DictReader(paths["grades_lms.csv"].open())}
+    column = next(c for c in lms["correct"] if c.startswith(g.name))
+    assert lms["malformed_json"][column] == "" and lms["correct"][column] == ""  # manual waits
+    notes = {(r["student"], r["assignment"]): r["why empty"]
+             for r in csv.DictReader(paths["grades_lms_notes.csv"].open())}
+    assert notes[("malformed_json", g.name)].startswith("not graded: ")
+    assert "written answers not graded yet" in notes[("correct", g.name)]
+    with Gradebook(f"sqlite:///{g.data / 'gradebook.db'}") as gb:
+        assert all(s.last_name == s.id for s in gb.students), [(s.id, s.last_name)
+                                                               for s in gb.students]
+
+
+@pytest.mark.slow
+def test_make_check_prints_each_question_as_it_is_judged(tmp_path):
+    """Issue 36: ``make check`` says each question's verdict while the notebook is still being
+    graded, in the order of the notebook, then the result; the gradebook it registers is kept
+    for the next check of the same release."""
+    copy = tmp_path / "a1_training_state.ipynb"
+    copy.write_bytes((ROOT / "solutions" / "a1_training_state" /
+                      "a1_training_state.ipynb").read_bytes())
+    seen: list[tuple[float, str]] = []
+    import time
+
+    result = workflow.self_check("a1_training_state", copy,
+                                 progress=lambda line: seen.append((time.monotonic(), line)))
+    done = time.monotonic()
+    assert [line.split(":")[0].strip() for _, line in seen] == [c.grade_id for c in result.cells]
+    assert all(line.endswith(": right") for _, line in seen)
+    assert seen[0][0] < done - 0.5  # (the first came while grading went on)
+    assert list(workflow.CHECK_CACHE.glob("a1_training_state-*.db"))

@@ -301,12 +301,12 @@ def test_walking_a_wide_output_costs_no_memory():
 
 
 def test_distinct_type_names_do_not_grow_the_grader():
-    """80,000 distinct type names in one value (and as many in the next student's) leave at
+    """Thousands of distinct type names in one value (and as many in the next student's) leave at
     most 256 stand-in types behind: nothing grows from one student to the next."""
     judge._opaque_type.cache_clear()
     for student in range(2):
-        values = judge.decode([{"$type": f"T{student}-{i}"} for i in range(80_000)])
-        assert type(values[-1]).__name__ == f"T{student}-79999"
+        values = judge.decode([{"$type": f"T{student}-{i}"} for i in range(5_000)])
+        assert type(values[-1]).__name__ == f"T{student}-4999"
     assert judge._opaque_type.cache_info().currsize <= 256
     assert type(judge.decode({"$type": "a\nb\x1b[2K"})).__name__ == "a\\nb\\x1b[2K"
 
