@@ -62,11 +62,12 @@ def verify_assignment(assignment: str, data: Path | None = None,
     return results
 
 
-def report(assignment: str, data: Path | None = None,
-           students: list[str] | None = None) -> tuple[list[StudentResult], Path]:
-    """Write ``reports/<assignment>.csv``, ``.txt`` (the class summary, then every student) and
-    ``.html`` (the class report as a page: ``grading.class_report``); returns the results and
-    the CSV path."""
+def report(assignment: str, data: Path | None = None, students: list[str] | None = None,
+           html: bool = True) -> tuple[list[StudentResult], Path]:
+    """Write ``reports/<assignment>.csv``, ``.txt`` (the class summary, then every student) and,
+    with ``html``, ``.html`` (the class report as a page with its figure:
+    ``grading.class_report``; ``make check``'s class of one has no use for it); returns the
+    results and the CSV path."""
     data = data or data_dir()
     book = check_digests(assignment, data)
     results = verify_assignment(assignment, data, students)
@@ -92,8 +93,9 @@ def report(assignment: str, data: Path | None = None,
     write_private(out / f"{assignment}.txt",
                   render_text(assignment, results, book["isolation"],
                               class_summary=class_report.render_text(summary)), mode=0o644)
-    write_private(out / f"{assignment}.html",
-                  class_report.render_html(summary, results, book["isolation"]), mode=0o644)
+    if html:
+        write_private(out / f"{assignment}.html",
+                      class_report.render_html(summary, results, book["isolation"]), mode=0o644)
     return results, csv_path
 
 

@@ -410,7 +410,7 @@ def self_check(assignment: str, notebook: Path | None = None, progress=None):
         finally:
             done.set()
             watcher.join(timeout=5)
-        [result], _ = report(assignment, data)
+        [result], _ = report(assignment, data, html=False)
         return result
 
 

@@ -54,3 +54,13 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "$want" > "$stamp"
     say "done"
 fi
+
+# jsonschema imports rfc3987-syntax (pulled in by jupyter-events' jsonschema[format-nongpl]) as it
+# is imported, and that builds 38 Lark parsers: 1.6 s of CPU in every process that imports
+# nbformat (nbgrader, nbclient, JupyterLab, every test worker; benchmarks/import_cost.py). It
+# only validates the "iri" formats, which no schema of jupyter-events, jupyter_server, nbformat
+# or nbgrader uses; without it jsonschema skips those formats (tests/test_setup.py checks both).
+if .venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('rfc3987_syntax') is None)"; then
+    .venv/bin/python -m pip uninstall --quiet --yes rfc3987-syntax
+    say "removed rfc3987-syntax (1.6 s of CPU per process that imports nbformat)"
+fi

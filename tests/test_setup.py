@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import re
 from pathlib import Path
 
@@ -121,3 +123,21 @@ def test_setup_prints_a_timed_line_for_each_step_of_the_install(tmp_path):
     again = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=60, env=env)
     assert again.returncode == 0 and again.stdout == ""
+
+
+def test_nbformat_imports_without_building_iri_parsers():
+    """setup.sh removes rfc3987-syntax: ``import nbformat`` (every grading and test process)
+    no longer builds its Lark parsers, and no schema the course's Jupyter packages ship asks for
+    the "iri" formats it alone validated (jsonschema skips a format it has no checker for)."""
+    import importlib.util
+
+    code = "import sys, nbformat, jupyter_events.logger; print('lark' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "False"
+    iri = re.compile(r"""["']?format["']?\s*:\s*["']?iri""")
+    for package in ("jupyter_events", "jupyter_server", "jupyterlab_server", "nbformat",
+                    "nbgrader", "jupyterlab"):
+        root = Path(importlib.util.find_spec(package).origin).parent
+        for path in [*root.rglob("*.json"), *root.rglob("*.yaml"), *root.rglob("*.yml")]:
+            assert not iri.search(path.read_text(errors="replace")), path
