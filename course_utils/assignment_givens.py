@@ -4,7 +4,8 @@ states (issue 26; drawn by :mod:`course_utils.variants`).
 Each given is one ``variants.given(label, base, *others)``: the first option is the base, the
 lesson's own number that everyone gets with variants off or without an identity; a tuple is
 drawn as one (numbers that only make sense together). The options are realistic (model sizes of
-real models, device sizes of real accelerators, D a power of two or a common node multiple),
+real models, device sizes of accelerators a vendor sells (:data:`ACCELERATOR_GB`, checked by
+``tests/test_variants.py``), D a power of two or a common node multiple),
 and chosen so that every variant keeps the question's known mistakes apart from its answer
 (``tests/test_variant_grading.py`` checks every combination against the judge), and so that
 no variant's answer is printed in a lecture or in the assignment itself
@@ -40,13 +41,37 @@ from __future__ import annotations
 
 from course_utils.variants import given
 
+ACCELERATOR_GB = {
+    16: "NVIDIA V100 16GB (nvidia.com/en-us/data-center/v100)",
+    24: "NVIDIA L4, 24 GB GDDR6 (nvidia.com/en-us/data-center/l4)",
+    32: "NVIDIA V100 32GB (nvidia.com/en-us/data-center/v100)",
+    40: "NVIDIA A100 40GB (nvidia.com/en-us/data-center/a100)",
+    48: "NVIDIA L40S, 48 GB GDDR6 (nvidia.com/en-us/data-center/l40s)",
+    64: "AMD Instinct MI210, 64 GB HBM2e (amd.com/en/products/accelerators/instinct/mi200/"
+        "mi210.html)",
+    80: "NVIDIA A100 80GB, H100 SXM 80 GB (nvidia.com/en-us/data-center/h100)",
+    94: "NVIDIA H100 NVL, 94 GB HBM3 (nvidia.com/en-us/data-center/h100)",
+    96: "Intel Gaudi 2, 96 GB HBM2E (habana.ai/products/gaudi2)",
+    128: "AMD Instinct MI250X, 128 GB HBM2e (amd.com/en/products/accelerators/instinct/mi200/"
+         "mi250x.html)",
+    141: "NVIDIA H200, 141 GB HBM3e (nvidia.com/en-us/data-center/h200)",
+    192: "AMD Instinct MI300X, 192 GB HBM3 (amd.com/en/products/accelerators/instinct/mi300/"
+         "mi300x.html)",
+}
+"""Memory of one accelerator, in GB as its vendor states it, and which products have it (with the
+vendor's page). Every device size a question draws is one of these."""
+
+DEVICE_GIVENS = {("a1_training_state", "q4"): 1, ("a3_zero", "q3"): 2}
+"""``{(assignment, given): index of the device's GB in each option}``: the givens that name a
+device (``tests/test_variants.py`` checks each option against :data:`ACCELERATOR_GB`)."""
+
 GIVENS = {
     "a1_training_state": {
         # Q1-Q3: one model, the lesson's layout (Q1, Q2) and a layout built from the columns (Q3)
         "n_params": given("Q1-Q3: parameters N", 13e9, 11e9, 14e9, 15e9, 20e9, 27e9, 35e9, 40e9),
         # Q4: (parameters, device GB), each of the three outcomes of (16-byte fits, 12-byte
-        # fits), every state at least 5 % away from the device size
-        "q4": given("Q4: (parameters N, device GB)", (6e9, 80), (5e9, 64), (3.5e9, 52),
+        # fits), every state at least 5 % away from the device size; devices that are sold
+        "q4": given("Q4: (parameters N, device GB)", (6e9, 80), (5e9, 64), (3.5e9, 48),
                     (15e9, 192), (8e9, 141), (2e9, 40), (7e9, 80), (12e9, 96)),
     },
     "a2_data_parallel": {

@@ -136,3 +136,32 @@ def test_make_lab_records_the_identity_once(monkeypatch, tmp_path):
         lab.record_identity("../x")
     monkeypatch.setenv(variants.HUB_ENV, "carol")
     assert "carol ($JUPYTERHUB_USER)" in lab.record_identity(interactive=True)
+
+
+def test_every_device_a_question_draws_is_one_a_vendor_sells():
+    """Givens that name a device draw its size from ACCELERATOR_GB (a 52 GB device is no real
+    accelerator: issue 36); the givens whose label names a device GB are all listed."""
+    from course_utils.assignment_givens import ACCELERATOR_GB, DEVICE_GIVENS, GIVENS
+
+    named = {(a, n) for a, table in GIVENS.items() for n, g in table.items()
+             if "device GB" in g.label}
+    assert named == set(DEVICE_GIVENS)
+    for (assignment, name), index in DEVICE_GIVENS.items():
+        g = GIVENS[assignment][name]
+        parts = g.label.split("(", 1)[1].rstrip(")").split(", ")
+        assert parts[index] == "device GB", (g.label, index)
+        unsold = [option for option in g.options if option[index] not in ACCELERATOR_GB]
+        assert not unsold, f"{assignment} {name}: no accelerator has {unsold}"
+
+
+def test_a1_q4_options_cover_every_outcome_apart_from_the_device_size():
+    """a1 Q4 asks whether 16 and 12 bytes per parameter fit: its options give each of the three
+    outcomes (both, only 12, neither), every state at least 5 % from the device size."""
+    from course_utils.assignment_givens import GIVENS
+
+    outcomes = set()
+    for n, device_gb in GIVENS["a1_training_state"]["q4"].options:
+        for per_param in (16, 12):
+            assert abs(n * per_param / 1e9 - device_gb) >= 0.05 * device_gb, (n, device_gb)
+        outcomes.add((n * 16 <= device_gb * 1e9, n * 12 <= device_gb * 1e9))
+    assert outcomes == {(True, True), (False, True), (False, False)}
