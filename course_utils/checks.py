@@ -283,11 +283,13 @@ def _choice_verdict(name: str, value: Any, expected: Any, allowed: Sequence[Any]
             message = (mistakes or {}).get(key) or (mistakes or {}).get(value)
         for sealed in _SEALED.get(seal_key, []):
             message = message or sealed.message(seal_key, value)
-        return f"{name} = {value!r} is not right. {message}" if message else None
+        return f"{name} = {value!r}: {message}" if message else None
     want = _choice_key(expected)
     if not (_type(key) is _type(want) and key == want):
-        message = (mistakes or {}).get(key) or (mistakes or {}).get(value) or hint
-        return f"{name} = {value!r} is not right. {message}".strip()
+        message = (mistakes or {}).get(key) or (mistakes or {}).get(value)
+        if message:  # a named mistake reads as a number's does: "name = value: why"
+            return f"{name} = {value!r}: {message}"
+        return f"{name} = {value!r} is not right. {hint}".strip()
     return None
 
 

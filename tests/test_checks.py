@@ -60,6 +60,21 @@ def test_choice_and_sequence():
         check_sequence("s", [0.6], [0.6, 0.8])
 
 
+def test_a_named_choice_mistake_reads_as_a_numbers_does():
+    """"name = value: why", as for numbers: a message that starts in lower case ("that is one of
+    two faults") never follows a full stop, and the class report reads it as a named mistake."""
+    from grading.class_report import misconception
+
+    for expected in ("scale", None):
+        with pytest.raises(AssertionError) as err:
+            check_choice("q6", "sync", expected, ["both", "scale", "sync"],
+                         mistakes={"sync": "that is one of two faults"})
+        assert str(err.value) == "q6 = 'sync': that is one of two faults"
+        assert misconception(str(err.value))[1:] == ("q6: that is one of two faults", True)
+    with pytest.raises(AssertionError, match=r"^q6 = 'sync' is not right\. Count them\.$"):
+        check_choice("q6", "sync", "scale", ["scale", "sync"], hint="Count them.")
+
+
 def test_checks_bind_isclose_before_answers_can_patch_it(monkeypatch):
     import math
 
