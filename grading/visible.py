@@ -154,10 +154,21 @@ def _without_mistakes(source: str) -> str:
     return source
 
 
+SEALED_WIDTH = 72  # hex characters of a sealed entry per line of the released cell
+
+
+def _sealed_entry(digest: str, cipher: str) -> str:
+    """One sealed entry as adjacent string literals, one line each (a cipher is twice its
+    message's length in hex: a line each would run to hundreds of characters)."""
+    parts = [digest + ":"] + [cipher[i:i + SEALED_WIDTH]
+                              for i in range(0, len(cipher), SEALED_WIDTH)]
+    return "\n".join(f"        {p!r}" for p in parts) + ",\n"
+
+
 def _sealed_line(table: dict[str, checks.Sealed]) -> str:
     body = "".join(
         f"    {json.dumps(name)}: _checks.Sealed({s.grid!r}, [\n"
-        + "".join(f"        {d + ':' + c!r},\n" for d, c in sorted(s.entries.items()))
+        + "".join(_sealed_entry(d, c) for d, c in sorted(s.entries.items()))
         + "    ]),\n" for name, s in sorted(table.items()))
     return ("# Known wrong answers, sealed: a wrong value unlocks the message that names it.\n"
             "from course_utils import checks as _checks\n"

@@ -171,6 +171,8 @@ def _static(output: nbformat.NotebookNode, state: dict) -> list:
     carries besides the widget (``course_utils.widgets``), else what its Output widgets or
     HTML views were saved with."""
     rich = {k: v for k, v in output.data.items() if k not in (WIDGET_VIEW, "text/plain")}
+    if "image/png" in rich:  # (its HTML says "run this cell": the page's note says it here)
+        rich = {"image/png": rich["image/png"]}
     if rich:
         return [nbformat.v4.new_output("display_data", rich, metadata=output.get("metadata", {}))]
     model_id = output.data[WIDGET_VIEW]["model_id"]

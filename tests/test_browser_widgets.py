@@ -55,6 +55,9 @@ def lecture_cell(name: str) -> tuple[str, str]:
     return cell.source, out.data["text/plain"]
 
 
+_SERVER: list[LabServer] = []  # the module's JupyterLab, for tests that open another notebook
+
+
 @pytest.fixture(scope="module")
 def lab(lab_browser):  # noqa: F811
     """One JupyterLab, one page, the notebook of every widget run once; fails the module if a
@@ -62,6 +65,7 @@ def lab(lab_browser):  # noqa: F811
     require_chromium()
     server = LabServer()
     with server:
+        _SERVER[:] = [server]
         nb = server.add_notebook("widgets.ipynb", [SETUP] + [lecture_cell(n)[0] for n in CLASSES])
         context = lab_browser.new_context(viewport={"width": 1400, "height": 1300})
         page = context.new_page()
@@ -318,3 +322,34 @@ def test_number_formats(lab):
     move(lab, twin, "value", 0.02)
     shot(lab, twin, "number_formats")
     assert error_outputs(lab) == []
+
+
+def test_a_widget_that_has_not_run_says_its_picture_is_one(lab):
+    """A widget's saved output, opened before its cell runs (a lecture opened from the
+    workspace): its picture under the line that says running the cell gives the controls;
+    once the cell runs, the live widget and no such line."""
+    from course_utils.widgets.base import PICTURE_HINT
+
+    server, front = _SERVER[0], ".jp-NotebookPanel:not(.lm-mod-hidden)"
+    twin = training_state.TrainingState()
+    saved = nbformat.v4.new_code_cell(lecture_cell("TrainingState")[0], execution_count=2)
+    saved.outputs = [nbformat.v4.new_output("execute_result", twin._repr_mimebundle_(),
+                                            execution_count=2)]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from course_utils.widgets.training_state import TrainingState"), saved])
+    nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                 "name": "python3"}
+    nbformat.write(nb, server.root_dir / "saved.ipynb")
+    page = lab.context.new_page()
+    try:
+        open_notebook(page, server, "saved.ipynb")
+        output = page.locator(f"{front} .jp-CodeCell").nth(1).locator(".jp-OutputArea")
+        output.locator(".ts-picture img").wait_for(timeout=30_000)
+        assert PICTURE_HINT in output.inner_text()
+        assert page.locator(".ts-widget").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "widget-saved-picture.png"))
+        run_all(page, timeout_s=120)
+        page.locator(".ts-widget").wait_for(timeout=60_000)
+        assert PICTURE_HINT not in output.inner_text() and error_outputs(page) == []
+    finally:
+        page.close()

@@ -214,3 +214,25 @@ def test_sealed_mistakes_match_within_tolerance_and_hide_their_message():
         checks.check_number("y_gb", 303.1)  # another check's name: its own mistakes only
     finally:
         checks._SEALED.clear()
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_released_test_cells_fit_in_100_columns(name):
+    """The sealed block wraps its hex (a line each ran to 300 characters: issue 36)."""
+    long = [(integrity._meta(c)["grade_id"], len(line)) for c in _release(name).cells
+            if integrity.is_test_cell(c) for line in c.source.splitlines() if len(line) > 100]
+    assert long == [], f"{name}: test cell lines over 100 characters"
+
+
+def test_the_wrapped_sealed_block_unseals_the_same_entries():
+    sealed = checks.seal("x_gb", "log:0.001", [(303.1, "that is GiB: " + "a long message " * 9)])
+    block = visible._sealed_line({"x_gb": sealed})
+    assert max(len(line) for line in block.splitlines()) <= 100
+    checks._SEALED.clear()
+    try:
+        exec(compile(block, "<cell>", "exec"), {})
+        assert checks._SEALED["x_gb"][0].entries == sealed.entries
+        with pytest.raises(AssertionError, match="a long message a long"):
+            checks.check_number("x_gb", 303.1, unit="GB")
+    finally:
+        checks._SEALED.clear()

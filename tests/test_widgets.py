@@ -13,6 +13,7 @@ import html
 import json
 import re
 import struct
+from pathlib import Path
 
 import matplotlib
 
@@ -26,6 +27,7 @@ from course_utils import (activations, memory, pipeline_schedule as ps, precisio
 from course_utils.widgets import (activation_memory, number_formats,  # noqa: E402
                                   pipeline_timeline, ring_steps, tp_layout, training_state,
                                   zero_shards)
+from course_utils.widgets import base  # noqa: E402
 from course_utils.widgets.base import Explorer  # noqa: E402
 
 
@@ -73,6 +75,9 @@ def test_one_state_drives_numbers_figure_and_text():
     assert bundle["text/plain"] == w.text()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert base64.b64decode(bundle["image/png"]) == w._png and w._png[:4] == b"\x89PNG"
+    # until the cell runs, JupyterLab shows the HTML: the picture under a line saying so
+    assert base.PICTURE_HINT in bundle["text/html"] and "run this cell" in base.PICTURE_HINT
+    assert f'src="data:image/png;base64,{bundle["image/png"]}"' in bundle["text/html"]
     assert w.redraw_s > 0
 
 
@@ -339,3 +344,20 @@ def test_activation_view_is_korthikanti():
     w.controls["sp"].value = False
     w.controls["tp"].value = 3
     assert "tp must divide the 32 attention heads of the 7B model" in w.view.value
+
+
+def test_every_lecture_widget_output_carries_its_picture_with_the_hint():
+    """The committed lectures' widget outputs (built before issue 36, they had the PNG alone:
+    JupyterLab showed it with no word on how to get the controls)."""
+    import nbformat
+
+    root = Path(__file__).resolve().parent.parent
+    found = 0
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for out in cell.get("outputs", []):
+                data = out.get("data", {})
+                if "image/png" in data and "application/vnd.jupyter.widget-view+json" in data:
+                    found += 1
+                    assert base.PICTURE_HINT in data.get("text/html", ""), path.name
+    assert found >= 9

@@ -15,8 +15,10 @@ numbers to print (:meth:`Explorer.rows`, :meth:`Explorer.notes`) and the figure 
   at :data:`DPI`, not pyplot's (no figure manager, no per-draw style check: the tests run
   :func:`course_utils.style.problems` on each widget's figures instead);
 * displayed by a notebook cell, the output carries, besides the live widget, a plain-text
-  summary of the numbers (what nbval compares, and what a kernel-less viewer prints) and a PNG
-  of the figure at that setting (what the course website shows in the widget's place).
+  summary of the numbers (what nbval compares, and what a kernel-less viewer prints), a PNG
+  of the figure at that setting (what the course website shows in the widget's place) and the
+  same picture under a line saying that it is one and that running the cell gives the
+  controls (:data:`PICTURE_HINT`: what JupyterLab shows until the cell has run in this kernel).
 
 :func:`figure_html` and :func:`error_html` are the two pieces of the view, shared with the
 device-mesh playground (:mod:`course_utils.playground`).
@@ -52,6 +54,9 @@ def _freeze_imports() -> None:
         _freeze_imports.done = True
 
 
+PICTURE_HINT = ("A picture of this widget as it was saved: run this cell (Shift+Enter) to get its "
+                "controls.")
+HINT_STYLE = "color:#555;font-style:italic;margin:2px 0 4px"
 _STYLE = {"description_width": "140px"}
 ERROR_STYLE = "border-left:4px solid #b00020;background:#fdecee;padding:6px 10px;margin:6px 0"
 STALE_STYLE = "opacity:0.3;filter:grayscale(1)"
@@ -379,6 +384,11 @@ class Explorer:
         data["text/plain"] = self.text()
         if self._png:
             data["image/png"] = base64.b64encode(self._png).decode()
+            data["text/html"] = (  # (JupyterLab prefers the live widget to it, it to the PNG)
+                f'<div class="{self.prefix}-picture"><div class="{self.prefix}-picture-hint" '
+                f'style="{HINT_STYLE}">{html.escape(PICTURE_HINT)}</div><img alt='
+                f'"{html.escape(self.alt, quote=True)}" style="max-width:100%" '
+                f'src="data:image/png;base64,{data["image/png"]}"/></div>')
         return data
 
 
