@@ -236,6 +236,110 @@ class LabServer:
             shutil.rmtree(self.base, ignore_errors=True)
 
 
+class MakeLab:
+    """``make lab``'s JupyterLab as a student starts it: ``scripts/lab.py`` under ``make`` (a
+    Makefile whose ``lab`` recipe is the repository's, ``$(PY) scripts/lab.py``), in a process
+    group of its own as a terminal's job is, on a workspace synced into a temporary folder, every
+    per-user folder private (as :class:`LabServer` makes them, but no news setting: the student
+    configuration must turn the pop-up off itself). Use as a context manager; :attr:`url` is the
+    URL ``make lab`` printed, :attr:`lines` what it printed. On exit, whatever is left of it is
+    killed and listed in :attr:`survivors`."""
+
+    def __init__(self, workspace: Path, startup_timeout: float = 180.0):
+        self.workspace = Path(workspace)
+        self.startup_timeout = startup_timeout
+        self.lines: list[str] = []
+        self.url: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self.survivors: list[str] = []
+        self._seen: dict = {}  # every process of it ever listed (killing make breaks the tree)
+
+    def env(self) -> dict[str, str]:
+        base = self.workspace.parent / f"{self.workspace.name}-home"
+        env = dict(os.environ)
+        for var, name in (("HOME", "home"), ("JUPYTER_CONFIG_DIR", "config"),
+                          ("JUPYTER_DATA_DIR", "data"), ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+                          ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("MPLCONFIGDIR", "mpl")):
+            (base / name).mkdir(parents=True, exist_ok=True)
+            env[var] = str(base / name)
+        env.update({"COURSE_WORKSPACE": str(self.workspace), "JUPYTER_PLATFORM_DIRS": "1",
+                    "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in os.environ.get(
+                        "PYTHONPATH", "").split(os.pathsep) if p])})
+        for var in ("MPLBACKEND", "COURSE_STUDENT", "JUPYTERHUB_USER", "JPY_SESSION_NAME"):
+            env.pop(var, None)
+        return env
+
+    def __enter__(self) -> "MakeLab":
+        makefile = self.workspace.parent / f"{self.workspace.name}.mk"
+        makefile.write_text("lab:\n\t@$(PY) scripts/lab.py $(ARGS)\n")
+        args = "--no-browser --ip=127.0.0.1 --port=0 --ServerApp.port_retries=0"
+        self.proc = subprocess.Popen(
+            ["make", "--no-print-directory", "-f", str(makefile), "lab", f"PY={sys.executable}",
+             f"ARGS={args}"], cwd=ROOT, env=self.env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        deadline = time.monotonic() + self.startup_timeout
+        try:
+            while self.url is None:
+                line = self.proc.stdout.readline()
+                if not line or time.monotonic() > deadline:
+                    raise RuntimeError("make lab did not start:\n" + "".join(self.lines))
+                self.lines.append(line)
+                found = re.search(r"Open (http\S+)", line)
+                self.url = found.group(1) if found else None
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    @property
+    def token(self) -> str:
+        return self.url.rsplit("token=", 1)[1]
+
+    def api(self, method: str, path: str, body: dict | None = None) -> object:
+        base = self.url.split("/lab", 1)[0]
+        req = urllib.request.Request(f"{base}/{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def family(self) -> list:
+        """Every process of ``make lab``: make, lab.py, JupyterLab, kernels, their children."""
+        import psutil
+
+        try:
+            top = psutil.Process(self.proc.pid)
+            found = [top] + top.children(recursive=True)
+        except psutil.Error:
+            return []
+        self._seen.update({p.pid: p for p in found})
+        return found
+
+    def signal(self, sig: int, group: bool = False) -> None:
+        """Send ``sig`` to make (or to its whole process group, as a terminal does)."""
+        (os.killpg if group else os.kill)(self.proc.pid, sig)
+
+    def __exit__(self, *exc) -> None:
+        import psutil
+
+        self.family()
+        family = list(self._seen.values())
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, 15)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(60)
+        _, alive = psutil.wait_procs(family, timeout=10)
+        for p in alive:  # only processes this make lab started
+            with contextlib.suppress(psutil.Error):
+                self.survivors.append(f"pid {p.pid} {' '.join(p.cmdline()[:4])} (killed)")
+                p.kill()
+        if self.proc.stdout:
+            self.lines += self.proc.stdout.readlines()
+            self.proc.stdout.close()
+
+
 # ----------------------------------------------------------------------------------- browser
 
 

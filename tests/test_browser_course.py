@@ -27,8 +27,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from jupyterlab_harness import (LabServer, error_outputs, lab_browser, lab_page,  # noqa: F401
-                                open_notebook, require_chromium, run_all, screenshot)
+from jupyterlab_harness import (LabServer, MakeLab, error_outputs, lab_browser,  # noqa: F401
+                                lab_page, open_notebook, require_chromium, run_all, screenshot)
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,6 +237,34 @@ def test_make_lab_opens_lectures_and_assignments_without_instructor_menus(lab_pa
                 urllib.request.urlopen(server.url(path), timeout=30)
             assert err.value.code == 404, (path, err.value.code)
     assert not server.survivors, server.survivors
+
+
+def test_make_lab_first_opens_start_here_and_asks_nothing(lab_page, tmp_path):  # noqa: F811
+    """The URL the first ``make lab`` prints opens START_HERE.md as a page (not its Markdown
+    source), and no "official Jupyter news?" pop-up comes, with no setting of the student's own
+    (the student configuration turns it off)."""
+    require_chromium()
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import workspace
+    finally:
+        sys.path.pop(0)
+    page = lab_page
+    ws = tmp_path / "ws"
+    workspace.sync(ws)
+    with MakeLab(ws) as lab:
+        page.goto(lab.url, wait_until="domcontentloaded", timeout=120_000)
+        page.locator(".jp-RenderedMarkdown h1", has_text="Your workspace").wait_for(
+            timeout=120_000)
+        page.locator(".jp-DirListing-content").get_by_text("lectures", exact=True).wait_for(
+            timeout=60_000)
+        page.wait_for_timeout(6_000)  # (the news question comes a few seconds after loading)
+        screenshot(page, "course-make-lab-first")
+        assert page.get_by_text("Jupyter news").count() == 0
+        assert page.locator(".jp-FileEditor").count() == 0  # a page, not the Markdown source
+        lab.signal(15)
+        lab.proc.wait(60)
+    assert lab.survivors == []
 
 
 def _answered(**sources: str) -> nbformat.NotebookNode:
