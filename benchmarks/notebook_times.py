@@ -5,6 +5,7 @@ Run: .venv/bin/python benchmarks/notebook_times.py [NAME ...]
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,9 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
+# the kernels import this checkout's course_utils (not an editable install of another checkout)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
 def main() -> None:

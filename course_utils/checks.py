@@ -12,7 +12,9 @@ Two sides of one test cell:
   message of the AssertionError they raise is the feedback that names the misconception.
 
 The helpers return ``None`` and write nothing to stderr (nbgrader scores a test cell by its
-outputs). They read numbers through ``float``'s own slot and use no name an answer cell can
+outputs). A visible check that passes says, once at the end of its cell, what it checked
+(:func:`_visible_passed`): the type and the known mistakes, never whether the value is right
+(the same line for a right value and for a wrong one it does not know). They read numbers through ``float``'s own slot and use no name an answer cell can
 replace, which matters for the visible tests that run beside the student's code.
 """
 
@@ -25,9 +27,9 @@ import math as _math
 
 import numpy as _np
 
-__all__ = ["CheckFailed", "SUBMIT_MIME", "Sealed", "TRACE_MIME", "as_number", "check_number", "check_choice",
-           "check_sequence", "encode", "hidden_cases", "seal", "sealed_mistakes", "sealed_name",
-           "submit"]
+__all__ = ["CheckFailed", "SUBMIT_MIME", "Sealed", "TRACE_MIME", "as_number", "check_number",
+           "check_choice", "check_sequence", "checked_line", "encode", "hidden_cases", "seal",
+           "sealed_mistakes", "sealed_name", "submit"]
 
 SUBMIT_MIME = "application/vnd.course.submission+json"
 TRACE_MIME = "application/vnd.course.check-trace+json"  # what a visible check saw (release build)
@@ -194,6 +196,49 @@ class Sealed:
         return f"Sealed({self.grid!r}, {len(self.entries)} entries)"
 
 
+_PASSED: dict = {"names": [], "mistakes": False}  # the visible checks passed in this cell
+
+
+def _visible_passed(name: str, mistakes: bool) -> None:
+    """A visible check of ``name`` passed (``mistakes``: it had known mistakes to reject): at
+    the end of the cell, if the cell succeeded, one line says what was checked."""
+    import sys
+
+    if "IPython" not in sys.modules:
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "events"):
+        return
+    if not getattr(shell, "_course_checked_hook", False):
+        shell.events.register("post_run_cell", _say_checked)
+        shell._course_checked_hook = True
+    if name not in _PASSED["names"]:
+        _PASSED["names"].append(_str(name))
+    _PASSED["mistakes"] = _PASSED["mistakes"] or mistakes
+
+
+def checked_line(names: Sequence[str], mistakes: bool) -> str:
+    """What a cell's passed visible checks say (the same whatever the values are)."""
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    what = "type and the known mistakes" if mistakes else "type (one of the allowed values)"
+    value = "the values are" if len(names) > 1 else "the value is"
+    return f"checked {shown}: {what}; {value} checked when graded"
+
+
+def _say_checked(result: Any = None) -> None:
+    """``post_run_cell``: print :func:`checked_line` for the cell that just ran, if it ran to
+    its end."""
+    import sys
+
+    names, mistakes = _list(_PASSED["names"]), _PASSED["mistakes"]
+    _PASSED["names"], _PASSED["mistakes"] = [], False
+    if names and getattr(result, "success", True):
+        sys.stdout.write(checked_line(names, mistakes) + "\n")
+        sys.stdout.flush()
+
+
 def _close(a: float, b: float, rel: float, abs_tol: float) -> bool:
     """``math.isclose`` in plain arithmetic (nothing an answer cell can patch)."""
     diff = a - b if a >= b else b - a
@@ -244,7 +289,8 @@ def check_number(name: str, value: Any, expected: float | None = None, *,
         _trace("number", name, got, mistakes, unit=unit, rel=rel, abs_tol=abs_tol,
                variant=_str(variant))
         key = sealed_name(name, variant)
-        for item in [*mistakes, *_SEALED.get(key, [])]:
+        known = [*mistakes, *_SEALED.get(key, [])]
+        for item in known:
             if _type(item) is Sealed:
                 message = item.message(key, got)
                 if message is not None:
@@ -253,6 +299,7 @@ def check_number(name: str, value: Any, expected: float | None = None, *,
             wrong, message = item
             if _close(got, _float(wrong), rel, abs_tol):
                 raise CheckFailed(f"{shown}: {message}")
+        _visible_passed(name, len(known) > 0)
         return None
     message = _number_verdict(got, expected, list(mistakes), rel, abs_tol, shown, hint)
     if message is not None:
@@ -283,7 +330,10 @@ def _choice_verdict(name: str, value: Any, expected: Any, allowed: Sequence[Any]
             message = (mistakes or {}).get(key) or (mistakes or {}).get(value)
         for sealed in _SEALED.get(seal_key, []):
             message = message or sealed.message(seal_key, value)
-        return f"{name} = {value!r}: {message}" if message else None
+        if message:
+            return f"{name} = {value!r}: {message}"
+        _visible_passed(name, bool(mistakes) or bool(_SEALED.get(seal_key)))
+        return None
     want = _choice_key(expected)
     if not (_type(key) is _type(want) and key == want):
         message = (mistakes or {}).get(key) or (mistakes or {}).get(value)
@@ -323,6 +373,7 @@ def check_sequence(name: str, value: Any, expected: Sequence[float], *, rel: flo
         raise CheckFailed(f"{name} should be a list of numbers, got {_type(value).__name__}.")
     got = [as_number(f"{name}[{i}]", v) for i, v in enumerate(_list.__iter__(_list(value)))]
     if expected is None:
+        _visible_passed(name, False)
         return None
     message = _sequence_verdict(name, got, expected, rel, abs_tol, hint)
     if message is not None:

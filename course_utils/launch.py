@@ -81,14 +81,21 @@ class RankError(RuntimeError):
     """A rank failed: raised, died, or did not finish in time.
 
     Attributes: ``rank`` (the rank reported first), ``rank_traceback`` (its traceback text),
-    ``outputs`` (each rank's captured stdout+stderr, rank order).
+    ``outputs`` (each rank's captured stdout+stderr, rank order), ``failure`` (what the rank
+    raised, as data: ``type``, ``message``, ``name`` (a NameError's), ``raised_in`` (the library
+    whose code raised it, None for the student's own code) and ``frame`` (the student's innermost
+    frame: file, line, function), or None); ``short`` (the head line and the student's frames:
+    what a notebook shows, ``course_utils.messages``).
     """
 
-    def __init__(self, message: str, rank: int | None, rank_traceback: str, outputs: list[str]):
+    def __init__(self, message: str, rank: int | None, rank_traceback: str, outputs: list[str],
+                 failure: dict | None = None, short: str = ""):
         super().__init__(message)
         self.rank = rank
         self.rank_traceback = rank_traceback
         self.outputs = outputs
+        self.failure = failure
+        self.short = short or message
 
 
 class LaunchTimeout(RankError, TimeoutError):
@@ -155,7 +162,7 @@ def _rank_main(rank: int, world_size: int, port: int, payload: bytes, result_con
         value = pickle.dumps(to_cpu(fn(rank, world_size, *args)))  # CUDA results too
         status = "ok"
     except BaseException as exc:  # report everything, SystemExit and KeyboardInterrupt included
-        value = (_student_traceback(exc, origins), traceback.format_exc())
+        value = (_student_traceback(exc, origins), traceback.format_exc(), _failure(exc, origins))
     try:
         sys.stdout.flush()
         result_conn.send((status, value))
@@ -236,6 +243,22 @@ def _student_traceback(exc: BaseException, origins: dict) -> str:
     fold()
     only = traceback.TracebackException.from_exception(exc).format_exception_only()
     return "\n".join(lines + [line.rstrip("\n") for line in only])
+
+
+def _failure(exc: BaseException, origins: dict) -> dict:
+    """What a rank raised, as plain data (see :class:`RankError`'s ``failure``)."""
+    raised_in, frame = None, None
+    for tb_frame, lineno in traceback.walk_tb(exc.__traceback__):
+        code = tb_frame.f_code
+        if code is _rank_main.__code__ or code.co_filename == __file__:
+            continue
+        filename = origins.get((code.co_qualname, code.co_firstlineno), code.co_filename)
+        raised_in = _library_name(filename)
+        if raised_in is None:
+            frame = (filename, lineno, code.co_name)
+    name = getattr(exc, "name", None) if isinstance(exc, NameError) else None
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "raised_in": raised_in,
+            "name": name if isinstance(name, str) else None, "frame": frame}
 
 
 def _code_origins(*objects: Any) -> tuple[dict, dict]:
@@ -552,19 +575,27 @@ def _launch_once(ctx: mp.context.BaseContext, payload: bytes, world_size: int, t
                     continue
                 _kill(procs)
                 logs = _read_logs(log_paths)
+                failure = None
                 if status == "died":
                     proc.join(1)
                     short = full = f"rank {rank} {_describe_exit(proc.exitcode)}."
                     head = short
                 else:
-                    short, full = value
+                    short, full, failure = value
                     head = f"rank {rank} failed first: {short.strip().splitlines()[-1]}"
                 outputs = _format_outputs(logs)
+                mine = []  # the student's frames (a frame's line and its source line)
+                for line in short.splitlines()[1:]:
+                    if not line.startswith("  "):
+                        break  # (the exception's own lines)
+                    if not line.startswith("  ... "):
+                        mine.append(line)
                 error = RankError(
                     f"{head}\n--- rank {rank} traceback (library frames folded; the whole one "
                     f"is in .rank_traceback) ---\n{short}"
                     + (f"\n--- output of all ranks ---\n{outputs}" if outputs else ""),
-                    rank, full, logs)
+                    rank, full, logs, failure,
+                    "\n".join([head, *mine] + ([outputs] if outputs else [])))
                 raise _RendezvousFailed(error) if status == "init_error" else error
 
         for p in procs:  # ranks exit right after reporting; give them a moment to tear down

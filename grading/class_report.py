@@ -83,6 +83,8 @@ def misconception(message: str) -> tuple[str, str, bool]:
     the same mistake, ``text`` says it, ``named``: whether the judge named a misconception."""
     message = (message or "no message").strip()
     first = message.splitlines()[0] if message else message
+    if first.startswith("not answered"):
+        return "not answered", "not answered (the cell still raises NotImplementedError)", False
     m = _VALUE.match(first)
     if m:
         name, rest = m.group("name"), m.group("rest").strip()

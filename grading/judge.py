@@ -149,6 +149,38 @@ def submissions(cell) -> list[tuple[str, Any]]:
     return out
 
 
+NOT_ANSWERED = "not answered (its answer cell still raises NotImplementedError)"
+PLACEHOLDER = "raise NotImplementedError"  # nbgrader's stub in a released answer cell
+
+
+def answer_source(cells, grade_id: str) -> str | None:
+    """The source of the answer cell of test cell ``grade_id`` (``q4`` for ``q4_test``) among
+    ``cells``, or None."""
+    want = grade_id.removesuffix("_test")
+    for cell in cells:
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        if meta.get("solution") and meta.get("grade_id") == want:
+            source = cell.get("source", "")
+            return "".join(source) if isinstance(source, list) else str(source)
+    return None
+
+
+def not_answered(error: tuple[str, str] | None, answer: str | None = None) -> bool:
+    """Is ``error`` (a test cell's kernel error) that of a question not answered yet? The
+    placeholder raised (NotImplementedError with no message, in the kernel or on a rank), or a
+    missing name or the placeholder while the answer cell (``answer``) still holds it. A check
+    that failed is never "not answered", placeholder or not."""
+    if error is None:
+        return False
+    ename, evalue = error
+    if ename == "RankError":  # "rank 1 failed first: NotImplementedError[: message]"
+        ename, _, evalue = evalue.partition("failed first: ")[2].partition(": ")
+    if ename == "NotImplementedError" and not evalue.strip():
+        return True
+    return (ename in ("NotImplementedError", "NameError", "KeyError") and answer is not None
+            and PLACEHOLDER in answer)
+
+
 def kernel_error(cell) -> tuple[str, str] | None:
     """``(ename, first line of evalue)`` of the cell's first error output, if any, each one
     line with its control characters escaped (a student names the exception)."""
@@ -179,7 +211,8 @@ def _shown(names: list[str]) -> str:
 
 def judge_cell(judge: ModuleType | Callable, grade_id: str, got: list[tuple[str, Any]],
                ref: list[tuple[str, Any]], error: tuple[str, str] | None = None,
-               cases: Any = None, ref_cases: Any = None, givens: Any = None) -> Verdict:
+               cases: Any = None, ref_cases: Any = None, givens: Any = None,
+               answer: str | None = None) -> Verdict:
     """Decide one test cell from what it submitted (``got``) and what the reference did.
 
     ``judge``: the assignment's judge module (its function ``grade_id`` is called as
@@ -189,8 +222,12 @@ def judge_cell(judge: ModuleType | Callable, grade_id: str, got: list[tuple[str,
     the values are (nested a million deep, huge, malformed), the verdict is a Verdict: an
     error while judging is this cell's 0 with the reason, never the grader's crash.
     ``givens``: the student's own numbers (``got.givens`` in the judge function; the
-    reference's, run with the base numbers, are ``ref.givens``).
+    reference's, run with the base numbers, are ``ref.givens``). ``answer``: the source of the
+    cell's answer cell (:func:`answer_source`): an error of a question not answered yet is
+    :data:`NOT_ANSWERED` (:func:`not_answered`).
     """
+    if not_answered(error, answer):
+        return Verdict(grade_id, False, NOT_ANSWERED, len(got))
     try:
         return _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases, givens)
     except Exception as err:  # noqa: BLE001 - RecursionError, MemoryError on hostile data

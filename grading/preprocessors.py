@@ -202,7 +202,7 @@ class RecoveringExecute(Execute):
             got = judge.submissions(cell)
             verdict = judge.judge_cell(self._judge, gid, got, self._reference.get(gid, []),
                                        error, self._cases.get(gid), self._ref_cases.get(gid),
-                                       self._givens)
+                                       self._givens, judge.answer_source(self.nb.cells, gid))
             self._verdicts.append(verdict)
             self._progress(verdict, error)
             if not verdict.passed and error is None and gid not in self._cases:
@@ -213,6 +213,8 @@ class RecoveringExecute(Execute):
             else:
                 # the kernel's own error as it was (the student's code failed), else the judge's
                 ename, evalue = error if error else ("AssertionError", verdict.message)
+                if verdict.message == judge.NOT_ANSWERED:
+                    ename, evalue = "NotAnswered", verdict.message
                 cell.outputs = [new_output("error", ename=ename, evalue=evalue,
                                            traceback=[f"{ename}: {evalue}"])]
         return cell, resources

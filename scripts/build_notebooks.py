@@ -27,6 +27,7 @@ Usage (from the repository root, inside the course's environment)::
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -36,6 +37,10 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# The kernels that run the notebooks import this checkout's course_utils (an editable install of
+# another checkout would come first otherwise: a git worktree sharing one environment).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 LECTURE_SRC = ROOT / "authoring" / "lectures"
 ASSIGNMENT_SRC = ROOT / "authoring" / "assignments"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import linecache
+import re
+
 import numpy as np
 import pytest
 
@@ -98,40 +101,160 @@ def test_visible_checks_reject_known_mistakes_without_an_expected_value():
         check_choice("stage", 2, None, [0, 1, 2, 3], mistakes={2: "ZeRO-2 needs 37.4 GB"})
 
 
-def test_a_failed_check_is_one_short_block_and_a_missing_name_says_which_cell(tmp_path):
-    """In an IPython shell (course_utils.messages): a failed check or a visible test's assert
-    shows as one line with its message; a NameError in a cell names the code cell of the
-    session's notebook that defines the name; other errors keep their traceback."""
-    import json
-    import os
-    from unittest import mock
-
+@pytest.fixture
+def notebook_shell(tmp_path, monkeypatch):
+    """An IPython shell with course_utils' messages, as a notebook kernel has it, whose
+    session's notebook is ``tmp_path/nb.ipynb``; ``run(code, cells)`` writes ``cells`` (code cell
+    sources) as that notebook, runs ``code`` and returns the lines the student sees (None: no
+    error)."""
     from IPython.core.interactiveshell import InteractiveShell
 
     from course_utils import messages
-    from course_utils.checks import CheckFailed
 
     shell = InteractiveShell.instance()
-    notebook = tmp_path / "lecture.ipynb"
-    notebook.write_text(json.dumps({"cells": [
-        {"cell_type": "markdown", "source": ["# intro"]},
-        {"cell_type": "code", "source": ["import math\n", "from course_utils import overlap\n"]},
-        {"cell_type": "code", "source": ["x = 1\n"]}]}))
+    assert messages.install(shell)
+    shown: list = []
+    monkeypatch.setattr(shell, "_showtraceback", lambda etype, value, stb: shown.append(stb))
+    path = tmp_path / "nb.ipynb"
+    monkeypatch.setenv("JPY_SESSION_NAME", str(path))
 
-    def lines(code):
-        try:
-            exec(compile(code, "<cell>", "exec"), {})
-        except Exception as err:  # noqa: BLE001 - (the cell's frames, as IPython hands them)
-            return messages.traceback_lines(shell, type(err), err, err.__traceback__.tb_next)
+    def run(code: str, cells: list = (), at: int = 99) -> list[str] | None:
+        """(a cell: its source, or (source, nbgrader grade id); ``at``: the running cell's
+        index in ``cells``, 99 for one not in the notebook)"""
+        import json
 
-    short = lines("from course_utils.checks import check_number\n"
-                  "check_number('x_gb', 303.1, mistakes=[(303.1, 'that is GiB')])")
-    assert len(short) == 1 and "x_gb = 303.1: that is GiB" in short[0] and "Not right yet" in short[0]
-    assert len(lines("assert 1 == 2, 'the visible test says no'")) == 1
-    with mock.patch.dict(os.environ, {"JPY_SESSION_NAME": str(notebook)}):
-        hint = lines("print(overlap)")[-1]
-        assert "code cell 1" in hint and "from course_utils import overlap" in hint, hint
-        assert "Run All Above" in lines("print(nowhere)")[-1]
-    deep = lines("def f():\n    assert False, 'deep'\nf()")
-    assert len(deep) > 1  # an assert inside the student's own function keeps its traceback
-    assert issubclass(CheckFailed, AssertionError)
+        path.write_text(json.dumps({"cells": [
+            {"cell_type": "code", "id": f"c{i}", "source": c} if isinstance(c, str) else
+            {"cell_type": "code", "id": f"c{i}", "source": c[0],
+             "metadata": {"nbgrader": {"grade_id": c[1]}}} for i, c in enumerate(cells)]}))
+        shown.clear()
+        shell.run_cell(code, store_history=True, cell_id=f"c{at}")
+        return [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in shown[-1]] if shown else None
+
+    yield run
+    shell.user_ns.pop("capstone", None)
+
+
+def test_a_failed_check_is_one_line(notebook_shell):
+    """A check that fails shows its message alone: checks.CheckFailed, the cell's own assert,
+    and the course's own checks (capstone.diagnose, pitfalls.check: the old handler showed
+    their 20-50-line tracebacks, issue 36); an assert inside the student's own function keeps
+    its traceback."""
+    run = notebook_shell
+    short = run("from course_utils.checks import check_number\n"
+                "check_number('x_gb', 303.1, mistakes=[(303.1, 'that is GiB')])")
+    assert short == ["Not right yet: x_gb = 303.1: that is GiB"]
+    assert run("assert 1 == 2, 'the visible test says no'") == [
+        "Not right yet: the visible test says no"]
+    course = run("from course_utils import pitfalls\n"
+                 "pitfalls.check('dp_by_hand', pitfalls.JOBS['dp_by_hand'], [], label='practice')")
+    assert course == ["Not right yet: practice: expected one result per rank (2)"]
+    deep = run("def f():\n    assert False, 'deep'\nf()")
+    assert len(deep) > 1 and "deep" in deep[-1]
+    assert run("x = 1") is None
+
+
+def test_a_name_a_cell_defines_says_which_cell_after_a_restart(notebook_shell):
+    """After a kernel restart, a name used in the cell or in a helper the cell defines (a10's
+    test cells: `_q1_practice` uses `capstone`) names the code cell that defines it, in one
+    line; a name whose cell has run, or that no cell defines, keeps IPython's traceback."""
+    run = notebook_shell
+    cells = ["import math\nfrom course_utils import capstone, checks",
+             "def helper():\n    unrelated = 3\n    return unrelated"]
+    for code in ("print(capstone)",
+                 "def _practice():\n    return capstone.plan(1, 1, 2, seed=1)\n_practice()"):
+        [line] = run(code, cells)
+        assert "`capstone` is not defined in this kernel: code cell 1" in line, line
+        assert "from course_utils import capstone, checks" in line and "Run All Above" in line
+    assert len(run("print(unrelated)", cells)) > 1       # (a local name of a function: no cell)
+    run("import math", cells)                            # cell 1's import ran ...
+    ran = run("print(math)\ndel math\nprint(math)", ["import math"])
+    assert len(ran) > 1 and "Hint" in ran[-1]            # ... so something else is wrong
+
+
+def test_an_unanswered_question_says_not_answered(notebook_shell):
+    """nbgrader's placeholder, raised in the answer cell, in the student's function, or a name
+    its answer cell never set: "Not answered yet" naming the cell, one line (a3 Q5 said
+    "KeyError: 'activation_factor'", a10 "RankError: rank 1 failed first: ...")."""
+    run = notebook_shell
+    stub = "# YOUR CODE HERE\nraise NotImplementedError()"
+    function = "def zero_gb(n, dp, stage):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    test = "checks.check_number('q4_answer', q4_answer)"
+    cells = ["from course_utils import checks", (stub, "q4"), (function, "q5"), "print(1)",
+             (test, "q4_test"), test]
+    [line] = run(stub, cells, at=1)
+    assert line.startswith("Not answered yet: code cell 2 (`# YOUR CODE HERE`) still holds the "
+                           "placeholder `raise NotImplementedError()`"), line
+    run(cells[0], cells, at=0)
+    run(function, cells, at=2)
+    [line] = run("zero_gb(1, 2, 3)", cells)
+    assert "`zero_gb` raises NotImplementedError: code cell 3 (`def zero_gb(n, dp, stage):`)" \
+        in line, line
+    for at in (4, 99):  # its question's answer cell; (not in the notebook yet: the first)
+        [line] = run(test, cells, at=at)
+        assert line.startswith("Not answered yet: `q4_answer` is not defined: code cell 2"), line
+    [line] = run(test, cells, at=5)                      # (no grade id: the nearest above)
+    assert line.startswith("Not answered yet: `q4_answer` is not defined: code cell 3"), line
+    by_name = "for _name in ('q4_answer',):\n    checks.check_number(_name, globals()[_name])"
+    [line] = run(by_name, cells, at=4)                   # a3 Q5's test: KeyError, before
+    assert line.startswith("Not answered yet: `q4_answer` is not defined: code cell 2"), line
+    assert len(run("{}['q4_answer']", cells, at=4)) > 1  # any other KeyError: its traceback
+
+
+def test_a_rank_that_fails_shows_its_error_not_the_launcher(notebook_shell):
+    """launch.RankError: an unanswered function, a name, a course check inside a rank; a crash
+    of the student's code shows the rank's error and the student's frames only."""
+    from course_utils import launch
+
+    run = notebook_shell
+    cells = ["from course_utils import launch, capstone", "def fixed(rank, world_size):\n"
+             "    # YOUR CODE HERE\n    raise NotImplementedError()"]
+    run(cells[1], cells)
+    filename = [f for f in list(linecache.cache)   # (the cell's file, as the rank reports it)
+                if "".join(linecache.getlines(f)).strip() == cells[1]][-1]
+
+    def raised(failure, short="rank 1 failed first: X"):
+        from IPython import get_ipython
+
+        get_ipython().user_ns["_err"] = launch.RankError("long message", 1, "tb", ["", ""],
+                                                         failure, short)
+        return run("raise _err", cells)
+
+    stub = {"type": "NotImplementedError", "message": "", "raised_in": None, "name": None,
+            "frame": (filename, 3, "fixed")}
+    [line] = raised(stub)
+    assert line.startswith("Not answered yet: `fixed` raises NotImplementedError on rank 1: code "
+                           "cell 2"), line
+    [line] = raised({"type": "NameError", "message": "name 'capstone' is not defined",
+                     "raised_in": None, "name": "capstone", "frame": (filename, 3, "fixed")})
+    assert "`capstone` is not defined in this kernel: code cell 1" in line
+    [line] = raised({"type": "AssertionError", "message": "rank (0, 1, 0): D times too large",
+                     "raised_in": "course_utils.capstone", "name": None, "frame": None})
+    assert line == "Not right yet: rank 1: rank (0, 1, 0): D times too large"
+    crash = raised({"type": "RuntimeError", "message": "shape", "raised_in": None, "name": None,
+                    "frame": (filename, 3, "fixed")},
+                   f'rank 1 failed first: RuntimeError: shape\n  File "{filename}", line 3, in fixed')
+    assert crash[0] == "RankError: rank 1 failed first: RuntimeError: shape"
+    assert len(crash) == 2 and "Cell In[" in crash[1] and "long message" not in crash[0]
+
+
+def test_a_visible_check_says_what_it_checked_not_whether_it_is_right(notebook_shell, capsys):
+    """A test cell's visible checks that pass print one line at the cell's end: what was
+    checked (type, known mistakes), the same for a right value and a wrong one they do not
+    know; a cell whose check failed prints no such line (before: nothing at all, so a right
+    answer and an unchecked one looked alike)."""
+    run = notebook_shell
+    run("from course_utils.checks import check_number, check_choice")
+    for value in (26.0, 1.0):
+        capsys.readouterr()
+        assert run(f"check_number('zero2_gb', {value}, mistakes=[(14.0, 'that is ZeRO-3')])\n"
+                   "check_choice('fits', True, None, [True, False])") is None
+        assert capsys.readouterr().out == ("checked zero2_gb, fits: type and the known mistakes; "
+                                           "the values are checked when graded\n")
+    assert run("check_number('zero2_gb', 14.0, mistakes=[(14.0, 'that is ZeRO-3')])")
+    assert "checked" not in capsys.readouterr().out
+    run("check_choice('fits', False, None, [True, False])")
+    assert capsys.readouterr().out == ("checked fits: type (one of the allowed values); the value "
+                                       "is checked when graded\n")
+    run("check_number('x', 1.0, 1.0)")                      # a practice check: its own words
+    assert capsys.readouterr().out == ""

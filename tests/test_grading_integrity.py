@@ -26,7 +26,7 @@ import nbformat
 import pytest
 
 from course_utils.checks import SUBMIT_MIME, check_number
-from grading import integrity, judge, snippets, synthetic, workflow
+from grading import class_report, integrity, judge, snippets, synthetic, workflow
 from grading.filters import ShowOnlyErrorMessages, StderrToStdout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,6 +159,43 @@ def test_judge_decides_from_values_and_the_reference():
     odd = judge.judge_cell(lambda got, ref: got["x"] + 1, "t", [("x", "text")], [("x", "t")])
     assert not odd.passed and "could not be judged" in odd.message
     assert "no judge" in judge.judge_cell(judge, "missing_test", [("x", 1)], ref).message
+
+
+def test_an_unanswered_question_is_judged_not_answered():
+    """The placeholder raised, in the kernel or on a rank, or a missing name while the answer
+    cell still holds it: "not answered" (a3 Q4 and a10 Q7 said "RankError: rank 1 failed first:
+    NotImplementedError", a3 Q5 "KeyError: 'activation_factor'"); a failed check, torch's own
+    NotImplementedError, or a missing name in an answered cell keep their messages."""
+    ref = [("x", 208.0)]
+    stub = "# YOUR CODE HERE\nraise NotImplementedError()"
+    cells = [{"cell_type": "code", "source": stub,
+              "metadata": {"nbgrader": {"solution": True, "grade_id": "q5"}}},
+             {"cell_type": "code", "source": "x = 1",
+              "metadata": {"nbgrader": {"solution": True, "grade_id": "q6"}}},
+             {"cell_type": "code", "source": "check(x)",
+              "metadata": {"nbgrader": {"grade": True, "grade_id": "q5_test"}}}]
+    assert judge.answer_source(cells, "q5_test") == stub
+    assert judge.answer_source(cells, "q6_test") == "x = 1"
+    assert judge.answer_source(cells, "q7_test") is None
+    for error, answer in [(("NotImplementedError", ""), None),
+                          (("RankError", "rank 1 failed first: NotImplementedError"), None),
+                          (("KeyError", "'activation_factor'"), stub),
+                          (("NameError", "name 'q4_diagnosis' is not defined"), stub),
+                          (("RankError", "rank 1 failed first: NameError: name 'CopyToTP' is not "
+                                         "defined"), stub)]:
+        verdict = judge.judge_cell(_rules, "q5_test", [], ref, error, answer=answer)
+        assert verdict.message == judge.NOT_ANSWERED == "not answered (its answer cell still " \
+            "raises NotImplementedError)", (error, verdict.message)
+        assert class_report.misconception(verdict.message)[:2] == (
+            "not answered", "not answered (the cell still raises NotImplementedError)")
+    for error, answer in [(("AssertionError", "x = 193.7: that is GiB"), stub),
+                          (("NameError", "name 'x' is not defined"), "x = 1"),
+                          (("RankError", "rank 0 failed first: NotImplementedError: Could not run "
+                                         "'aten::add' with arguments from the 'Meta' backend"),
+                           None),
+                          (("KeyError", "'x'"), None)]:
+        verdict = judge.judge_cell(_rules, "q5_test", [], ref, error, answer=answer)
+        assert not verdict.passed and verdict.message != judge.NOT_ANSWERED, error
 
 
 def test_values_cross_as_data():
