@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils import backend
 from course_utils.validate import check_int, check_real
 
 __all__ = ["LOSS_RTOL", "Workload", "init_params", "batches", "dp_rank_worker", "run_torch",
@@ -142,6 +141,8 @@ def dp_rank_worker(rank: int, world_size: int, workload: dict) -> dict:
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from course_utils import backend  # (here: the JAX side's process never imports torch)
 
     w = Workload(**workload)
     torch.set_num_threads(w.threads_per_worker)

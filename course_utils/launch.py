@@ -61,7 +61,7 @@ from typing import Any, Callable, Sequence
 from course_utils.backend import BACKENDS, device, init_process_group, resolve_backend, to_cpu
 
 __all__ = ["run", "RankError", "LaunchTimeout", "torchrun_main", "ping", "MAX_WORLD_SIZE",
-           "BACKENDS", "resolve_backend", "device"]
+           "BACKENDS", "resolve_backend", "device", "start_forkserver"]
 
 MAX_WORLD_SIZE = 16
 # Modules the forkserver imports once, so each rank starts with them already loaded.
@@ -319,6 +319,20 @@ def _get_context(method: str | None) -> mp.context.BaseContext:
             ctx.set_forkserver_preload(PRELOAD_LIGHT if light else PRELOAD)
         _contexts[method] = ctx
     return _contexts[method]
+
+
+def start_forkserver() -> bool:
+    """Start the ranks' forkserver now and return at once: it imports :data:`PRELOAD` (torch,
+    DDP's and FSDP's modules: seconds) in its own process while the caller goes on, and the
+    first :func:`run` finds it ready instead of waiting for it. A notebook whose first launch
+    comes late (lecture 8) calls it in its setup cell. False where ranks start by spawn."""
+    ctx = _get_context(None)
+    if ctx.get_start_method() != "forkserver":
+        return False
+    import multiprocessing.forkserver
+
+    multiprocessing.forkserver.ensure_running()
+    return True
 
 
 def _check_args(fn: Any, world_size: Any, timeout_s: Any, threads_per_rank: Any) -> None:

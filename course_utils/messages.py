@@ -122,16 +122,19 @@ def _global_nodes(tree: ast.AST):
         todo.extend(ast.iter_child_nodes(node))
 
 
-def _placeholder_cell(path: str | None = None, at: str | None = None) -> tuple[int, str] | None:
+def _placeholder_cell(path: str | None = None, at: tuple | None = None) -> tuple[int, str] | None:
     """``(n, first line)`` of the code cell that still holds nbgrader's placeholder and that
-    the cell ``at`` (a cell id) reads: the answer cell of its question when it is a test cell
-    (grade id ``q4`` for ``q4_test``), else the nearest one above it; the first one when ``at``
-    is not in the notebook; None if none."""
+    the running cell ``at`` (its id and source, found by either) reads: the answer cell of its
+    question when it is a test cell (grade id ``q4`` for ``q4_test``), else the nearest one
+    above it; the first one when ``at`` is not in the notebook; None if none."""
     cells = _code_cells(path)
     stubs = [(n, c) for n, c in enumerate(cells, 1) if PLACEHOLDER in _source(c)]
-    ids = [c.get("id") for c in cells]
-    if at in ids:
-        here = ids.index(at) + 1
+    cell_id, source = at or (None, None)
+    here = next((n for n, c in enumerate(cells, 1) if cell_id is not None
+                 and c.get("id") == cell_id), None) or next(
+        (n for n, c in enumerate(cells, 1) if source and _source(c).strip() == source.strip()),
+        None)
+    if here is not None:
         grade_id = str((cells[here - 1].get("metadata") or {}).get("nbgrader", {}).get(
             "grade_id") or "")
         mine = [(n, c) for n, c in stubs if grade_id.endswith("_test") and (
@@ -175,13 +178,15 @@ def _missing_name(name: str, shell) -> str | None:
     found = defining_cell(name)
     if found is not None:
         n, line = found
-        ran = {str(text).strip() for text in shell.user_ns.get("_ih", [])}
-        if _source(_code_cells()[n - 1]).strip() in ran:
+        source = _source(_code_cells()[n - 1]).strip()
+        if PLACEHOLDER in source:  # (a10's `class CopyToTP`, its body the placeholder)
+            return _not_answered((n, source.splitlines()[0]), f"`{name}` is not defined: ")
+        if source in {str(text).strip() for text in shell.user_ns.get("_ih", [])}:
             return None  # (it ran: something else is wrong, the traceback says what)
         return (f"{_RED}NameError{_RESET}: `{name}` is not defined in this kernel: code cell {n} "
                 f"(`{line[:60]}`) defines it and has not run since the kernel started: "
                 f"{_RUN_ABOVE}.")
-    stub = _placeholder_cell(at=getattr(shell, "_course_cell_id", None))
+    stub = _placeholder_cell(at=getattr(shell, "_course_cell", None))
     if stub is not None:
         return _not_answered(stub, f"`{name}` is not defined: ")
     return None
@@ -302,12 +307,13 @@ def show(shell, etype, value, tb, tb_offset=None) -> list[str]:
 
 
 def _note_cell(info) -> None:
-    """``pre_run_cell``: keep the id of the cell that runs (None outside a notebook)."""
+    """``pre_run_cell``: keep the id (JupyterLab sends it) and the source of the cell that
+    runs."""
     from IPython import get_ipython
 
     shell = get_ipython()
     if shell is not None:
-        shell._course_cell_id = getattr(info, "cell_id", None)
+        shell._course_cell = (getattr(info, "cell_id", None), getattr(info, "raw_cell", None))
 
 
 def install(shell: Any = None) -> bool:

@@ -50,11 +50,12 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
-from course_utils import framework_compare as fc, jax_sharding as js, memory, style
+from course_utils import framework_compare as fc, jax_sharding as js, launch, memory, style
 from course_utils.jax_sharding import P
 from course_utils.widgets.sharding import Sharding
 
 style.use()
+launch.start_forkserver()  # section 8's PyTorch ranks: their process imports torch meanwhile
 devices = js.require_devices(8)
 print("jax", jax.__version__, "|", len(devices), "devices:", ", ".join(str(d) for d in devices))
 
