@@ -37,8 +37,7 @@ from typing import Any
 _RED, _RESET = "\x1b[0;31m", "\x1b[0m"
 PLACEHOLDER = "raise NotImplementedError"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_RUN_ABOVE = ("run the cells above first (Run > Run All Above Selected Cell): after a restart, "
-              "every cell must run again")
+_RUN_ABOVE = "run the cells above first (Run > Run All Above Selected Cell)"
 
 
 def _frames(tb) -> list:
@@ -159,7 +158,8 @@ def name_hint(name: str) -> str:
     """What to do about ``NameError: name '<name>' is not defined`` in a notebook."""
     found = defining_cell(name)
     if found is None:
-        return f"If a cell above defines it, it has not run in this kernel: {_RUN_ABOVE}."
+        return (f"If a cell above defines it, it has not run in this kernel (after a restart, "
+                f"every cell must run again): {_RUN_ABOVE}.")
     n, line = found
     return (f"`{name}` is defined by code cell {n} (`{line[:60]}`), which has not run in this "
             f"kernel: {_RUN_ABOVE}.")

@@ -319,6 +319,53 @@ def _reload(page) -> None:
     page.wait_for_timeout(1_000)
 
 
+def _run_cell(page, index: int, timeout_s: float = 120) -> str:
+    """Click code cell ``index`` of the notebook in front, run it (Shift+Enter), wait for its
+    prompt to show a number; returns its output text."""
+    import time
+
+    cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell").nth(index)
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    deadline = time.monotonic() + timeout_s
+    while not re.fullmatch(r"\[\d+\]:", cell.locator(".jp-InputPrompt").inner_text().strip()):
+        assert time.monotonic() < deadline, f"cell {index} did not finish"
+        time.sleep(0.3)
+    return cell.locator(".jp-OutputArea").inner_text()
+
+
+def test_after_a_restart_a_helper_s_missing_name_says_which_cell_defines_it(lab_page):  # noqa: F811
+    """a10 Q1's test cell run after a kernel restart (Kernel > Restart Kernel): its helper
+    `_q1_practice` uses `capstone`, which code cell 1 imports. One line names that cell (it was
+    a bare 'NameError: capstone' with a traceback: the hint came only for a name used in the
+    cell itself)."""
+    require_chromium()
+    page = lab_page
+    server = WorkspaceLab()
+    copy = Path("assignments") / "a10_capstone" / "a10_capstone.ipynb"
+    with server:
+        code = [c for c in nbformat.read(server.root_dir / copy, as_version=4).cells
+                if c.cell_type == "code"]
+        q1 = next(i for i, c in enumerate(code)
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == "q1_test")
+        open_notebook(page, server, copy.as_posix())
+        assert _run_cell(page, 0).strip() == ""              # the imports, capstone among them
+        page.get_by_role("menuitem", name="Kernel", exact=True).click()
+        page.get_by_role("menuitem", name="Restart Kernel…").click()
+        page.locator(".jp-Dialog .jp-mod-accept").click()
+        page.wait_for_timeout(2_000)
+        from jupyterlab_harness import wait_kernel_ready
+
+        wait_kernel_ready(page, server, copy.as_posix())
+        out = _run_cell(page, q1)
+        screenshot(page, "course-restart-hint")
+        assert "`capstone` is not defined in this kernel: code cell 1 (`from course_utils " \
+            "import capstone, checks`)" in out, out
+        assert "Run All Above" in out and "Traceback" not in out
+        assert len(out.strip().splitlines()) == 1, out
+    assert not server.survivors, server.survivors
+
+
 def test_a_student_works_through_an_assignment(lab_page):  # noqa: F811
     """As a student in `make lab`'s JupyterLab: a wrong-unit answer (GiB), then a typical
     mistake (the 12-byte row), each get the message that names them in one short block, no
