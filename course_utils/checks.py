@@ -14,8 +14,9 @@ Two sides of one test cell:
 The helpers return ``None`` and write nothing to stderr (nbgrader scores a test cell by its
 outputs). A visible check that passes says, once at the end of its cell, what it checked
 (:func:`_visible_passed`): the type and the known mistakes, never whether the value is right
-(the same line for a right value and for a wrong one it does not know). They read numbers through ``float``'s own slot and use no name an answer cell can
-replace, which matters for the visible tests that run beside the student's code.
+(the same line for a right value and for a wrong one it does not know). They read numbers
+through ``float``'s own slot and use no name an answer cell can replace, which matters for the
+visible tests that run beside the student's code.
 """
 
 from __future__ import annotations

@@ -154,17 +154,6 @@ def _frame_cell(filename: str) -> tuple[int, str] | None:
     return None
 
 
-def name_hint(name: str) -> str:
-    """What to do about ``NameError: name '<name>' is not defined`` in a notebook."""
-    found = defining_cell(name)
-    if found is None:
-        return (f"If a cell above defines it, it has not run in this kernel (after a restart, "
-                f"every cell must run again): {_RUN_ABOVE}.")
-    n, line = found
-    return (f"`{name}` is defined by code cell {n} (`{line[:60]}`), which has not run in this "
-            f"kernel: {_RUN_ABOVE}.")
-
-
 def _not_answered(where: tuple[int, str] | None, what: str = "") -> str:
     """The line for nbgrader's placeholder still in code cell ``where`` (``(n, first line)``)."""
     cell = f"code cell {where[0]} (`{where[1][:60]}`)" if where else "its answer cell"
@@ -230,8 +219,8 @@ def _rank_lines(shell, error) -> list[str]:
         line = _missing_name(failure["name"], shell)
         if line is not None:
             return [line]
-    if kind in ("AssertionError", "CheckFailed") and str(failure.get("raised_in") or "").startswith(
-            "course_utils") and failure.get("message"):
+    course = str(failure.get("raised_in") or "").startswith("course_utils")
+    if kind in ("AssertionError", "CheckFailed") and course and failure.get("message"):
         return [f"{_RED}Not right yet{_RESET}: rank {error.rank}: {failure['message']}"]
     name = type(error).__name__
     return f"{_RED}{name}{_RESET}: {_cell_names(getattr(error, 'short', str(error)), shell)}" \
@@ -292,9 +281,11 @@ def traceback_lines(shell, etype, value, tb, tb_offset=None) -> list[str]:
         return lines
     stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
     frames = _frames(tb)
-    if issubclass(etype, NameError) and getattr(value, "name", None) and frames \
-            and _is_notebook_code(frames[-1], shell):
-        stb = list(stb) + [f"{_RED}Hint{_RESET}: {name_hint(value.name)}"]
+    if issubclass(etype, NameError) and isinstance(getattr(value, "name", None), str) and frames \
+            and _is_notebook_code(frames[-1], shell) and defining_cell(value.name) is None:
+        stb = list(stb) + [f"{_RED}Hint{_RESET}: if a cell above defines `{value.name}`, it has "
+                           f"not run in this kernel (after a restart, every cell must run "
+                           f"again): {_RUN_ABOVE}."]
     return list(stb)
 
 
@@ -339,4 +330,4 @@ def install(shell: Any = None) -> bool:
     return True
 
 
-__all__ = ["PLACEHOLDER", "defining_cell", "install", "name_hint", "show", "traceback_lines"]
+__all__ = ["PLACEHOLDER", "defining_cell", "install", "show", "traceback_lines"]

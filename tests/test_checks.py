@@ -170,7 +170,9 @@ def test_a_name_a_cell_defines_says_which_cell_after_a_restart(notebook_shell):
     assert len(run("print(unrelated)", cells)) > 1       # (a local name of a function: no cell)
     run("import math", cells)                            # cell 1's import ran ...
     ran = run("print(math)\ndel math\nprint(math)", ["import math"])
-    assert len(ran) > 1 and "Hint" in ran[-1]            # ... so something else is wrong
+    assert len(ran) > 1 and "Hint" not in ran[-1]        # ... so something else is wrong
+    typo = run("print(capstnoe)", cells)                 # no cell defines it: a typo, or ...
+    assert len(typo) > 1 and "if a cell above defines `capstnoe`" in typo[-1]
 
 
 def test_an_unanswered_question_says_not_answered(notebook_shell):
@@ -241,7 +243,8 @@ def test_a_rank_that_fails_shows_its_error_not_the_launcher(notebook_shell):
     assert line == "Not right yet: rank 1: rank (0, 1, 0): D times too large"
     crash = raised({"type": "RuntimeError", "message": "shape", "raised_in": None, "name": None,
                     "frame": (filename, 3, "fixed")},
-                   f'rank 1 failed first: RuntimeError: shape\n  File "{filename}", line 3, in fixed')
+                   "rank 1 failed first: RuntimeError: shape\n"
+                   f'  File "{filename}", line 3, in fixed')
     assert crash[0] == "RankError: rank 1 failed first: RuntimeError: shape"
     assert len(crash) == 2 and "Cell In[" in crash[1] and "long message" not in crash[0]
 
