@@ -213,6 +213,7 @@ def _visible_passed(name: str, mistakes: bool) -> None:
     if shell is None or not hasattr(shell, "events"):
         return
     if not getattr(shell, "_course_checked_hook", False):
+        shell.events.register("pre_run_cell", _forget_checked)
         shell.events.register("post_run_cell", _say_checked)
         shell._course_checked_hook = True
     if name not in _PASSED["names"]:
@@ -226,6 +227,11 @@ def checked_line(names: Sequence[str], mistakes: bool) -> str:
     what = "type and the known mistakes" if mistakes else "type (one of the allowed values)"
     value = "the values are" if len(names) > 1 else "the value is"
     return f"checked {shown}: {what}; {value} checked when graded"
+
+
+def _forget_checked(info: Any = None) -> None:
+    """``pre_run_cell``: a cell starts; checks made outside a cell are not its own."""
+    _PASSED["names"], _PASSED["mistakes"] = [], False
 
 
 def _say_checked(result: Any = None) -> None:
