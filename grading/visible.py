@@ -165,9 +165,17 @@ def _sealed_entry(digest: str, cipher: str) -> str:
     return "\n".join(f"        {p!r}" for p in parts) + ",\n"
 
 
+def _sealed_head(name: str, grid: str) -> str:
+    """``"name": _checks.Sealed(grid, [``, on two lines when one would pass 100 characters
+    (a check's name carries its variant's givens)."""
+    head = f"    {json.dumps(name)}: _checks.Sealed({grid!r}, ["
+    return head + "\n" if len(head) <= 100 else \
+        f"    {json.dumps(name)}:\n        _checks.Sealed({grid!r}, [\n"
+
+
 def _sealed_line(table: dict[str, checks.Sealed]) -> str:
     body = "".join(
-        f"    {json.dumps(name)}: _checks.Sealed({s.grid!r}, [\n"
+        _sealed_head(name, s.grid)
         + "".join(_sealed_entry(d, c) for d, c in sorted(s.entries.items()))
         + "    ]),\n" for name, s in sorted(table.items()))
     return ("# Known wrong answers, sealed: a wrong value unlocks the message that names it.\n"

@@ -16,6 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grading import judge
 from grading.synthetic import TYPICAL_MISTAKES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,6 +126,12 @@ def test_autograde_round_trip(name, graded):
         assert f"Automatic score: {auto_max:.1f} / {auto_max:.1f}" in page
     html = (data / "feedback" / "unanswered" / name / f"{name}.html").read_text(encoding="utf-8")
     assert "NotImplementedError" in html
+    # the blank release: every question reads "not answered" in the report (make check prints
+    # it) and the feedback, never the error it caused (RankError, KeyError, NameError: issue 36)
+    blank = g.results["unanswered"]
+    assert blank.cells and all(c.message == judge.NOT_ANSWERED for c in blank.cells), [
+        (c.grade_id, c.message) for c in blank.cells if c.message != judge.NOT_ANSWERED]
+    assert html.count("NotAnswered: " + judge.NOT_ANSWERED) == len(blank.cells)
     assert "BEGIN HIDDEN TESTS" not in html
     plain = re.sub(r"<[^>]+>", "", html)
     leaked = [line for line in _hidden_lines(name) if line in plain and "check_" in line]

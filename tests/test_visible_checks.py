@@ -217,16 +217,22 @@ def test_sealed_mistakes_match_within_tolerance_and_hide_their_message():
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_released_test_cells_fit_in_100_columns(name):
-    """The sealed block wraps its hex (a line each ran to 300 characters: issue 36)."""
-    long = [(integrity._meta(c)["grade_id"], len(line)) for c in _release(name).cells
-            if integrity.is_test_cell(c) for line in c.source.splitlines() if len(line) > 100]
-    assert long == [], f"{name}: test cell lines over 100 characters"
+def test_released_sealed_blocks_fit_in_100_columns(name):
+    """The sealed block wraps its hex (a line each ran to 300 characters: issue 36) and a
+    check's name carrying its variant's givens."""
+    long = []
+    for cell in _release(name).cells:
+        if integrity.is_test_cell(cell) and "sealed_mistakes" in cell.source:
+            block = cell.source[:cell.source.index("\n})\n")]
+            long += [(integrity._meta(cell)["grade_id"], len(line))
+                     for line in block.splitlines() if len(line) > 100]
+    assert long == [], f"{name}: sealed lines over 100 characters"
 
 
 def test_the_wrapped_sealed_block_unseals_the_same_entries():
     sealed = checks.seal("x_gb", "log:0.001", [(303.1, "that is GiB: " + "a long message " * 9)])
-    block = visible._sealed_line({"x_gb": sealed})
+    name = "x_gb@job=(1100000000.0, 12.0, 16, 2048);run_a=(0, 240, 372)"
+    block = visible._sealed_line({"x_gb": sealed, name: sealed})
     assert max(len(line) for line in block.splitlines()) <= 100
     checks._SEALED.clear()
     try:
