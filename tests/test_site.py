@@ -272,6 +272,9 @@ def test_a_widgets_picture_takes_its_place():
     picture = nbformat.v4.new_output("display_data", data={**view, "image/png": "iVBORw0KGgo=",
                                                            "text/plain": "numbers"})
     assert [o.data for o in build_site._static(picture, {})] == [{"image/png": "iVBORw0KGgo="}]
+    # (the HTML that tells JupyterLab's student to run the cell: the page has its own note)
+    picture.data["text/html"] = "<div>run this cell</div><img src='data:image/png;base64,x'/>"
+    assert [o.data for o in build_site._static(picture, {})] == [{"image/png": "iVBORw0KGgo="}]
     html_view = {"abc": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_def"]}},
                  "def": {"model_name": "HTMLModel", "state": {"value": "<img src='x'/>"}}}
     bare = nbformat.v4.new_output("display_data", data={**view, "text/plain": "VBox()"})
