@@ -360,4 +360,4 @@ def test_every_lecture_widget_output_carries_its_picture_with_the_hint():
                 if "image/png" in data and "application/vnd.jupyter.widget-view+json" in data:
                     found += 1
                     assert base.PICTURE_HINT in data.get("text/html", ""), path.name
-    assert found >= 9
+    assert found >= 8  # (one per widget of course_utils.widgets)
