@@ -510,7 +510,8 @@ def dp_step_check(seed: int = 0, devices: int = DEVICES, batch: int = 32,
     sharded = jax.jit(grad_fn)(p_repl, xs, ys)
     one = jax.device_get(jax.jit(grad_fn)(*_on_one_device(params, x, y)))
     parts = np.split(np.arange(batch), devices)
-    per_shard = [jax.device_get(grad_fn(params, x[i], y[i])) for i in parts]
+    shard_grad = jax.jit(grad_fn)  # (one compile for the 8 equal shards; run op by op, each
+    per_shard = [jax.device_get(shard_grad(params, x[i], y[i])) for i in parts]  # op compiles)
     mean_of_shards = [np.mean([g[k] for g in per_shard], axis=0) for k in range(len(params))]
     return {"grads": [np.asarray(g) for g in sharded], "one_device": list(one),
             "mean_of_shards": mean_of_shards,
@@ -1110,7 +1111,7 @@ def saved_residuals(policy: str, sizes: Sequence[int] = (16, 64, 64, 16), batch:
     return {"policy": policy, "residuals": residuals, "computed": computed,
             "summary": ", ".join(f"{k} x {what}" for what, k in counts.items()),
             "computed_bytes": sum(_dtype_bytes(k) for k, _ in computed),
-            "grads": [np.asarray(g) for g in jax.grad(fn)(params, x)]}
+            "grads": [np.asarray(g) for g in jax.jit(jax.grad(fn))(params, x)]}  # (one compile)
 
 
 # ------------------------------------------------------------- what the collectives cost
