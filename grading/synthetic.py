@@ -224,7 +224,11 @@ MECHANICS_ON = {"a1_training_state": MECHANICS,
 # (MECHANICS_ON). Every other kind's point is its values: it is graded on values alone on every
 # assignment (grading.valuegrade: the same judge, verdicts and report, no kernel), and, on
 # KERNEL_EVERYTHING, in a kernel too (one assignment meets every path end to end).
-KERNEL_EVERYWHERE = frozenset({"correct", "unanswered", "typical_mistake"})
+KERNEL_EVERYWHERE = frozenset({"correct", "unanswered"})
+# A typical mistake is graded on values (its code run with the student's givens, outside a
+# kernel) except where its code needs the notebook around it:
+TYPICAL_IN_A_KERNEL = {"a7_measuring": "its code reads RUN_A, the table the notebook builds",
+                       "a10_capstone": "its code is a training step run on ranks"}
 KERNEL_EVERYTHING = "a1_training_state"
 VALUE_KINDS = ("correct", "wrong", "raises", "fake_values", "uses_helper", "honest_",
                "copies_peer", "typed_identity", "unit_")  # (a prefix: honest_1, unit_gib, ...)
@@ -442,7 +446,15 @@ def kernel_kinds(assignment: str) -> set[str] | None:
     """The kinds the suite grades in a kernel on ``assignment`` (None: every kind)."""
     if assignment == KERNEL_EVERYTHING:
         return None
-    return set(KERNEL_EVERYWHERE | mechanics_of(assignment) | set(OWN_ATTACKS.get(assignment, {})))
+    typical = {"typical_mistake"} if assignment in TYPICAL_IN_A_KERNEL else set()
+    return set(KERNEL_EVERYWHERE | typical | mechanics_of(assignment)
+               | set(OWN_ATTACKS.get(assignment, {})))
+
+
+def is_valued(assignment: str, kind: str) -> bool:
+    """Is ``kind`` graded on values alone on ``assignment`` (:func:`value_cases`)?"""
+    return is_value_kind(kind) or (kind == "typical_mistake" and assignment in TYPICAL_MISTAKES
+                                   and assignment not in TYPICAL_IN_A_KERNEL)
 
 
 def value_cases(assignment: str, references: dict,
@@ -461,13 +473,17 @@ def value_cases(assignment: str, references: dict,
         if course.givens_for(assignment, None) is not None else None
     out = []
     for case, files in cases_for(assignment, references, prefix):
-        if not is_value_kind(case.kind) or (case.kind.startswith("unit_")
-                                            and case.kind not in units):
+        if not is_valued(assignment, case.kind) or (case.kind.startswith("unit_")
+                                                    and case.kind not in units):
             continue
         own = course.givens_for(assignment, prefix + case.kind)
+        mistake = None
+        if case.kind == "typical_mistake":
+            gid, code, _ = TYPICAL_MISTAKES[assignment]
+            mistake = (code, model.tests_of[gid])
         values = valuegrade.values_for(assignment, case.kind, own, reference,
                                        model.tests_of[first], peer_givens=peer,
-                                       unit=units.get(case.kind))
+                                       unit=units.get(case.kind), mistake=mistake)
         case = copy.copy(case)
         case.student = prefix + case.kind
         out.append((case, files[model.name], values))
@@ -497,6 +513,7 @@ def clone(assignment: str, submitted: Path, kind: str, n: int, references: dict 
 
 
 __all__ = ["Case", "EXECUTOR_CLASS", "KERNEL_EVERYTHING", "KERNEL_EVERYWHERE", "MECHANICS",
-           "MECHANICS_ON", "VALUE_KINDS", "is_value_kind", "kernel_kinds", "value_cases",
+           "MECHANICS_ON", "VALUE_KINDS", "TYPICAL_IN_A_KERNEL", "is_value_kind", "is_valued",
+           "kernel_kinds", "value_cases",
            "mechanics_of", "TYPICAL_MISTAKES", "OWN_ATTACKS", "UNIT_MISTAKES", "assigned_names",
            "build", "cases_for", "clone", "load", "solution_code", "write"]

@@ -58,15 +58,24 @@ def right_pairs(assignment: str, givens, reference: dict[str, list]) -> dict[str
 
 
 def values_for(assignment: str, kind: str, givens, reference: dict[str, list],
-               first_tests: list[str], peer_givens=None, unit: tuple[str, float] | None = None
+               first_tests: list[str], peer_givens=None, unit: tuple[str, float] | None = None,
+               mistake: tuple[str, list[str]] | None = None
                ) -> dict[str, tuple[list, tuple[str, str] | None]]:
     """``{grade_id: (pairs submitted, the kernel's error or None)}`` of one synthetic student.
     ``first_tests``: the test cells of the first graded answer (a raising answer fails them);
     ``peer_givens``: whose numbers a copier's values are; ``unit``: (answer name, factor) of a
-    unit mistake."""
+    unit mistake; ``mistake``: (the answer cell's code, its test cells) of a typical mistake,
+    run here with the student's givens as ``G`` (only a mistake whose code reads nothing else of
+    the notebook: ``grading.synthetic.TYPICAL_IN_A_KERNEL`` lists the others)."""
     right = right_pairs(assignment, givens, reference)
     out: dict[str, tuple[list, tuple[str, str] | None]] = {g: (p, None) for g, p in right.items()}
-    if kind in ("copies_peer", "typed_identity"):
+    if kind == "typical_mistake" and mistake is not None:
+        code, tests = mistake
+        names: dict[str, Any] = {"G": givens}
+        exec(compile(code, f"<{assignment}: typical mistake>", "exec"), names)  # noqa: S102
+        for gid in tests:
+            out[gid] = ([(n, encode(names[n]) if n in names else v) for n, v in right[gid]], None)
+    elif kind in ("copies_peer", "typed_identity"):
         out = {g: (p, None) for g, p in right_pairs(assignment, peer_givens, reference).items()}
     elif kind == "wrong":
         out = {g: ([(n, encode(_wrong(judge.decode(v)))) for n, v in p], None)

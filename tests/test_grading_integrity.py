@@ -367,7 +367,7 @@ def test_every_synthetic_kind_is_graded_somewhere(name):
     ``synthetic.KERNEL_EVERYTHING``, with every kind there."""
     kinds = {c.kind for c, _ in synthetic.cases_for(name)}
     nowhere = [k for k in sorted(kinds) if not (
-        _kernel(name, k) or synthetic.is_value_kind(k)
+        _kernel(name, k) or synthetic.is_valued(name, k)
         or ((k in synthetic.MECHANICS or k in ASSIGNMENT_FREE)
             and _kernel(synthetic.KERNEL_EVERYTHING, k)))]
     assert nowhere == []
@@ -462,7 +462,7 @@ def _kernel(name: str, kind: str) -> bool:
 GRADED_KINDS = [(name, kind) for name in ASSIGNMENTS
                 for kind in [*KINDS, *synthetic.OWN_ATTACKS.get(name, {})] if _kernel(name, kind)]
 VALUED_KINDS = [(name, kind) for name in ASSIGNMENTS for kind in
-                ["correct", "wrong", "raises", "fake_values", "uses_helper"]]
+                ["correct", "wrong", "raises", "fake_values", "uses_helper", "typical_mistake"]]
 
 
 @pytest.mark.slow
@@ -504,7 +504,7 @@ def test_each_value_submission_gets_what_it_deserves(name, kind, valued):
     they must raise, and each failed cell's message in the report."""
     g = valued(name)
     if kind not in g.cases:
-        pytest.skip(f"{name} has no {kind} submission (no helper named, say)")
+        pytest.skip(f"{name} grades no {kind} on values (none named, or graded in a kernel)")
     case, result = g.cases[kind], g.results[kind]
     detail = integrity.render_text(name, [result])
     assert result.status == "graded" and result.score == pytest.approx(case.deserved), detail
@@ -512,6 +512,8 @@ def test_each_value_submission_gets_what_it_deserves(name, kind, valued):
         assert any(words in f for f in result.flags), f"expected a flag with {words!r}:\n{detail}"
     if kind == "correct":
         assert result.score == result.max_score and not result.flags, detail
+    for words in case.feedback:  # a typical mistake: the judge names it
+        assert any(words in c.message for c in result.failed_cells), (words, detail)
     text = (g.data / "reports" / f"{name}.txt").read_text()
     for cell in result.failed_cells:
         assert cell.message and cell.message[:40] in text, (kind, cell.message)
