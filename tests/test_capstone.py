@@ -13,10 +13,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_utils import capstone, launch, stage_model
+from course_utils import capstone, launch, stage_model, train3d
 from course_utils.tiny_lm import build
 from course_utils.train3d_check import reference_train
 from grading import judge
+from rank_jobs import job, run_jobs
 
 JUDGE = judge.load("a10_capstone")
 
@@ -134,30 +135,36 @@ MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("mesh,kwargs,words", [m[1:] for m in MISTAKES],
+F_MODES = [("right", None), ("none", "own upstream gradient"),
+           ("forward", "forward all-reduces"), ("mean", "mean over the TP group"),
+           ("world", "all 4 ranks")]
+RIGHT_MESHES = [(1, 2, 2), (2, 1, 2), (2, 2, 1)]
+EPS_SEEDS = [62, 82, 83]
+
+
+@pytest.mark.parametrize("name,words", [(m[0], m[3]) for m in MISTAKES],
                          ids=[m[0] for m in MISTAKES])
-def test_each_mistake_of_a_step_is_named(mesh, kwargs, words):
-    dp, pp, tp, m = mesh
-    p = capstone.plan(dp, pp, tp, seed=3, m=m)
+def test_each_mistake_of_a_step_is_named(four_ranks, name, words):
+    p, results = four_ranks["mistake", name]
     with pytest.raises(AssertionError, match=words):
-        capstone.diagnose(p, capstone.run_step(_step(**kwargs), p))
+        capstone.diagnose(p, results)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_the_right_step_passes_on_every_mesh_shape(seed):
-    for dp, pp, tp in [(1, 2, 2), (2, 1, 2), (2, 2, 1)]:
-        p = capstone.plan(dp, pp, tp, seed=seed, m=2)
-        capstone.diagnose(p, capstone.run_step(_step(), p))
+def test_the_right_step_passes_on_every_mesh_shape(four_ranks, seed):
+    for mesh in RIGHT_MESHES:
+        capstone.diagnose(*four_ranks["right", seed, mesh])
 
 
-@pytest.mark.parametrize("seed", [62, 82, 83])
-def test_a_right_step_passes_where_adams_default_eps_failed_it(seed):
+@pytest.mark.parametrize("seed", EPS_SEEDS)
+def test_a_right_step_passes_where_adams_default_eps_failed_it(four_ranks, seed):
     """With torch's eps = 1e-8 these seeds failed a right step on DP 2 x TP 2 (m = 4): a
     gradient of a few 1e-9 decided its weight by rounding (``capstone.ADAM_EPS``). CI met one
     of them in a drawn hidden case."""
-    p = capstone.plan(2, 1, 2, seed=seed, m=4)
+    p, results = four_ranks["eps", seed]
+    assert (p.dp, p.pp, p.tp, p.m, p.seed) == (2, 1, 2, 4, seed)
     assert p.eps == capstone.ADAM_EPS == 1e-5
-    capstone.diagnose(p, capstone.run_step(_step(), p))
+    capstone.diagnose(p, results)
 
 
 def test_a_hang_is_a_readable_timeout_naming_the_ranks():
@@ -170,12 +177,12 @@ def test_a_hang_is_a_readable_timeout_naming_the_ranks():
     assert "rank(s) [0, 1] had not finished" in message and " in step" in message
 
 
-def test_a_step_that_loads_the_one_process_answer_fails_the_per_rank_checks():
+def test_a_step_that_loads_the_one_process_answer_fails_the_per_rank_checks(four_ranks):
     """Right gradients and weights on every rank, but no stage ran: no TP all-reduce and no
     pipeline traffic, which the checks require."""
-    p = capstone.plan(1, 2, 2, seed=5, m=2, steps=1)
+    p, results = four_ranks["one-process"]
     with pytest.raises(AssertionError, match="TP all-reduces"):
-        capstone.diagnose(p, capstone.run_step(_one_process_answer, p))
+        capstone.diagnose(p, results)
 
 
 class _F(torch.autograd.Function):
@@ -210,12 +217,34 @@ def _f(mode):
     return f
 
 
-@pytest.mark.parametrize("mode,words", [("right", None), ("none", "own upstream gradient"),
-                                        ("forward", "forward all-reduces"),
-                                        ("mean", "mean over the TP group"),
-                                        ("world", "all 4 ranks")])
-def test_each_mistake_of_f_is_named(mode, words):
-    probe = capstone.probe_f(_f(mode), seed=4)
+@pytest.fixture(scope="module")
+def four_ranks():
+    """Every 4-rank run of this file that ends on every rank, in one launch (the hang and the
+    rank errors have launches of their own): the steps with a named mistake, the right step
+    on each mesh shape and seed, the eps seeds, the one-process answer (each as
+    ``capstone.run_step`` trains it), and ``f``'s probe in each mode (``capstone.probe_f``).
+    {key: (plan or None, each rank's result)}."""
+    runs = {("mistake", name): (capstone.plan(dp, pp, tp, seed=3, m=m), _step(**kwargs))
+            for name, (dp, pp, tp, m), kwargs, _ in MISTAKES}
+    for seed in (0, 1):
+        for dp, pp, tp in RIGHT_MESHES:
+            runs["right", seed, (dp, pp, tp)] = (capstone.plan(dp, pp, tp, seed=seed, m=2),
+                                                 _step())
+    for seed in EPS_SEEDS:
+        runs["eps", seed] = (capstone.plan(2, 1, 2, seed=seed, m=4), _step())
+    runs["one-process"] = (capstone.plan(1, 2, 2, seed=5, m=2, steps=1), _one_process_answer)
+    # (as capstone.run_step and capstone.probe_f run them, in launches of their own)
+    jobs = [job(train3d.train_worker, p, step_fn=step) for p, step in runs.values()]
+    jobs += [job(capstone.f_probe_worker, f=_f(mode), seed=4) for mode, _ in F_MODES]
+    results = run_jobs(jobs, 4)
+    keys = [*runs, *(("f", mode) for mode, _ in F_MODES)]
+    plans = [p for p, _ in runs.values()] + [None] * len(F_MODES)
+    return {key: (p, r) for key, p, r in zip(keys, plans, results)}
+
+
+@pytest.mark.parametrize("mode,words", F_MODES)
+def test_each_mistake_of_f_is_named(four_ranks, mode, words):
+    _, probe = four_ranks["f", mode]
     if words is None:
         capstone.diagnose_f(probe, seed=4)
         p = capstone.plan(1, 1, 2, seed=4)

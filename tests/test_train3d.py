@@ -1,10 +1,11 @@
 """Module 10's 3-D trainer: every rank's tensors against one process, on several meshes.
 
-The 8-rank runs (DP 2 x PP 2 x TP 2: 20 steps fp32 and 5 steps bf16, two seeds each) are made
-once per file, in one launch; the 4-rank meshes that drop one axis each, the three layouts of
-the vocabulary and the sequence, an uneven stage split, the PyTorch-parts version and the
-pieces (slicing, the meta-device build, the exchange plan, FLOPs, the statements lecture 10
-makes) are tested on their own.
+The 8-rank runs (DP 2 x PP 2 x TP 2: 20 steps fp32 and 5 steps bf16, two seeds each, and the
+PyTorch-parts version beside the hand-built one) are made once per file, in one launch; the
+4-rank runs (the meshes that drop one axis each, the layouts of the vocabulary and the
+sequence, an uneven stage split, two wrong steps) in another. The pieces (slicing, the
+meta-device build, the exchange plan, FLOPs, the statements lecture 10 makes) are tested on
+their own.
 """
 
 from __future__ import annotations
@@ -23,19 +24,25 @@ from course_utils import (capstone, launch, stage_model, tiny_lm, train3d, train
                           train3d_comms, train3d_torch)
 from course_utils.grad_buffer import GradBuffer
 from course_utils.tiny_lm import TinyLMConfig, build
+from rank_jobs import job, run_jobs
 
 SEEDS = (0, 1)
+TORCH_PLAN = train3d.Plan(steps=3)   # the PyTorch-parts version's plan
 
 
 @pytest.fixture(scope="module")
 def runs():
     """(plan, per-rank results, reference) for fp32 (the lecture's plan, 20 steps) and bf16
-    (5 steps), each seed; one launch."""
+    (5 steps), each seed, and for the 3-step plan the PyTorch-parts version also trains
+    (key "torch": the hand-built results, then PyTorch's); one launch of 8 ranks."""
     plans = [train3d.Plan(seed=s) for s in SEEDS]
     plans += [train3d.Plan(seed=s, dtype="bf16", steps=5) for s in SEEDS]
-    results = train3d.run(plans, timeout_s=480)
-    return {(p.dtype, p.seed): (p, res, train3d_check.reference_train(p))
-            for p, res in zip(plans, results)}
+    hand_built, torch_results = train3d_torch.run_both(plans + [TORCH_PLAN], TORCH_PLAN,
+                                                       timeout_s=480)
+    out = {(p.dtype, p.seed): (p, res, train3d_check.reference_train(p))
+           for p, res in zip(plans, hand_built)}
+    out["torch"] = hand_built[-1], torch_results
+    return out
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -185,36 +192,9 @@ def test_the_library_step_is_not_a10_q1s_answer():
 
 # --------------------------------------------------------------------------- other meshes
 
-
-@pytest.mark.parametrize("degrees", [(1, 2, 2), (2, 1, 2), (2, 2, 1)],
-                         ids=["no-dp", "no-pp", "no-tp"])
-def test_4_rank_meshes_train_like_one_process(degrees):
-    dp, pp, tp = degrees
-    plans = [train3d.Plan(dp=dp, pp=pp, tp=tp, steps=3, seed=s) for s in SEEDS]
-    for plan, results in zip(plans, train3d.run(plans)):
-        train3d_check.check_against_reference(plan, results)
-        for r in results:   # an axis of size 1 issues none of its communication
-            for t in r["times"]:
-                assert (t["tp"] > 0) == (tp > 1)
-            waited = sum(t["pp_wait"] for t in r["times"])
-            assert waited > 0 if pp > 1 else waited == 0
-
-
-def test_vocabulary_and_sequence_layouts_train_like_one_process():
-    """The plain stage (embedding and head whole), the vocabulary split alone, each seed."""
-    plans = [train3d.Plan(dp=1, pp=2, tp=2, steps=3, seed=s, vocab_parallel=vp, sp=False)
-             for vp in (False, True) for s in SEEDS]
-    for plan, results in zip(plans, train3d.run(plans)):
-        train3d_check.check_against_reference(plan, results)
-        heads = [r["weights"]["head.weight"].shape for r in results if r["coords"][1] == 1]
-        assert heads[0] == ((64, 32) if plan.vocab_parallel else (64, 64))
-
-
-def test_uneven_stages_and_more_microbatches():
-    """3 blocks over 2 stages (2 + 1) and 8 microbatches of 1 row."""
-    plan = train3d.Plan(dp=2, pp=2, tp=1, steps=2, m=8, batch=16,
-                        cfg=TinyLMConfig(n_layers=3))
-    train3d_check.check_against_reference(plan, train3d.run(plan))
+MESHES = {"no-dp": (1, 2, 2), "no-pp": (2, 1, 2), "no-tp": (2, 2, 1)}
+WRONG_STEP_PLAN = train3d.Plan(dp=2, pp=2, tp=1, steps=1, vocab_parallel=False, sp=False,
+                               clip=None)
 
 
 def _scaled_grads_step(stage, g, x, y, m, optimizer, factor="dp"):
@@ -238,10 +218,56 @@ def _scaled_grads_step(stage, g, x, y, m, optimizer, factor="dp"):
     return loss
 
 
+@pytest.fixture(scope="module")
+def four():
+    """Every 4-rank run of this file that trains to the end, in one launch: the meshes that
+    drop one axis (each seed), the layouts of the vocabulary and the sequence, the uneven
+    stages, and the two wrong steps. {name: (plans, [per plan: each rank's result])}."""
+    cases = {name: ([train3d.Plan(dp=dp, pp=pp, tp=tp, steps=3, seed=s) for s in SEEDS], None)
+             for name, (dp, pp, tp) in MESHES.items()}
+    cases["layouts"] = ([train3d.Plan(dp=1, pp=2, tp=2, steps=3, seed=s, vocab_parallel=vp,
+                                      sp=False) for vp in (False, True) for s in SEEDS], None)
+    cases["uneven"] = ([train3d.Plan(dp=2, pp=2, tp=1, steps=2, m=8, batch=16,
+                                     cfg=TinyLMConfig(n_layers=3))], None)
+    for factor in ("dp", "m"):
+        cases[f"wrong-{factor}"] = ([WRONG_STEP_PLAN],
+                                    functools.partial(_scaled_grads_step, factor=factor))
+    # (as train3d.run trains a list of plans: train_worker on each rank, one thread each)
+    results = run_jobs([job(train3d.train_worker, plans, step_fn=step_fn)
+                        for plans, step_fn in cases.values()], 4)
+    return {name: (plans, [[r[j] for r in per_rank] for j in range(len(plans))])
+            for (name, (plans, _)), per_rank in zip(cases.items(), results)}
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+def test_4_rank_meshes_train_like_one_process(four, mesh):
+    dp, pp, tp = MESHES[mesh]
+    for plan, results in zip(*four[mesh]):
+        train3d_check.check_against_reference(plan, results)
+        for r in results:   # an axis of size 1 issues none of its communication
+            for t in r["times"]:
+                assert (t["tp"] > 0) == (tp > 1)
+            waited = sum(t["pp_wait"] for t in r["times"])
+            assert waited > 0 if pp > 1 else waited == 0
+
+
+def test_vocabulary_and_sequence_layouts_train_like_one_process(four):
+    """The plain stage (embedding and head whole), the vocabulary split alone, each seed."""
+    for plan, results in zip(*four["layouts"]):
+        train3d_check.check_against_reference(plan, results)
+        heads = [r["weights"]["head.weight"].shape for r in results if r["coords"][1] == 1]
+        assert heads[0] == ((64, 32) if plan.vocab_parallel else (64, 64))
+
+
+def test_uneven_stages_and_more_microbatches(four):
+    """3 blocks over 2 stages (2 + 1) and 8 microbatches of 1 row."""
+    [plan], [results] = four["uneven"]
+    train3d_check.check_against_reference(plan, results)
+
+
 @pytest.mark.parametrize("factor", ["dp", "m"], ids=["dp-sum", "no-1/m"])
-def test_the_check_fails_a_wrong_step(factor):
-    plan = train3d.Plan(dp=2, pp=2, tp=1, steps=1, vocab_parallel=False, sp=False, clip=None)
-    results = train3d.run(plan, step_fn=functools.partial(_scaled_grads_step, factor=factor))
+def test_the_check_fails_a_wrong_step(four, factor):
+    [plan], [results] = four[f"wrong-{factor}"]
     with pytest.raises(AssertionError, match="grads"):
         train3d_check.check_against_reference(plan, results)
 
@@ -256,13 +282,13 @@ def test_a_student_step_must_write_the_all_gather():
                                  clip=None), step_fn=_library_step)
 
 
-def test_torch_parts_train_like_one_process_and_the_hand_built():
+def test_torch_parts_train_like_one_process_and_the_hand_built(runs):
     """DeviceMesh + DTensor + pipelining + FSDP2 + torchtitan's clipping; the same run also
     reports init_device_mesh's groups and the rows ColwiseParallel leaves each TP rank: rank 0
     holds rows 0-5 of a (12, 4) fused weight, all of q (0-3) and half of k."""
-    plan = train3d.Plan(steps=3)
+    plan = TORCH_PLAN
     ref = train3d_check.reference_train(plan)
-    [hand_built], torch_results = train3d_torch.run_both([plan], plan)   # one launch for both
+    hand_built, torch_results = runs["torch"]   # (launched with the 8-rank runs)
     train3d_torch.check_against_reference(plan, torch_results, ref)
     train3d_check.check_against_reference(plan, hand_built, ref)
     ours = train3d_check.replica_losses(plan, hand_built)
