@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from course_utils import fsdp, launch, memory, zero
+from rank_jobs import job, run_jobs
 
 SIZES = [16, 32, 32, 8]
 N = sum(zero.unit_sizes(SIZES))  # 1864
@@ -18,16 +19,28 @@ def _close_to_reference(params, reference):
 
 
 @pytest.fixture(scope="module")
-def zro():
-    return {seed: launch.run(fsdp.zero_redundancy_worker, 2, SIZES, seed, 3, timeout_s=240)
-            for seed in (0, 1)}
+def ranks():
+    """Every 2-rank run of this file that ends on every rank, in one launch:
+    {key: each rank's result}."""
+    jobs = {("zro", seed): job(fsdp.zero_redundancy_worker, SIZES, seed, 3) for seed in (0, 1)}
+    jobs.update({("fsdp2", raf, seed): job(fsdp.fsdp2_worker, SIZES, seed, raf, 3)
+                 for raf in (True, False) for seed in (0, 1)})
+    jobs["mp"] = job(fsdp.fsdp2_worker, SIZES, 0, True, 3, 4, 1e-2, True)
+    jobs.update({("scratch", stage): job(zero.train_worker, stage, SIZES, 0, 2)
+                 for stage in (3, 2)})
+    jobs["reduce_dtype"] = job(fsdp.reduce_dtype_worker)
+    return dict(zip(jobs, run_jobs(list(jobs.values()), 2, threads_per_rank=None)))
 
 
 @pytest.fixture(scope="module")
-def fsdp2():
-    out = {(raf, seed): launch.run(fsdp.fsdp2_worker, 2, SIZES, seed, raf, 3, timeout_s=240)
-           for raf in (True, False) for seed in (0, 1)}
-    out["mp"] = launch.run(fsdp.fsdp2_worker, 2, SIZES, 0, True, 3, 4, 1e-2, True, timeout_s=240)
+def zro(ranks):
+    return {seed: ranks["zro", seed] for seed in (0, 1)}
+
+
+@pytest.fixture(scope="module")
+def fsdp2(ranks):
+    out = {(raf, seed): ranks["fsdp2", raf, seed] for raf in (True, False) for seed in (0, 1)}
+    out["mp"] = ranks["mp"]
     return out
 
 
@@ -82,11 +95,9 @@ def test_reshard_after_forward_true_is_zero3_false_keeps_weights(fsdp2):
     assert false["held_after_forward"] == 4 * N == 7456                   # full weights kept
 
 
-def test_from_scratch_gather_counts_match_fsdp2():
-    results = launch.run(zero.train_worker, 2, 3, SIZES, 0, 2, timeout_s=240)
-    assert results[0]["comm_counts"]["all_gather"] == 6
-    results = launch.run(zero.train_worker, 2, 2, SIZES, 0, 2, timeout_s=240)
-    assert results[0]["comm_counts"]["all_gather"] == 3
+def test_from_scratch_gather_counts_match_fsdp2(ranks):
+    assert ranks["scratch", 3][0]["comm_counts"]["all_gather"] == 6
+    assert ranks["scratch", 2][0]["comm_counts"]["all_gather"] == 3
 
 
 def test_fsdp2_bf16_close_to_from_scratch_zero3(fsdp2):
@@ -105,7 +116,7 @@ def test_fsdp2_rejects_bad_reshard_flag():
         launch.run(fsdp.fsdp2_worker, 2, SIZES, 0, "yes", timeout_s=120, show_output=False)
 
 
-def test_mixed_precision_policy_defaults_and_reduce_dtype():
+def test_mixed_precision_policy_defaults_and_reduce_dtype(ranks):
     """What lecture 3 states about FSDP2's MixedPrecisionPolicy in the installed torch: the
     defaults change no dtype, and param_dtype=bf16 alone makes the reduce-scatter run in bf16."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -113,6 +124,6 @@ def test_mixed_precision_policy_defaults_and_reduce_dtype():
     policy = MixedPrecisionPolicy()
     assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype,
             policy.cast_forward_inputs) == (None, None, None, True)
-    for r in launch.run(fsdp.reduce_dtype_worker, 2, timeout_s=120):
+    for r in ranks["reduce_dtype"]:
         assert r == {"default": ["float32"], "param_dtype=bf16": ["bfloat16"],
                      "param_dtype=bf16, reduce_dtype=fp32": ["float32"]}
