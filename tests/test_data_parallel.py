@@ -7,7 +7,60 @@ import torch
 
 from course_utils import data_parallel as D
 from course_utils import launch
+from rank_jobs import job, run_jobs
 from test_measure import _watch_clock, solo_group  # noqa: F401 (a fixture)
+
+UNEQUAL = [(0, (1, 3)), (1, (1, 3)), (2, (2, 1, 5))]   # (seed, examples per rank)
+UNEQUAL_LR, UNEQUAL_STEPS = 0.1, 40
+
+
+def _update_inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(3, 4, generator=g).tolist(), torch.randn(4, generator=g).tolist()
+
+
+def _normalization_grads(world_size):
+    return torch.randn(world_size, 3, generator=torch.Generator().manual_seed(world_size)).tolist()
+
+
+def _unequal_inputs(seed, counts):
+    X, y = D.make_regression(seed, sum(counts))
+    return X, y, D.split_by_counts(X, y, counts), torch.zeros(2, dtype=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    """Every run of this file that ends on every rank and needs no printed output or timing of
+    its own, one launch per world size: {key: each rank's result}."""
+    jobs = {}  # key -> (world size, job)
+    for seed in (0, 1):
+        grads, w0 = _update_inputs(seed)
+        jobs["update", seed] = 3, job(D.two_replica_update_worker, grads, w0, 0.05)
+    for ws in (2, 4):
+        for mode in ("sum_then_divide", "avg_op", "forgot_divide", "avg_then_divide"):
+            jobs["normalization", ws, mode] = ws, job(D.normalization_worker,
+                                                      _normalization_grads(ws), mode)
+    jobs["lesson normalizations"] = 2, job(D.all_normalizations_worker, D.LESSON_GRADS)
+    for seed, counts in UNEQUAL:
+        _, _, shards, w0 = _unequal_inputs(seed, counts)
+        for weighting in ("example_weighted", "mean_of_means"):
+            jobs["unequal", seed, weighting] = len(counts), job(
+                D.unequal_batch_worker, shards, w0, UNEQUAL_LR, UNEQUAL_STEPS, weighting)
+    for seed in (0, 1, 2):
+        for mode in ("scratch", "ddp"):
+            jobs["dp", seed, mode] = 2, job(D.dp_train_worker, seed, mode)
+    jobs["compare"] = 2, job(D.dp_compare_worker, [4, 5])
+    for mode in ("scratch", "ddp"):
+        jobs["dp4", mode] = 4, job(D.dp_train_worker, 3, mode)
+    for seed in (0, 1):
+        for use_no_sync in (False, True):
+            jobs["no_sync", seed, use_no_sync] = 2, job(D.accumulation_worker, seed, 4,
+                                                        use_no_sync)
+    out = {}
+    for ws in sorted({ws for ws, _ in jobs.values()}):
+        keys = [k for k, (w, _) in jobs.items() if w == ws]
+        out.update(zip(keys, run_jobs([jobs[k][1] for k in keys], ws, threads_per_rank=None)))
+    return out
 
 # ---------------------------------------------------------------------- one update, two ranks
 
@@ -27,30 +80,24 @@ def test_lesson_update_on_two_ranks(capsys):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_update_equals_reference_for_other_numbers(seed):
-    g = torch.Generator().manual_seed(seed)
-    grads = torch.randn(3, 4, generator=g).tolist()
-    w0 = torch.randn(4, generator=g).tolist()
-    weights = launch.run(D.two_replica_update_worker, 3, grads, w0, 0.05, show_output=False)
+def test_update_equals_reference_for_other_numbers(ranks, seed):
+    grads, w0 = _update_inputs(seed)
     _, expected = D.sgd_reference(grads, w0, 0.05)
-    for w in weights:
+    for w in ranks["update", seed]:
         torch.testing.assert_close(torch.tensor(w), torch.tensor(expected))
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_normalizations_and_their_bugs(world_size):
-    g = torch.Generator().manual_seed(world_size)
-    grads = torch.randn(world_size, 3, generator=g).tolist()
-    mean = torch.tensor(grads).mean(0)
+def test_normalizations_and_their_bugs(ranks, world_size):
+    mean = torch.tensor(_normalization_grads(world_size)).mean(0)
     for mode, factor in [("sum_then_divide", 1.0), ("avg_op", 1.0),
                          ("forgot_divide", world_size), ("avg_then_divide", 1 / world_size)]:
-        results = launch.run(D.normalization_worker, world_size, grads, mode, show_output=False)
-        for got in results:
+        for got in ranks["normalization", world_size, mode]:
             torch.testing.assert_close(torch.tensor(got), mean * factor, msg=mode)
 
 
-def test_lesson_normalization_numbers():
-    got, other = launch.run(D.all_normalizations_worker, 2, D.LESSON_GRADS, show_output=False)
+def test_lesson_normalization_numbers(ranks):
+    got, other = ranks["lesson normalizations"]
     assert got == other == {"sum_then_divide": [4.0, 2.0], "avg_op": [4.0, 2.0],
                    "forgot_divide": [8.0, 4.0], "avg_then_divide": [2.0, 1.0]}
 
@@ -58,20 +105,13 @@ def test_lesson_normalization_numbers():
 # --------------------------------------------------------------------------- unequal batches
 
 
-@pytest.mark.parametrize("seed, counts", [(0, (1, 3)), (1, (1, 3)), (2, (2, 1, 5))])
-def test_example_weighted_equals_full_batch_and_mean_of_means_does_not(seed, counts):
-    X, y = D.make_regression(seed, sum(counts))
-    shards = D.split_by_counts(X, y, counts)
-    w0 = torch.zeros(2, dtype=torch.float64)
-    steps, lr = 40, 0.1
-    full = D.full_batch_train(X, y, w0, lr, steps)
-    reweighted = D.weighted_train(shards, w0, lr, steps)
-    ws = len(counts)
-    weighted = torch.tensor(launch.run(D.unequal_batch_worker, ws, shards, w0, lr, steps,
-                                       "example_weighted", show_output=False)[0],
-                            dtype=torch.float64)
-    naive = torch.tensor(launch.run(D.unequal_batch_worker, ws, shards, w0, lr, steps,
-                                    "mean_of_means", show_output=False)[0], dtype=torch.float64)
+@pytest.mark.parametrize("seed, counts", UNEQUAL)
+def test_example_weighted_equals_full_batch_and_mean_of_means_does_not(ranks, seed, counts):
+    X, y, shards, w0 = _unequal_inputs(seed, counts)
+    full = D.full_batch_train(X, y, w0, UNEQUAL_LR, UNEQUAL_STEPS)
+    reweighted = D.weighted_train(shards, w0, UNEQUAL_LR, UNEQUAL_STEPS)
+    weighted = torch.tensor(ranks["unequal", seed, "example_weighted"][0], dtype=torch.float64)
+    naive = torch.tensor(ranks["unequal", seed, "mean_of_means"][0], dtype=torch.float64)
     torch.testing.assert_close(weighted, full)  # every step, to float rounding
     torch.testing.assert_close(naive, reweighted)  # the naive run optimizes the re-weighted loss
     assert (naive[-1] - full[-1]).abs().max() > 0.05  # ... which is a different objective
@@ -94,16 +134,16 @@ def test_minimizers_of_the_two_objectives_differ():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_scratch_dp_equals_ddp_equals_single_process(seed):
+def test_scratch_dp_equals_ddp_equals_single_process(ranks, seed):
     ref_params, ref_losses = D.train_single(seed)
     for mode in ("scratch", "ddp"):
-        for params, losses in launch.run(D.dp_train_worker, 2, seed, mode, show_output=False):
+        for params, losses in ranks["dp", seed, mode]:
             torch.testing.assert_close(torch.tensor(params), ref_params, msg=mode)
             torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), msg=mode)
 
 
-def test_compare_worker_runs_every_seed_and_mode():
-    results = launch.run(D.dp_compare_worker, 2, [4, 5], show_output=False)
+def test_compare_worker_runs_every_seed_and_mode(ranks):
+    results = ranks["compare"]
     for seed in (4, 5):
         ref_params, _ = D.train_single(seed)
         for per_rank in results:
@@ -111,20 +151,19 @@ def test_compare_worker_runs_every_seed_and_mode():
                 torch.testing.assert_close(torch.tensor(per_rank[seed, mode][0]), ref_params)
 
 
-def test_dp_on_four_ranks():
+def test_dp_on_four_ranks(ranks):
     ref_params, _ = D.train_single(3)
     for mode in ("scratch", "ddp"):
-        for params, _ in launch.run(D.dp_train_worker, 4, 3, mode, timeout_s=120,
-                                    show_output=False):
+        for params, _ in ranks["dp4", mode]:
             torch.testing.assert_close(torch.tensor(params), ref_params, msg=mode)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_no_sync_accumulation_equals_full_batch_with_one_allreduce_per_step(seed):
+def test_no_sync_accumulation_equals_full_batch_with_one_allreduce_per_step(ranks, seed):
     ref, _ = D.train_single(seed, steps=2, global_batch=16)
     counts = {}
     for use_no_sync in (False, True):
-        for out in launch.run(D.accumulation_worker, 2, seed, 4, use_no_sync, show_output=False):
+        for out in ranks["no_sync", seed, use_no_sync]:
             torch.testing.assert_close(torch.tensor(out["params"]), ref)
             counts[use_no_sync] = out["allreduces"]
     assert counts == {False: 4.0, True: 1.0}
