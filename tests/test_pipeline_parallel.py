@@ -5,11 +5,35 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils import launch
 from course_utils import pipeline_parallel as pp
 from course_utils import pipeline_schedule as ps
+from rank_jobs import job, run_jobs
 
 WIDTH, DEPTH, MB = 16, 4, 3
+SCHEDULES, SEEDS, M = ("gpipe", "1f1b"), (0, 1), 4
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Every pipeline run of this file but the timed ones, one launch per number of stages:
+    {("mine" | "theirs", schedule, p, seed): each rank's result} (the from-scratch
+    pipeline_worker and torch's, m = 4), ("uneven", m): 3 stages of 6 layers, and
+    "torch order": torch's 1F1B for 2 steps."""
+    jobs = {}  # key -> (stages, job)
+    for p in (2, 4):
+        for schedule in SCHEDULES:
+            for seed in SEEDS:
+                args = (schedule, M, seed, MB, WIDTH, DEPTH)
+                jobs["mine", schedule, p, seed] = p, job(pp.pipeline_worker, *args)
+                jobs["theirs", schedule, p, seed] = p, job(pp.torch_pipeline_worker, *args)
+    for m in (1, 6):
+        jobs["uneven", m] = 3, job(pp.pipeline_worker, "1f1b", m, 5, MB, WIDTH, 6)
+    jobs["torch order"] = 2, job(pp.torch_pipeline_worker, "1f1b", M, 0, MB, WIDTH, DEPTH, 2)
+    out = {}
+    for p in sorted({p for p, _ in jobs.values()}):
+        keys = [k for k, (stages, _) in jobs.items() if stages == p]
+        out.update(zip(keys, run_jobs([jobs[k][1] for k in keys], p, threads_per_rank=None)))
+    return out
 
 
 def _assert_matches_reference(results, seed, p, m):
@@ -44,22 +68,20 @@ def test_split_stages_and_bounds():
         pp.make_batch(0, 0)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("p", [2, 4])
-def test_send_recv_pipeline_equals_unpipelined(schedule, p):
-    for seed in (0, 1):
-        m = 4
-        results = launch.run(pp.pipeline_worker, p, schedule, m, seed, MB, WIDTH, DEPTH,
-                             timeout_s=90, show_output=False)
+def test_send_recv_pipeline_equals_unpipelined(runs, schedule, p):
+    for seed in SEEDS:
+        m = M
+        results = runs["mine", schedule, p, seed]
         _assert_matches_reference(results, seed, p, m)
         tl = pp.records_to_timeline([r["records"][0] for r in results], schedule, m)
         tl.check()  # real timestamps: no overlap on a rank, every input before its use
 
 
-def test_send_recv_pipeline_more_microbatches_than_ranks_and_single_microbatch():
+def test_send_recv_pipeline_more_microbatches_than_ranks_and_single_microbatch(runs):
     for m in (1, 6):
-        results = launch.run(pp.pipeline_worker, 3, "1f1b", m, 5, MB, WIDTH, 6,
-                             timeout_s=90, show_output=False)
+        results = runs["uneven", m]
         loss, grads = pp.reference_step(5, m * MB, WIDTH, 6, 3)
         assert results[-1]["loss"] == pytest.approx(loss, abs=1e-6)
         for rank in range(3):
@@ -67,16 +89,14 @@ def test_send_recv_pipeline_more_microbatches_than_ranks_and_single_microbatch()
                 torch.testing.assert_close(torch.as_tensor(got), want, atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("p", [2, 4])
-def test_torch_pipelining_equals_unpipelined_and_scratch(schedule, p):
-    for seed in (0, 1):
-        m = 4
-        theirs = launch.run(pp.torch_pipeline_worker, p, schedule, m, seed, MB, WIDTH, DEPTH,
-                            timeout_s=90, show_output=False)
+def test_torch_pipelining_equals_unpipelined_and_scratch(runs, schedule, p):
+    for seed in SEEDS:
+        m = M
+        theirs = runs["theirs", schedule, p, seed]
         _assert_matches_reference(theirs, seed, p, m)
-        mine = launch.run(pp.pipeline_worker, p, schedule, m, seed, MB, WIDTH, DEPTH,
-                          timeout_s=90, show_output=False)
+        mine = runs["mine", schedule, p, seed]
         for rank in range(p):
             for a, b in zip(mine[rank]["grads"], theirs[rank]["grads"]):
                 torch.testing.assert_close(torch.as_tensor(a), torch.as_tensor(b),
@@ -85,11 +105,10 @@ def test_torch_pipelining_equals_unpipelined_and_scratch(schedule, p):
         tl.check()  # torch's schedule, timestamped through the wrapped stage
 
 
-def test_torch_1f1b_order_matches_simulator_order():
+def test_torch_1f1b_order_matches_simulator_order(runs):
     """The ops torch's Schedule1F1B ran on each rank come in the order schedule_order gives."""
-    p, m = 2, 4
-    res = launch.run(pp.torch_pipeline_worker, p, "1f1b", m, 0, MB, WIDTH, DEPTH, 2,
-                     timeout_s=90, show_output=False)
+    p, m = 2, M
+    res = runs["torch order"]
     order = ps.schedule_order("1f1b", p, m)
     for rank in range(p):
         for step in range(2):
