@@ -10,7 +10,6 @@ ZeroRedundancyOptimizer does instead (whole parameters, broadcasts).
 from __future__ import annotations
 
 import copy
-import functools
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from torch import nn
 from course_utils import launch, measure, zero1
 from course_utils.grad_buffer import GradBuffer
 from course_utils.zero1 import FlatLayout, ShardedOptimizer
+from rank_jobs import job, run_jobs
 
 SEEDS = (0, 1)
 OPTIMIZERS = {
@@ -83,13 +83,29 @@ def _wrapper_worker(rank, world_size, model_name, opt_name, seed):
             [p.detach().numpy().copy() for p in sharded.parameters()], held)
 
 
+@pytest.fixture(scope="module")
+def ranks():
+    """Every run of this file that ends on every rank and measures no bytes sent, one launch
+    per world size: {key: each rank's result}."""
+    jobs = {("wrapper", m, o, s): (2, job(_wrapper_worker, model_name=m, opt_name=o, seed=s))
+            for m in MODELS for o in OPTIMIZERS for s in SEEDS}
+    jobs["frozen"] = 2, job(_frozen_worker)
+    jobs.update({("buffer", ws, s): (ws, job(_buffer_worker, seed=s))
+                 for ws in (2, 3) for s in SEEDS})
+    jobs.update({("accumulation", s): (1, job(_accumulation_worker, seed=s)) for s in SEEDS})
+    jobs["zero_redundancy"] = 2, job(_zero_redundancy_worker)
+    out = {}
+    for ws in sorted({ws for ws, _ in jobs.values()}):
+        keys = [k for k, (w, _) in jobs.items() if w == ws]
+        out.update(zip(keys, run_jobs([jobs[k][1] for k in keys], ws, threads_per_rank=None)))
+    return out
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("opt_name", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("model_name", sorted(MODELS))
-def test_the_wrapper_equals_the_plain_optimizer(model_name, opt_name, seed):
-    for plain, sharded, held in launch.run(
-            functools.partial(_wrapper_worker, model_name=model_name, opt_name=opt_name,
-                              seed=seed), 2, timeout_s=90):
+def test_the_wrapper_equals_the_plain_optimizer(ranks, model_name, opt_name, seed):
+    for plain, sharded, held in ranks["wrapper", model_name, opt_name, seed]:
         for a, b in zip(plain, sharded):
             torch.testing.assert_close(torch.as_tensor(b), torch.as_tensor(a), rtol=1e-6,
                                        atol=1e-7)
@@ -110,10 +126,10 @@ def _frozen_worker(rank, world_size):
     return untouched, all(k not in opt.state for k in pieces_of_frozen)
 
 
-def test_a_parameter_without_a_gradient_is_skipped_as_torch_optim_does():
+def test_a_parameter_without_a_gradient_is_skipped_as_torch_optim_does(ranks):
     """Weight decay would move a frozen parameter; torch.optim skips it, and so does the
     wrapper (no error blaming backward, no state for it)."""
-    assert launch.run(_frozen_worker, 2, timeout_s=60) == [(True, True)] * 2
+    assert ranks["frozen"] == [(True, True)] * 2
 
 
 def _buffer_worker(rank, world_size, seed):
@@ -159,9 +175,8 @@ def _buffer_worker(rank, world_size, seed):
 
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_gradient_buffer_and_sharded_adamw_equal_one_process(world_size, seed):
-    for diff, cats, one_buffer, fp32, buckets in launch.run(
-            functools.partial(_buffer_worker, seed=seed), world_size, timeout_s=90):
+def test_gradient_buffer_and_sharded_adamw_equal_one_process(ranks, world_size, seed):
+    for diff, cats, one_buffer, fp32, buckets in ranks["buffer", world_size, seed]:
         assert diff < 1e-5
         assert cats == 0                   # nothing concatenated: a bucket is the buffer
         assert one_buffer and fp32 and buckets >= 3
@@ -196,11 +211,10 @@ def _accumulation_worker(rank, world_size, seed, k=16):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_bf16_gradients_accumulate_in_fp32(seed):
+def test_bf16_gradients_accumulate_in_fp32(ranks, seed):
     """Each microbatch's bf16 gradient is added into the fp32 buffer: the buffer holds exactly
     their fp32 sum, which a bf16 accumulation misses."""
-    [(same, lost, fp32)] = launch.run(functools.partial(_accumulation_worker, seed=seed), 1,
-                                      timeout_s=60)
+    [(same, lost, fp32)] = ranks["accumulation", seed]
     assert same and fp32 and lost > 0
 
 
@@ -237,10 +251,10 @@ def _zero_redundancy_worker(rank, world_size):
     return sorted(p.numel() for p in mine), whole, calls
 
 
-def test_torchs_zero_redundancy_optimizer_keeps_whole_parameters_and_broadcasts():
+def test_torchs_zero_redundancy_optimizer_keeps_whole_parameters_and_broadcasts(ranks):
     """What zero1's docstring says of PyTorch's ZeroRedundancyOptimizer: each parameter's state
     lives whole on one rank, sizes packed greedily, and the update is sent by broadcast."""
-    results = launch.run(_zero_redundancy_worker, 2, timeout_s=90)
+    results = ranks["zero_redundancy"]
     owned = sorted(n for numels, _, _ in results for n in numels)
     assert owned == sorted(p.numel() for p in nn.Sequential(
         nn.Linear(8, 30), nn.Linear(30, 4), nn.Linear(4, 2)).parameters())   # each once
