@@ -365,9 +365,21 @@ def torchrun_demos(tmp_path_factory):
     torchrun = Path(sys.executable).with_name("torchrun")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     modules = _torchrun_modules()
-    job = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
-                          "-m", "tests.torchrun_demos", str(out_dir), *modules],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "tests.torchrun_demos",
+           str(out_dir), *modules]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=env)
+    try:
+        out, err = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:  # a demo hung: torchrun stops its ranks on SIGTERM
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        err += "\n[the job was stopped after 900 s]"
+    job = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     outputs = {}
     for module in modules:
         files = [out_dir / f"{module}.rank{r}.out" for r in range(2)]

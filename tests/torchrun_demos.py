@@ -57,5 +57,6 @@ def main(out_dir: str, modules: list[str]) -> None:
     while rank == 0 and agent.add("demo/done", 0) < world:
         time.sleep(0.05)
 
+
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2:])
