@@ -265,13 +265,19 @@ def test_no_graded_answer_is_shown_in_a_lecture(name, reference):
     assert not stale, f"COINCIDENCES entries that no longer match anything: {stale}"
 
 
+_SEALED_PIECE = re.compile(r"'[0-9a-f]+:?'")
+
+
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_no_graded_answer_is_shown_in_its_own_release(name, reference):
     """The same scan over the released assignment itself: no question's text, given or visible
     check shows a graded value of any question (one question's text once gave another's
     answers), unless listed in COINCIDENCES with why. The same values as the lecture scan."""
     nb = nbformat.read(ROOT / "assignments" / name / f"{name}.ipynb", as_version=4)
-    texts = [(f"{name} cell {i}", cell.source) for i, cell in enumerate(nb.cells)]
+    # (the sealed mistakes' ciphers are hex, wrapped over several string literals: a piece such
+    # as '66' is no number the student reads)
+    texts = [(f"{name} cell {i}", _SEALED_PIECE.sub("''", cell.source))
+             for i, cell in enumerate(nb.cells)]
     shown = []
     for sub_name, value in _graded_values(name, reference):
         if (name, sub_name, value) in COINCIDENCES:
