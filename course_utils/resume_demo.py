@@ -1,0 +1,111 @@
+"""Lecture 12's resume experiments on real ranks: what each piece of a checkpoint is worth, and a
+bit-exact resume in a new job.
+
+:func:`omission_worker` trains a :class:`course_utils.resume_job.Job` without interruption,
+saving a checkpoint on the way (``course_utils.checkpoint.save``); then, for each piece of
+:data:`course_utils.checkpoint.PIECES` in turn, starts a new trainer as a new job would
+(``resume_job.fresh``: generators seeded, model built and sharded), loads the checkpoint
+*without that piece* and trains to the end. :func:`departures` says where each resumed loss
+curve leaves the uninterrupted one. :func:`resume_worker` is the resume done right, in new
+processes (a second ``launch.run``): its losses and final weights equal the uninterrupted run's
+bit for bit on CPU.
+
+Run under torchrun (2 ranks: the run, saved at step 6, resumed in the same job)::
+
+    torchrun --standalone --nproc-per-node 2 -m course_utils.resume_demo
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Sequence
+
+import numpy as np
+
+from course_utils import checkpoint, resume_job
+
+__all__ = ["omission_worker", "resume_worker", "departures", "same_bits"]
+
+
+def _quiet() -> None:
+    """DCP and DTensor warn on stderr about things that do not matter here."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+
+
+def omission_worker(rank: int, world_size: int, job: resume_job.Job, path: str, save_at: int,
+                    omits: Sequence[tuple[str, ...]] = ()) -> dict[str, Any]:
+    """The uninterrupted run (saving at ``save_at`` into ``path``), then one resume per entry of
+    ``omits`` (the pieces it leaves out): ``{"uninterrupted": losses, "weights": final,
+    "resumed": [losses of each resume, from step save_at on], "steps": [steps each trained]}``."""
+    _quiet()
+    trainer = resume_job.fresh(job, rank, world_size)
+    losses = resume_job.train(trainer, save_at)
+    checkpoint.save(trainer, path)
+    losses += resume_job.train(trainer, job.steps)
+    out: dict[str, Any] = {"uninterrupted": losses, "resumed": [], "steps": [],
+                           "weights": resume_job.snapshot(trainer)["weights"]}
+    for omit in omits:
+        again = resume_job.fresh(job, rank, world_size)          # a new job, in this process
+        checkpoint.load(again, path, omit=omit)
+        resumed = resume_job.train(again, job.steps)     # (a job that lost its step: 0 on)
+        out["resumed"].append(resumed)
+        out["steps"].append(save_at + len(resumed))
+    return out
+
+
+def resume_worker(rank: int, world_size: int, job: resume_job.Job, path: str) -> dict[str, Any]:
+    """A new job resumed from ``path``: the state it loaded and the losses and weights it ends
+    with (``snapshot`` after loading, ``losses``, ``final``)."""
+    _quiet()
+    trainer = resume_job.fresh(job, rank, world_size)
+    checkpoint.load(trainer, path)
+    loaded = resume_job.snapshot(trainer)
+    losses = resume_job.train(trainer, job.steps)
+    return {"loaded": loaded, "losses": losses, "final": resume_job.snapshot(trainer)}
+
+
+def departures(reference: Sequence[float], resumed: Sequence[float], save_at: int,
+               steps: int) -> dict[str, Any]:
+    """Where a resumed loss curve (steps ``save_at`` on) leaves the uninterrupted one: the first
+    step that differs (None: none), the largest difference, and how many steps it trained."""
+    ref = list(reference[save_at:])
+    first = next((save_at + i for i, (a, b) in enumerate(zip(ref, resumed)) if a != b), None)
+    if first is None and len(resumed) != len(ref):
+        first = save_at + min(len(resumed), len(ref))
+    gap = max((abs(a - b) for a, b in zip(ref, resumed)), default=0.0)
+    return {"first": first, "largest": gap, "steps": steps}
+
+
+def same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    """Every array of ``a`` equals ``b``'s bit for bit (same keys, shapes and bytes)."""
+    return a.keys() == b.keys() and all(
+        a[k].shape == b[k].shape and a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+def _torchrun_demo(rank: int, world_size: int) -> bool:
+    """Save at step 6, resume in the same job, compare: True when the two runs' bits agree."""
+    import torch.distributed as dist
+
+    job = resume_job.Job(world_size=world_size)
+    folder = [tempfile.mkdtemp(prefix="course-ckpt-") if rank == 0 else None]
+    dist.broadcast_object_list(folder)
+    path = os.path.join(folder[0], "step_6")
+    try:
+        out = omission_worker(rank, world_size, job, path, 6, omits=[()])
+        dist.barrier()
+        return out["resumed"][0] == out["uninterrupted"][6:]
+    finally:
+        dist.barrier()
+        if rank == 0:
+            import shutil
+
+            shutil.rmtree(folder[0], ignore_errors=True)
+
+
+if __name__ == "__main__":
+    from course_utils import launch
+
+    launch.torchrun_main(_torchrun_demo)
