@@ -25,14 +25,17 @@ import numpy as np
 
 from course_utils import checkpoint, resume_job
 
-__all__ = ["omission_worker", "resume_worker", "departures", "same_bits"]
+__all__ = ["omission_worker", "resume_worker", "before_wrapping_worker",
+           "killed_while_saving_worker", "departures", "same_bits"]
 
 
 def _quiet() -> None:
     """DCP and DTensor warn on stderr about things that do not matter here."""
+    import logging
     import warnings
 
     warnings.filterwarnings("ignore")
+    logging.getLogger("torch.distributed").setLevel(logging.ERROR)
 
 
 def omission_worker(rank: int, world_size: int, job: resume_job.Job, path: str, save_at: int,
@@ -65,6 +68,59 @@ def resume_worker(rank: int, world_size: int, job: resume_job.Job, path: str) ->
     loaded = resume_job.snapshot(trainer)
     losses = resume_job.train(trainer, job.steps)
     return {"loaded": loaded, "losses": losses, "final": resume_job.snapshot(trainer)}
+
+
+def before_wrapping_worker(rank: int, world_size: int, job: resume_job.Job,
+                           path: str) -> dict[str, Any]:
+    """Two ways to resume before ``fully_shard``, measured: the bytes this rank reads loading
+    the weights of ``path`` into the whole model (before wrapping) and into its shard (after),
+    and whether a model whose optimizer was made *before* wrapping moves at all in 2 steps."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from course_utils.reshard import counting_reader
+
+    _quiet()
+    model = resume_job.build_model(job)
+    early = torch.optim.AdamW(model.parameters(), lr=job.lr)      # made before wrapping
+    whole = counting_reader(path)
+    dcp.load({"model": model.state_dict()}, storage_reader=whole)   # every rank: everything
+    fully_shard(model, mesh=init_device_mesh("cpu", (world_size,)))
+    shard = counting_reader(path)
+    dcp.load({"model": model.state_dict()}, storage_reader=shard)   # every rank: its shard
+    before = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
+    x, y = resume_job.dataset(job)
+    for _ in range(2):
+        torch.nn.functional.cross_entropy(model(x[:job.rows]), y[:job.rows]).backward()
+        early.step()
+        early.zero_grad()
+    moved = any(not torch.equal(before[n], p.full_tensor()) for n, p in model.named_parameters())
+    return {"read_before": whole.bytes_read, "read_after": shard.bytes_read, "moved": moved}
+
+
+def killed_while_saving_worker(rank: int, world_size: int, job: resume_job.Job,
+                               path: str) -> None:
+    """Save ``job``'s trainer to ``path``, but the last rank is killed (SIGKILL) as it starts
+    writing its file: the job dies in the middle of a save."""
+    import signal
+
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    import torch.distributed.checkpoint as dcp
+
+    _quiet()
+    trainer = resume_job.fresh(job, rank, world_size)
+    resume_job.train(trainer, 1)
+
+    class Writer(FileSystemWriter):
+        def write_data(self, plan, planner):
+            if rank == world_size - 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().write_data(plan, planner)
+
+    dcp.save(checkpoint.state_to_save(trainer), storage_writer=Writer(path))
 
 
 def departures(reference: Sequence[float], resumed: Sequence[float], save_at: int,
