@@ -81,7 +81,7 @@ def simulate(tau: float, delta: float, mtbf: float, restart: float = 0.0,
     return 1.0 - work / wall
 
 
-def save_cost_worker(rank: int, world_size: int, path: str, numel: int = 2_000_000,
+def save_cost_worker(rank: int, world_size: int, path: str, numel: int = 1_000_000,
                      repeats: int = 3) -> dict[str, Any]:
     """Collective: time saving a sharded state of ``numel`` float32 weights + Adam's two moments
     (each rank holds 1/D) with ``dcp.save`` and with ``dcp.async_save`` (on a gloo group of its

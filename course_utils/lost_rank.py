@@ -16,7 +16,7 @@ from the agent instead of starting Python afresh. It runs the job twice, uninter
 the kill, and :func:`timeline` reads both runs' events. Everything lives in a temporary folder
 removed at the end; the child's whole process group is killed after ``timeout_s``.
 
-The same worker under the ``torchrun`` command (rank 1 killed at step 9, one restart)::
+The same worker under the ``torchrun`` command (rank 1 killed at step 6, one restart)::
 
     torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m course_utils.lost_rank FOLDER
 """
@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Plan", "job_worker", "run", "timeline", "predicted_lost_s"]
+__all__ = ["Plan", "job_worker", "run", "timeline", "predicted_lost_s", "draw"]
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,11 @@ class Plan:
     ``every``, the step's padded time ``step_s`` and the kill (rank, step)."""
 
     world_size: int = 2
-    steps: int = 12
+    steps: int = 10
     every: int = 4
-    step_s: float = 0.2
+    step_s: float = 0.1
     kill_rank: int = 1
-    kill_step: int = 9
+    kill_step: int = 6
     max_restarts: int = 1
 
     def __post_init__(self) -> None:
@@ -137,19 +137,26 @@ def job_worker(folder: str, plan_fields: dict, kill: bool) -> dict[str, Any]:
 
 def _agent(folder: str, plan_fields: dict) -> None:
     """The child process: torchrun's agent, the job uninterrupted, then with the kill."""
+    import logging
     import multiprocessing
 
-    import torch._dynamo  # noqa: F401 - the agent's log of a failure imports it (~1.4 s, ~10 s
-    #                       under load): once here, not in the middle of the restart
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    # Workers fork from a forkserver that imported these once (fork from this process, which
-    # runs the agent's threads, can deadlock a child); each attempt then starts in ~0.1 s.
+    # Workers fork from a forkserver that imported these once (a fork of this process, which
+    # runs the agent's threads and signal handlers, can hang a child); started now, so that
+    # both runs find it ready and each attempt starts in ~0.1 s.
     multiprocessing.set_forkserver_preload(
         ["torch", "torch.distributed.checkpoint", "torch.distributed.checkpoint.state_dict",
          "torch.distributed.fsdp", "torch._dynamo", "course_utils.lost_rank",
          "course_utils.resume_job", "course_utils.checkpoint"])
+    ready = multiprocessing.get_context("forkserver").Process(target=os.getpid)
+    ready.start()
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    # The agent logs a worker's failure with its traceback, and torch's log formatter imports
+    # torch._dynamo to do so (~1.4 s, ~10 s on a loaded machine) in the middle of the restart:
+    # that one log line is left out (the agent's INFO lines still say what happens).
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
+    ready.join()
     plan = Plan(**plan_fields)
     summary = {}
     for name, kill in (("uninterrupted", False), ("killed", True)):
@@ -175,7 +182,7 @@ def run(plan: Plan = Plan(), timeout_s: float = 120.0) -> dict[str, Any]:
         raise ValueError(f"plan must be a lost_rank.Plan; got {type(plan).__name__}")
     folder = tempfile.mkdtemp(prefix="course-lost-rank-")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "TMPDIR": folder, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "TMPDIR": folder, "OMP_NUM_THREADS": "1", "LOGLEVEL": "INFO",
            "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "course_utils.lost_rank", "--agent", folder,
                              json.dumps(asdict(plan))], env=env, cwd=root,
@@ -242,9 +249,36 @@ def predicted_lost_s(plan: Plan, restart_s: float) -> float:
     return (plan.kill_step - last + 0.5) * plan.step_s + restart_s
 
 
+def draw(out: dict[str, Any], ax) -> None:
+    """Both runs' timelines, one row per (run, rank): steps, saves, the kill, the restart."""
+    from course_utils.style import PHASE_COLORS
+
+    rows = [(name, rank) for name in ("uninterrupted", "killed")
+            for rank in sorted({e["rank"] for e in out[name]["events"]})]
+    for y, (name, rank) in enumerate(rows):
+        events = [e for e in out[name]["events"] if e["rank"] == rank]
+        for a, b in zip(events, events[1:] + [None]):
+            end = b["t"] if b else a["t"]
+            color = {"step": PHASE_COLORS["forward"], "save": PHASE_COLORS["optimizer"],
+                     "start": PHASE_COLORS["idle"], "ready": PHASE_COLORS["data"],
+                     "loaded": PHASE_COLORS["forward"]}.get(a["event"])
+            if color and end > a["t"]:
+                ax.barh(y, end - a["t"], left=a["t"], color=color, height=0.6)
+            if a["event"] == "killed":
+                ax.plot(a["t"], y, "x", color=PHASE_COLORS["wait"], ms=9, mew=2)
+    ax.barh([], [], color=PHASE_COLORS["forward"], label="training step")
+    ax.barh([], [], color=PHASE_COLORS["optimizer"], label="saving a checkpoint")
+    ax.barh([], [], color=PHASE_COLORS["data"], label="start-up (after the group forms)")
+    ax.plot([], [], "x", color=PHASE_COLORS["wait"], label="SIGKILL")
+    ax.set(yticks=range(len(rows)), yticklabels=[f"{n}, rank {r}" for n, r in rows],
+           xlabel="seconds since the agent started the job")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+
+
 def _cli_worker(rank: int, world_size: int, folder: str) -> int:
-    """``torchrun`` entry: the job with the kill in attempt 0 (rank 1, step 9): returns the step
-    this rank ended at."""
+    """``torchrun`` entry: the job with the kill in attempt 0 (rank 1, step 6): returns the number
+    of steps this attempt trained."""
     import torch.distributed as dist
 
     dist.destroy_process_group()       # job_worker joins the group itself

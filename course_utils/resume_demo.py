@@ -26,7 +26,7 @@ import numpy as np
 from course_utils import checkpoint, resume_job
 
 __all__ = ["omission_worker", "resume_worker", "before_wrapping_worker",
-           "killed_while_saving_worker", "departures", "same_bits"]
+           "killed_while_saving_worker", "departures", "departure_table", "same_bits"]
 
 
 def _quiet() -> None:
@@ -133,6 +133,20 @@ def departures(reference: Sequence[float], resumed: Sequence[float], save_at: in
         first = save_at + min(len(resumed), len(ref))
     gap = max((abs(a - b) for a, b in zip(ref, resumed)), default=0.0)
     return {"first": first, "largest": gap, "steps": steps}
+
+
+def departure_table(result: dict[str, Any], omits: Sequence[tuple[str, ...]],
+                    save_at: int) -> str:
+    """Rank 0's resumes of :func:`omission_worker` as a table: what was left out, the first
+    step whose loss differs from the uninterrupted run's, the largest difference, steps run."""
+    lines = [f"resumed from step {save_at}, left out   first differing step   largest |loss "
+             "difference|   steps trained"]
+    for omit, losses, steps in zip(omits, result["resumed"], result["steps"]):
+        d = departures(result["uninterrupted"], losses, save_at, steps)
+        first = "none" if d["first"] is None else str(d["first"])
+        lines.append(f"{', '.join(omit) or 'nothing':>31}   {first:>20}   {d['largest']:>25.2e}"
+                     f"   {steps:>13}")
+    return "\n".join(lines)
 
 
 def same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:

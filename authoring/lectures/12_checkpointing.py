@@ -1,0 +1,396 @@
+# %% [markdown]
+# # Module 12: Checkpoints, resuming, and surviving a lost rank
+#
+# Long training runs stop: a GPU fails, a node reboots, the job's time runs out. Meta's Llama 3
+# report counts 419 unexpected interruptions in 54 days of pre-training on 16,384 H100 GPUs,
+# about one every three hours. A run survives only if it can save its state and start again
+# from it. This module does that on real ranks with PyTorch's own tools:
+#
+# 1. what a checkpoint must hold to resume **exactly**, measured by leaving each piece out;
+# 2. a resume in a new job that equals the uninterrupted run **bit for bit** (and what breaks
+#    that on GPUs);
+# 3. **resharding**: saving on one mesh and loading on another, and the bytes each rank reads;
+# 4. a **lost rank**: a real SIGKILL, torchrun's agent restarts the job, and the time lost; then
+#    how often to checkpoint;
+# 5. module 10's DP x PP x TP trainer saved and resumed on 8 ranks;
+# 6. checkpoints that must be refused: half-written, missing a file, of another model.
+#
+# The tool is `torch.distributed.checkpoint` (DCP): every rank writes its own shards in
+# parallel, a `.metadata` file records where each piece of each tensor went, and a load reads
+# whatever pieces the loading rank needs, whatever mesh wrote them. The code is in
+# `course_utils`: `resume_job.py` (the run), `checkpoint.py` (save, load, checks),
+# `resume_demo.py`, `reshard.py`, `lost_rank.py`, `checkpoint_interval.py`, `checkpoint3d.py`.
+
+# %%
+import functools
+import os
+import shutil
+import tempfile
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from course_utils import (checkpoint, checkpoint3d, checkpoint_interval, launch, lost_rank,
+                          reshard, resume_demo, resume_job, style, train3d)
+
+style.use()
+torch.set_num_threads(1)
+launch.preload(*checkpoint.PRELOAD)               # the ranks import DCP once, not per launch
+workdir = tempfile.mkdtemp(prefix="lecture12-")   # every checkpoint of this notebook; removed
+print("checkpoints go to a temporary folder, removed at the end")
+
+# %% [markdown]
+# ## 1. What a checkpoint must hold
+#
+# The run (`resume_job.Job`): an MLP classifier on 2 ranks, sharded by FSDP2 (`fully_shard`:
+# ZeRO-3, each rank holds half of every weight and of Adam's moments), `AdamW`, a learning-rate
+# schedule that warms up for 3 steps and then decays, a `DistributedSampler` that shuffles the
+# 32 examples anew every epoch (4 steps an epoch), and three random number generators the step
+# draws from: torch's (dropout), NumPy's (noise added to the inputs) and Python's (which input
+# feature is masked). Everything that decides the next step is state:
+#
+# | piece | where it lives | sharded? |
+# | --- | --- | --- |
+# | weights | the model's parameters (DTensor shards) | yes |
+# | optimizer | AdamW's moments (shards) and step counts | yes |
+# | schedule | `LambdaLR.last_epoch` | no |
+# | torch, NumPy, Python RNGs | each process, different on every rank | per rank |
+# | sampler epoch, position | `sampler.epoch`, the step within the epoch | no |
+# | step | the training loop's counter | no |
+#
+# `checkpoint.save` writes all of it with DCP; `checkpoint.load(trainer, path, omit=...)`
+# restores all but the pieces named. The next cell trains 12 steps without a break, saving at
+# step 6, then resumes from that checkpoint once with everything and once without each piece,
+# each time as a new job does (a fresh trainer, its generators seeded from the job's seed), and
+# trains on to step 12.
+
+# %%
+job = resume_job.Job()
+omits = [()] + [(piece,) for piece in checkpoint.PIECES]
+path6 = os.path.join(workdir, "step_6")
+runs = launch.run(functools.partial(resume_demo.omission_worker, job=job, path=path6, save_at=6,
+                                    omits=omits), job.world_size, timeout_s=180,
+                  threads_per_rank=1)
+print(resume_demo.departure_table(runs[0], omits, save_at=6))
+
+# %% [markdown]
+# Read the table from the top. With everything restored the resumed losses equal the
+# uninterrupted ones exactly: "none" differs. Every piece left out changes the run:
+#
+# * **weights**: the new job goes on from its initial weights (a large difference at once). A
+#   trap on the way: `get_model_state_dict` returns the parameters themselves, so `dcp.load`
+#   writes into them even when a program means to keep them (`checkpoint.load` drops them from
+#   the dict to leave them out);
+# * **generators**, **sampler epoch**, **position**: the very first resumed step differs (other
+#   dropout masks, other noise, another masked feature, another epoch's order, rows read twice);
+# * **optimizer**: the first loss is still right (it is computed before the update), the next
+#   differs: Adam starts again from zero moments and step count 1, so its first update has the
+#   full size `lr` in every direction;
+# * **schedule**: one step later still. The optimizer's saved `lr` is right for step 6, but the
+#   restarted schedule sets step 7's from its own count, 1: the warm-up again;
+# * **step**: every loss matches, but the job trains 12 more steps, not 6: it ends elsewhere.
+#
+# Two details of DCP decide whether the generators survive. First, the checkpoint holds one
+# state per rank, under a key of its own (`rng.rank0`, `rng.rank1`): DCP writes a key that every
+# rank saves **once** (it takes equal keys for one replicated value: `dedup_save_plans` in
+# `torch/distributed/checkpoint/_dedup_save_plans.py`), so a single `"rng"` key would give every
+# rank the same generator. Second, `get_state_dict` on an optimizer that has not stepped yet
+# makes its state by calling `step()` with zero gradients and `lr = 0` (`_init_optim_state` in
+# `torch/distributed/checkpoint/state_dict.py`), so there are tensors to load into; a plain
+# `optimizer.state_dict()` of a new optimizer has none, and a load into it silently restores
+# nothing.
+
+# %%
+steps = np.arange(job.steps)
+fig, ax = plt.subplots(figsize=(7.4, 3.4))
+ax.plot(steps, runs[0]["uninterrupted"], "k-", lw=2.5, label="uninterrupted")
+for omit, losses in zip(omits[1:], runs[0]["resumed"][1:]):
+    if omit[0] in ("weights", "step"):
+        continue
+    ax.plot(steps[6:6 + len(losses)], losses[:job.steps - 6], lw=1.2, label=f"without {omit[0]}")
+ax.axvline(6, ls=":", c="grey")
+ax.set(xlabel="step", ylabel="loss (global batch)", title="Resumed at step 6 without one piece")
+ax.legend(fontsize=8, ncol=2)
+plt.show()
+
+# %% [markdown]
+# **Loaded before wrapping.** Two ways of resuming *before* `fully_shard` look harmless. Loading
+# the checkpoint into the whole model and then sharding it gives the right weights, but every
+# rank reads every piece of every weight (D times the bytes, and the whole model in each rank's
+# memory: at 70B parameters that does not fit). And an optimizer made before `fully_shard` holds
+# the parameters that wrapping replaces: the next cell trains with one for 2 steps.
+
+# %%
+wrapped = launch.run(functools.partial(resume_demo.before_wrapping_worker, job=job, path=path6),
+                     job.world_size, timeout_s=120, threads_per_rank=1)
+w = wrapped[0]
+print(f"bytes rank 0 reads: {w['read_before']:,} loading before fully_shard, "
+      f"{w['read_after']:,} after (its shard)")
+print("the model moved in 2 steps with an optimizer made before fully_shard:", w["moved"])
+
+# %% [markdown]
+# The weights never move, and nothing fails: the optimizer steps tensors no forward pass uses.
+# Build the model, shard it, make the optimizer, *then* load.
+#
+# ## 2. Bit for bit, in a new job
+#
+# A real resume happens in new processes, where nothing survives but the files. The next cell
+# starts 2 new ranks (a second `launch.run`), loads the step-6 checkpoint and trains to step 12.
+
+# %%
+again = launch.run(functools.partial(resume_demo.resume_worker, job=job, path=path6),
+                   job.world_size, timeout_s=120, threads_per_rank=1)
+print("losses of steps 6-11 equal, bit for bit:",
+      again[0]["losses"] == runs[0]["uninterrupted"][6:])
+print("final weights equal, bit for bit:",
+      resume_demo.same_bits(again[0]["final"]["weights"], runs[0]["weights"]))
+ref = resume_job.reference_run(job)
+print("and one process running the same job rank by rank ends with the same weights:",
+      resume_demo.same_bits(ref["weights"], runs[0]["weights"]))
+
+# %% [markdown]
+# On CPU the same operations on the same numbers in the same order give the same bits, so the
+# resumed run *is* the uninterrupted one. On GPUs several things break that:
+#
+# * **Non-deterministic kernels**: some CUDA operations add with atomics in whatever order the
+#   threads arrive (`index_add_`, `scatter_add_`, the backward of embeddings and of
+#   interpolation, among others: the list is in the docstring of
+#   `torch.use_deterministic_algorithms`, which makes them raise or use a deterministic version);
+#   cuBLAS needs `CUBLAS_WORKSPACE_CONFIG=:4096:8` for repeatable results (the same docstring).
+# * **Autotuning**: `torch.backends.cudnn.benchmark = True` times several algorithms in each new
+#   process and keeps the fastest, which may add in another order after a restart.
+# * **Collectives**: NCCL chooses its algorithm (ring, tree) and how it splits a tensor from the
+#   sizes and the topology, so a restart on other nodes can sum in another order.
+# * **Generators**: each GPU has its own (`torch.cuda.get_rng_state_all`); `checkpoint.save`
+#   stores them when CUDA is present.
+#
+# Such runs resume *statistically* the same, not bit for bit: compare loss curves within a
+# tolerance there. On CPU, the same number of threads matters for the same reason (a reduction
+# split over more threads adds in another order): `launch.run` gives each rank one here.
+#
+# ## 3. Resharding: save on one mesh, load on another
+#
+# A checkpoint written by DP 4 must load into DP 2 x TP 2 when the job moves to other hardware,
+# or into another ZeRO stage. DCP makes that a load-time question: the `.metadata` says which
+# piece of which tensor each file holds, and each rank asks for the pieces that overlap what it
+# holds now. `reshard.reshard_worker` saves an MLP (Linear(32, 128), ReLU, Linear(128, 32)) and
+# AdamW's moments from **DP 4** (FSDP2: every tensor split by rows over 4 ranks), then loads,
+# on the same 4 ranks, into
+#
+# * **DP 2 x TP 2**: the first layer column-parallel, the second row-parallel (DTensor), then
+#   FSDP2 over the "dp" half of a 2 x 2 mesh;
+# * **DP 4, ZeRO-1**: the weights whole on every rank, Adam's moments split by rows.
+#
+# Prediction from the layouts alone (`reshard.predicted_bytes`): a rank writes one piece per
+# tensor; to load, it reads **every saved piece that overlaps a piece it holds, whole** (DCP's
+# `FileSystemReader.read_data` loads the stored piece, then keeps the overlap). Each piece is
+# stored as one `torch.save`d tensor: its data plus about 1.5 KB of records.
+
+# %%
+resharded = launch.run(functools.partial(reshard.reshard_worker,
+                                         path=os.path.join(workdir, "mlp")), 4, timeout_s=180,
+                       threads_per_rank=1)
+print(reshard.table(resharded))
+print("every whole weight and moment equal to the saved ones:",
+      all(r[layout]["equal"] for r in resharded for layout in reshard.LAYOUTS))
+print("predicted == measured on every rank:", all(
+    r[lay]["read"] == reshard.predicted_bytes(lay, k)["read"] for k, r in enumerate(resharded)
+    for lay in reshard.LAYOUTS[1:]) and all(r[reshard.LAYOUTS[0]]["written"] ==
+                                           reshard.predicted_bytes(reshard.LAYOUTS[1], k)
+                                           ["written"] for k, r in enumerate(resharded)))
+
+# %% [markdown]
+# Every rank writes 43,884 bytes: 12 pieces (4 weights, 8 moments), 25,056 bytes of data.
+# Into DP 2 x TP 2 a rank keeps a quarter of every tensor but reads 18 pieces: the
+# column-parallel layer's rows line up with one saved piece each, but the row-parallel weight
+# keeps half the columns of two saved row blocks, and reads both blocks whole. Into ZeRO-1 a
+# rank reads all 4 pieces of every weight (it holds them whole) and one piece of each moment.
+# So resharding costs reads, not only bytes kept: a layout whose splits cut across the saved
+# ones reads more than it keeps. And the loss of the three models on the same batch:
+
+# %%
+print({layout: f"{resharded[0][layout]['loss']:.7f}" for layout in reshard.LAYOUTS})
+
+# %% [markdown]
+# ## 4. A lost rank
+#
+# `torchrun` runs an **agent** on each node that starts the ranks and watches them. With
+# `--max-restarts N`, when a rank dies it stops the others (SIGTERM), forms the group again and
+# starts every rank anew, up to N times; the ranks must then find their last checkpoint
+# themselves. `lost_rank.run` starts torchrun's own agent (`elastic_launch`, what the `torchrun`
+# command calls, with `max_restarts = 1`) in a child process, twice: once uninterrupted, once
+# with a real `SIGKILL` of rank 1 in the middle of step 6. The job saves every 4 steps, each
+# step padded to 0.1 s so that the timeline reads like a bigger model's, and on start resumes
+# from `checkpoint.latest` (the newest complete checkpoint). The same job from a shell:
+#
+# ```bash
+# torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m course_utils.lost_rank FOLDER
+# ```
+
+# %%
+plan = lost_rank.Plan()
+lost = lost_rank.run(plan, timeout_s=240)
+kill = lost["kill"]
+print(f"rank {kill['rank']} was killed in step {kill['step']}; the agent restarted the job, which "
+      f"resumed from the checkpoint of step {kill['resumed_from']}")
+print("the killed run ends with the uninterrupted run's weights, bit for bit:",
+      lost["killed"]["weights"] == lost["uninterrupted"]["weights"])
+print("and its last losses equal:", lost["killed"]["losses"] == lost["uninterrupted"]["losses"][
+    kill["resumed_from"]:])
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"uninterrupted: {lost['uninterrupted']['total_s']:.2f} s; with the kill: "
+      f"{lost['killed']['total_s']:.2f} s")
+print(f"restart (kill -> first step of the new attempt): {kill['restart_s']:.2f} s")
+print(f"time lost: measured {kill['lost_s']:.2f} s, predicted "
+      f"{lost_rank.predicted_lost_s(plan, kill['restart_s']):.2f} s = (6 - 4 + 0.5) steps x "
+      f"{plan.step_s} s + the restart")
+print("\n".join(line for line in lost["agent"] if "attempts left" in line)[:300])
+fig, ax = plt.subplots(figsize=(8.4, 3.2))
+lost_rank.draw(lost, ax)
+plt.show()
+
+# %% [markdown]
+# The time lost is the work since the last checkpoint (the step-4 checkpoint was saved 2.5
+# steps before the kill) plus the restart: noticing the dead rank (the agent polls every 0.05
+# s here), stopping the survivor, forming the group, starting the ranks, loading.
+# `tests/test_lost_rank.py` checks measured == predicted within timing noise, and runs the same
+# job under the `torchrun` command.
+#
+# **How often to checkpoint.** Saving every `tau` seconds of work costs `delta` seconds of
+# stalled training per save; a failure costs, on average, half an interval of redone work plus
+# the restart `R`. With failures every `M` seconds on average, the fraction of time lost is, to
+# first order, `delta / tau + (tau / 2 + R) / M`, smallest at **Young's interval**
+# `tau* = sqrt(2 delta M)` (J. W. Young, 1974; Daly, 2006, refines it to `sqrt(2 delta M) -
+# delta`). The assumptions: failures arrive at random at a constant rate (so when one strikes,
+# the time since the last save is uniform over the interval), `delta` and `R` are fixed, no
+# failure strikes during a save or a restart, and `delta` is much smaller than `M`.
+#
+# `delta` is what the training waits for. A synchronous `dcp.save` waits for the whole write;
+# `dcp.async_save` waits only while it copies the state to memory, then a thread writes it
+# (its collectives on a gloo group of their own: `checkpoint.save(..., async_group=...)`).
+# Measured on 2 ranks, 6 MB of state per rank (1M weights and their two moments, split):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+costs = launch.run(functools.partial(checkpoint_interval.save_cost_worker,
+                                     path=os.path.join(workdir, "costs")), 2, timeout_s=120,
+                   threads_per_rank=1)
+c = costs[0]
+print(f"dcp.save: {c['sync'] * 1e3:.0f} ms stalled; dcp.async_save: {c['async_blocked'] * 1e3:.0f}"
+      f" ms stalled, written after {c['async_total'] * 1e3:.0f} ms")
+
+# %% [markdown]
+# At scale: Llama 3's job lost a rank about every 3 hours (M = 54 days / 419). If a synchronous
+# save stalls it for 60 s and a restart takes 10 minutes:
+
+# %%
+M, delta, R = 54 * 24 * 3600 / 419, 60.0, 600.0
+tau = checkpoint_interval.young_interval(delta, M)
+print(f"M = {M / 3600:.2f} h; Young's interval sqrt(2 x 60 s x M) = {tau / 60:.1f} min "
+      f"(Daly: {checkpoint_interval.daly_interval(delta, M) / 60:.1f} min)")
+print(f"time lost there: {checkpoint_interval.waste(tau, delta, M, R):.1%} "
+      f"(saves {delta / tau:.1%}, redone work {tau / 2 / M:.1%}, restarts {R / M:.1%})")
+async_delta = 5.0
+tau_async = checkpoint_interval.young_interval(async_delta, M)
+print(f"if only 5 s stall (async_save): every {tau_async / 60:.1f} min, "
+      f"{checkpoint_interval.waste(tau_async, async_delta, M, R):.1%} lost")
+
+# %%
+taus = np.geomspace(300, 2 * 3600, 40)
+fig, ax = plt.subplots(figsize=(6.6, 3.3))
+for d, name in ((delta, "60 s stall (synchronous save)"), (5.0, "5 s stall (async_save)")):
+    ax.plot(taus / 60, [checkpoint_interval.waste(t, d, M, R) for t in taus], label=name)
+    sim = [checkpoint_interval.simulate(t, d, M, R, work=2e6, seed=1) for t in taus[::6]]
+    ax.plot(taus[::6] / 60, sim, "o", ms=4, mfc="none", label=f"{name}, simulated")
+    ax.axvline(checkpoint_interval.young_interval(d, M) / 60, ls=":", c="grey")
+ax.set(xscale="log", xlabel="checkpoint interval (minutes of work)", ylabel="fraction lost",
+       title="Lost time against the interval (M = 3.1 h, R = 10 min)")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# The simulation draws failures at random (they may strike a save or a restart too) and
+# replays the job; its minimum sits at Young's interval (dotted). An asynchronous save moves the
+# optimum to a shorter interval and lowers the whole curve: less work is lost per failure for
+# less stall. The restarts' `R / M` is a floor no interval can remove: that is why production
+# stacks work to restart in seconds (keeping checkpoints in the memory of other nodes, spare
+# nodes waiting).
+#
+# ## 5. Module 10's trainer, saved and resumed on 8 ranks
+#
+# `checkpoint3d` saves module 10's DP 2 x PP 2 x TP 2 run with DCP: each rank its stage's TP
+# slice (the two DP replicas hold the same bits: DCP writes one copy), its ZeRO-1 shard of
+# Adam's moments, Adam's step count and the step. The data need no state there: step `s` reads
+# `MarkovCorpus.batch(s, ...)`. A first job trains 6 steps and saves after 3; a new job (8 new
+# processes) loads it and trains steps 3 to 5.
+
+# %%
+plan3d = train3d.Plan(steps=6)
+run3d = checkpoint3d.run(plan3d, os.path.join(workdir, "tinylm_step_3"), save_at=3)
+print("all 8 ranks: losses of steps 3-5 and final weights equal the uninterrupted run's, bit for "
+      "bit:", checkpoint3d.same_run(run3d["uninterrupted"], run3d["resumed"], 3))
+print("resumed losses (last stage):", [f"{x:.4f}" for x in run3d["resumed"][-1]["losses"]])
+
+# %% [markdown]
+# ## 6. Checkpoints that must be refused
+#
+# A wrong checkpoint must stop the job with a message that says what is wrong, never resume
+# something else silently. `checkpoint.verify` (which `checkpoint.load` calls first) reads only
+# the `.metadata` and the files' sizes. Three cases:
+#
+# * **half-written**: a job killed while saving. The next cell runs a save on 2 ranks in which
+#   rank 1 receives SIGKILL as it starts writing its file. DCP writes `.metadata` last, after
+#   every rank's file, so a folder without one was never finished;
+# * **a missing shard**: a copy of the step-6 checkpoint that lost rank 1's file;
+# * **another model**: the step-6 checkpoint offered to a model of hidden width 48, not 32.
+
+# %%
+half = os.path.join(workdir, "step_9")
+try:
+    launch.run(functools.partial(resume_demo.killed_while_saving_worker, job=job, path=half),
+               job.world_size, timeout_s=120, threads_per_rank=1, show_output=False)
+except launch.RankError as error:
+    print("the save:", str(error).splitlines()[0])
+shutil.copytree(path6, os.path.join(workdir, "copy_of_step_6"))
+os.remove(os.path.join(workdir, "copy_of_step_6", "__1_0.distcp"))
+other = {"model": resume_job.build_model(resume_job.Job(hidden=48)).state_dict()}
+for folder, state in ((half, None), (os.path.join(workdir, "copy_of_step_6"), None),
+                      (path6, other)):
+    try:
+        checkpoint.verify(folder, state)
+    except checkpoint.CheckpointError as error:
+        print("-", error)
+print("newest complete checkpoint:", checkpoint.latest(workdir)[1].name)
+
+# %% [markdown]
+# `checkpoint.latest` skips the half-written `step_9` and resumes from `step_6`: the same
+# rule the lost-rank job used.
+
+# %%
+shutil.rmtree(workdir)
+print("temporary checkpoints removed:", not os.path.exists(workdir))
+
+# %% [markdown]
+# ## Summary
+#
+# | what | predicted | measured |
+# | --- | --- | --- |
+# | resume with every piece | the uninterrupted run | equal, bit for bit (new processes) |
+# | resume without the optimizer / schedule / a generator / the data position | departs | at the first or second resumed step |
+# | loading before `fully_shard` | every rank reads everything | 2x the bytes on 2 ranks; an optimizer made before wrapping never moves the model |
+# | DP 4 -> DP 2 x TP 2 and -> ZeRO-1 | bytes read from the layouts | equal to the byte, state equal bit for bit |
+# | a rank killed in step 6, checkpoints every 4 steps | resume from step 4; 2.5 steps + the restart lost | resumed from step 4, ends bit for bit as the uninterrupted run |
+# | how often to save | Young: sqrt(2 delta M) | the simulated optimum |
+# | module 10's trainer, 8 ranks | resumes exactly | equal, bit for bit |
+# | half-written, missing shard, other model | refused | refused, naming the problem |
+
+# %% [markdown]
+# **Next**: assignment `a12_checkpointing` (in your workspace under
+# `assignments/a12_checkpointing/`): size a checkpoint and its interval for your own job, then
+# write the save and the resume of a sharded run yourself; it is run on real ranks and must
+# equal one process's uninterrupted run on meshes this notebook does not show. This is the
+# course's last module: module 7's checklist and the papers under *References* in the course
+# README are where to go next.
