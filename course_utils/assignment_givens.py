@@ -31,6 +31,9 @@ Questions whose givens stay fixed, and why:
   (each student's own timings); Q8 (graded by hand).
 * a8: the practice questions; Q1's specs and Q2's collectives (a layout's collective does
   not depend on the sizes); Q3's function (hidden cases); Q4 (graded by hand).
+* a12: the practice questions; Q3's save and resume (hidden jobs drawn per submission); Q4's
+  choice (what an optimizer made before ``fully_shard`` does does not depend on the sizes); Q5
+  (graded by hand).
 * a9: the practice questions; Q3's function (hidden modules drawn per submission); Q4's
   diagnosis (one right choice whatever the learning rate and weights: other numbers would not
   change the answer to copy); Q5's bucket sizes (the student's own timings decide already);
@@ -219,6 +222,19 @@ GIVENS = {
                     (5120, 40, 40, 2048, 8), (4096, 32, 32, 4096, 4), (4096, 32, 32, 2048, 8),
                     (8192, 64, 80, 2048, 8), (5120, 40, 40, 4096, 4), (2560, 32, 32, 4096, 2),
                     (3072, 24, 28, 8192, 4), (8192, 64, 80, 4096, 8), (6144, 48, 44, 4096, 4)),
+    },
+    "a12_checkpointing": {
+        # Q1: (parameters N, ranks D, GB/s each rank writes): D > 2 so that "divided by D - 1"
+        # and "divided by D twice" stay mistakes of their own
+        "q1": given("Q1: (parameters N, ranks D, GB/s each rank writes)", (8e9, 64, 1.5),
+                    (7e9, 32, 1.0), (13e9, 128, 2.0), (70e9, 512, 2.5), (34e9, 256, 1.2),
+                    (3e9, 16, 0.8), (40e9, 256, 2.0), (20e9, 128, 1.6)),
+        # Q2: (GPUs n, hours between one GPU's failures m, seconds a save stalls, seconds a
+        # restart takes): job MTBFs of 0.7 to 12 hours, none the lecture's Llama 3 figure
+        "q2": given("Q2: (GPUs n, hours between one GPU's failures m, save stall delta s, "
+                    "restart R s)", (16384, 60000, 45, 480), (8192, 40000, 30, 300),
+                    (4096, 50000, 120, 900), (24576, 80000, 50, 600), (2048, 25000, 20, 240),
+                    (12288, 45000, 90, 420), (6144, 50000, 40, 360), (32768, 90000, 25, 300)),
     },
 }
 

@@ -90,6 +90,38 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
                            "    optimizer.load_gathered(torch.cat(parts))\n"
                            "    return loss if g.last else None",
                      "D times too large"),
+    # a12: every rank's generators under one key, which DCP writes once
+    "a12_checkpointing": ("q3", "import torch.distributed.checkpoint as dcp\n"
+                                "from torch.distributed.checkpoint.state_dict import (\n"
+                                "    get_state_dict, set_state_dict)\n"
+                                "def training_state(trainer):\n"
+                                "    model_sd, optim_sd = get_state_dict(trainer.model, "
+                                "trainer.optimizer)\n"
+                                "    return {'model': model_sd, 'optim': optim_sd,\n"
+                                "            'schedule': trainer.scheduler.state_dict(),\n"
+                                "            'epoch': trainer.sampler.epoch, "
+                                "'position': trainer.position,\n"
+                                "            'step': trainer.step, 'rng': {\n"
+                                "                'torch': torch.get_rng_state(), "
+                                "'numpy': np.random.get_state(),\n"
+                                "                'python': random.getstate()}}\n"
+                                "def save_checkpoint(trainer, path):\n"
+                                "    dcp.save(training_state(trainer), checkpoint_id=path)\n"
+                                "def load_checkpoint(trainer, path):\n"
+                                "    state = training_state(trainer)\n"
+                                "    dcp.load(state, checkpoint_id=path)\n"
+                                "    set_state_dict(trainer.model, trainer.optimizer,\n"
+                                "                   model_state_dict=state['model'],\n"
+                                "                   optim_state_dict=state['optim'])\n"
+                                "    trainer.scheduler.load_state_dict(state['schedule'])\n"
+                                "    trainer.sampler.set_epoch(state['epoch'])\n"
+                                "    trainer.position, trainer.step = state['position'], "
+                                "state['step']\n"
+                                "    torch.set_rng_state(state['rng']['torch'])\n"
+                                "    np.random.set_state(state['rng']['numpy'])\n"
+                                "    random.setstate(state['rng']['python'])\n"
+                                "    return trainer.step",
+                          "a key of its own"),
 }
 
 
