@@ -90,14 +90,16 @@ def save_cost_worker(rank: int, world_size: int, path: str, numel: int = 1_000_0
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+
+    from course_utils import backend
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    mesh = init_device_mesh("cpu", (world_size,))
+    mesh = init_device_mesh(backend.device().type, (world_size,))
     gen = torch.Generator().manual_seed(rank)
     state = {name: distribute_tensor(torch.randn(numel, generator=gen), mesh, [Shard(0)])
              for name in ("weights", "exp_avg", "exp_avg_sq")}
-    ckpt_group = dist.new_group(backend="gloo")
+    ckpt_group = backend.new_group()      # (on NCCL, async_save needs a gloo group: see DCP)
     sync, blocked, total = [], [], []
     for i in range(repeats):
         dist.barrier()

@@ -119,7 +119,8 @@ def job_worker(folder: str, plan_fields: dict, kill: bool) -> dict[str, Any]:
         t0, step = time.time(), trainer.step
         _log(folder, rank, "step", step=step)
         losses += resume_job.train(trainer, step + 1)
-        if kill and attempt == 0 and rank == plan.kill_rank and step == plan.kill_step:
+        if kill and attempt == 0 and rank == plan.kill_rank and step == plan.kill_step and \
+                int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:   # (a restart to come)
             time.sleep(max(0.0, t0 + plan.step_s / 2 - time.time()))
             _log(folder, rank, "killed", step=step)
             os.kill(os.getpid(), signal.SIGKILL)                           # a real lost rank
@@ -277,8 +278,8 @@ def draw(out: dict[str, Any], ax) -> None:
 
 
 def _cli_worker(rank: int, world_size: int, folder: str) -> int:
-    """``torchrun`` entry: the job with the kill in attempt 0 (rank 1, step 6): returns the number
-    of steps this attempt trained."""
+    """``torchrun`` entry: the job, with the kill in attempt 0 (rank 1, step 6) when torchrun may
+    restart it (``--max-restarts``); returns the number of steps this attempt trained."""
     import torch.distributed as dist
 
     dist.destroy_process_group()       # job_worker joins the group itself

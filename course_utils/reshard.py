@@ -15,7 +15,7 @@ saved piece** and keeps the overlap (``FileSystemReader.read_data`` in
 (:func:`predicted_bytes`), and :func:`reshard_worker` measures them: the size of each rank's
 file for writes, the pieces its reader fetched for reads (:func:`counting_reader`).
 
-Run under torchrun (4 ranks)::
+Run under torchrun (4 ranks; with 2, the same on DP 2, DP 1 x TP 2 and ZeRO-1 on 2)::
 
     torchrun --standalone --nproc-per-node 4 -m course_utils.reshard
 """
@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from course_utils import backend
 
 __all__ = ["LAYOUTS", "SIZES", "build", "boxes", "serialized_bytes", "predicted_bytes",
            "counting_reader", "reshard_worker", "table"]
@@ -50,25 +52,27 @@ def _rows(n: int, parts: int, k: int) -> tuple[int, int]:
     return min(k * size, n), min((k + 1) * size, n)
 
 
-def boxes(layout: str, name: str, rank: int) -> list[tuple[tuple[int, int], ...]]:
+def boxes(layout: str, name: str, rank: int, world: int = 4) -> list[tuple[tuple[int, int], ...]]:
     """The pieces of tensor ``name`` (a weight or a moment of it) rank ``rank`` holds in
-    ``layout``: each a ((start, stop) per dimension) box of the whole tensor."""
+    ``layout`` on ``world`` ranks (the names say 4; "DP 2 x TP 2" is DP world/2 x TP 2): each a
+    ((start, stop) per dimension) box of the whole tensor."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
     shape = SIZES[name.split(".exp_avg")[0]]
     whole = tuple((0, n) for n in shape)
     if layout == LAYOUTS[0]:
-        return [(_rows(shape[0], 4, rank),) + whole[1:]]
+        return [(_rows(shape[0], world, rank),) + whole[1:]]
     if layout == LAYOUTS[2]:
         return [whole] if name.endswith("weight") or name.endswith("bias") else \
-            [(_rows(shape[0], 4, rank),) + whole[1:]]
-    if layout != LAYOUTS[1]:
-        raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
-    dp, tp = divmod(rank, 2)                 # the 2 x 2 mesh, ("dp", "tp"), row-major
+            [(_rows(shape[0], world, rank),) + whole[1:]]
+    dp_size = world // 2
+    dp, tp = divmod(rank, 2)                 # the (world/2) x 2 mesh, ("dp", "tp"), row-major
     param = name.split(".exp_avg")[0]
     if param.startswith("0."):               # column-parallel: rows split by TP, then by DP
         lo, hi = _rows(shape[0], 2, tp)
-        start, stop = _rows(hi - lo, 2, dp)
+        start, stop = _rows(hi - lo, dp_size, dp)
         return [((lo + start, lo + stop),) + whole[1:]]
-    rows = _rows(shape[0], 2, dp)            # row-parallel: columns by TP; rows by DP (FSDP2)
+    rows = _rows(shape[0], dp_size, dp)      # row-parallel: columns by TP; rows by DP (FSDP2)
     if param == "2.weight":
         return [(rows, _rows(shape[1], 2, tp))]
     return [(rows,)]                         # its bias: whole on both TP ranks
@@ -95,16 +99,17 @@ def _overlaps(a, b) -> bool:
     return all(max(a0, b0) < min(a1, b1) for (a0, a1), (b0, b1) in zip(a, b))
 
 
-def predicted_bytes(layout: str, rank: int) -> dict[str, int]:
-    """From the layouts alone: the bytes rank ``rank`` writes when saving from DP 4, the saved
-    pieces it fetches and their bytes when loading into ``layout`` (every saved piece that
-    overlaps a piece it holds, whole), and the bytes it keeps."""
-    written = sum(serialized_bytes(_box_shape(boxes(LAYOUTS[0], n, rank)[0]))
-                  for n in _key_names())
+def predicted_bytes(layout: str, rank: int, world: int = 4) -> dict[str, int]:
+    """From the layouts alone: the bytes rank ``rank`` writes when saving from DP ``world``,
+    the saved pieces it fetches and their bytes when loading into ``layout`` (every saved piece
+    that overlaps a piece it holds, whole), and the bytes it keeps."""
+    written = sum(serialized_bytes(_box_shape(boxes(LAYOUTS[0], n, rank, world)[0]))
+                  for n in _key_names() if math.prod(_box_shape(
+                      boxes(LAYOUTS[0], n, rank, world)[0])))
     read = pieces = kept = 0
     for name in _key_names():
-        saved = [boxes(LAYOUTS[0], name, r)[0] for r in range(4)]
-        for mine in boxes(layout, name, rank):
+        saved = [boxes(LAYOUTS[0], name, r, world)[0] for r in range(world)]
+        for mine in boxes(layout, name, rank, world):
             kept += 4 * math.prod(_box_shape(mine))
             for piece in saved:
                 if _overlaps(mine, piece):
@@ -146,18 +151,19 @@ def _flat_state(model: nn.Module, optimizer) -> dict[str, Any]:
 def _whole(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
-    return t.full_tensor().detach() if isinstance(t, DTensor) else t.detach()
+    return backend.to_cpu(t.full_tensor().detach() if isinstance(t, DTensor) else t.detach())
 
 
 def _loss(model: nn.Module) -> float:
     """The MLP's mean squared output on a fixed batch (forward only)."""
     x = torch.randn(8, 32, generator=torch.Generator().manual_seed(7))
-    return float((model(x) ** 2).mean())
+    return float((model(backend.to_device(x)) ** 2).mean())
 
 
 def reshard_worker(rank: int, world_size: int, path: str, steps: int = 2) -> dict[str, Any]:
-    """Collective on 4 ranks: train the MLP ``steps`` AdamW steps on DP 4 (FSDP2), save to
-    ``path``, then load into DP 2 x TP 2 and DP 4 ZeRO-1 models built from another seed.
+    """Collective on 4 ranks (or any even number D: DP D, DP D/2 x TP 2, ZeRO-1 on D): train
+    the MLP ``steps`` AdamW steps on DP 4 (FSDP2), save to ``path``, then load into DP 2 x TP 2
+    and DP 4 ZeRO-1 models built from another seed.
     Returns, per layout: bytes written or read and pieces fetched, whether every whole weight
     and moment equals the saved one bit for bit, and the forward loss on a fixed batch."""
     import logging
@@ -172,15 +178,16 @@ def reshard_worker(rank: int, world_size: int, path: str, steps: int = 2) -> dic
 
     warnings.filterwarnings("ignore")
     logging.getLogger("torch.distributed.tensor").setLevel(logging.ERROR)  # (strided gathers)
-    if world_size != 4:
-        raise ValueError(f"the demo saves from DP 4: world_size must be 4; got {world_size}")
-    dp4 = init_device_mesh("cpu", (4,))
+    if world_size % 2:
+        raise ValueError(f"world_size must be even (DP D/2 x TP 2); got {world_size}")
+    dev = backend.device()
+    dp4 = init_device_mesh(dev.type, (world_size,))
     model = build(0)
     fully_shard(model, mesh=dp4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(100 + rank)
     for _ in range(steps):
-        (model(torch.randn(4, 32, generator=gen)) ** 2).mean().backward()
+        (model(torch.randn(4, 32, generator=gen).to(dev)) ** 2).mean().backward()
         opt.step()
         opt.zero_grad()
     saved = _flat_state(model, opt)
@@ -189,14 +196,14 @@ def reshard_worker(rank: int, world_size: int, path: str, steps: int = 2) -> dic
     out = {LAYOUTS[0]: {"written": os.path.getsize(os.path.join(path, f"__{rank}_0.distcp")),
                         "loss": _loss(model), "equal": True}}
 
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    mesh = init_device_mesh(dev.type, (world_size // 2, 2), mesh_dim_names=("dp", "tp"))
     tp_model = build(1)                                     # other weights: all must be loaded
     parallelize_module(tp_model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
     fully_shard(tp_model, mesh=mesh["dp"])
     tp_opt = torch.optim.AdamW(tp_model.parameters(), lr=1e-2)
     for p in tp_model.parameters():                         # Adam's moments, laid out as p
         tp_opt.state[p] = {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
-    zero1_model = build(2)                                  # ZeRO-1: whole weights, moments split
+    zero1_model = build(2).to(dev)                          # ZeRO-1: whole weights, moments split
     zero1_state = {}
     for name, p in zero1_model.named_parameters():
         zero1_state[name] = p.data
@@ -214,7 +221,7 @@ def reshard_worker(rank: int, world_size: int, path: str, steps: int = 2) -> dic
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """Bytes per rank, predicted from the layouts and measured, as a text table."""
+    """Bytes per rank on 4 ranks, predicted from the layouts and measured, as a text table."""
     lines = ["rank   writes (DP 4)        reads into DP 2 x TP 2     reads into DP 4, ZeRO-1",
              "       predicted measured   pieces predicted measured   pieces predicted measured"]
     for rank, r in enumerate(results):
@@ -228,7 +235,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def _torchrun_demo(rank: int, world_size: int) -> bool:
-    """Save on DP 4, load into both layouts; True when every byte count is as predicted."""
+    """Save on DP D, load into both layouts; True when every byte count is as predicted."""
     import shutil
     import tempfile
 
@@ -238,8 +245,8 @@ def _torchrun_demo(rank: int, world_size: int) -> bool:
     dist.broadcast_object_list(folder)
     try:
         r = reshard_worker(rank, world_size, os.path.join(folder[0], "ckpt"))
-        return all(r[lay]["read"] == predicted_bytes(lay, rank)["read"] and r[lay]["equal"]
-                   for lay in LAYOUTS[1:])
+        return all(r[lay]["read"] == predicted_bytes(lay, rank, world_size)["read"]
+                   and r[lay]["equal"] for lay in LAYOUTS[1:])
     finally:
         dist.barrier()
         if rank == 0:

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from course_utils import checkpoint, resume_job
+from course_utils import backend, checkpoint, resume_job
 
 __all__ = ["omission_worker", "resume_worker", "before_wrapping_worker",
            "killed_while_saving_worker", "departures", "departure_table", "same_bits"]
@@ -87,7 +87,7 @@ def before_wrapping_worker(rank: int, world_size: int, job: resume_job.Job,
     early = torch.optim.AdamW(model.parameters(), lr=job.lr)      # made before wrapping
     whole = counting_reader(path)
     dcp.load({"model": model.state_dict()}, storage_reader=whole)   # every rank: everything
-    fully_shard(model, mesh=init_device_mesh("cpu", (world_size,)))
+    fully_shard(model, mesh=init_device_mesh(backend.device().type, (world_size,)))
     shard = counting_reader(path)
     dcp.load({"model": model.state_dict()}, storage_reader=shard)   # every rank: its shard
     before = {n: p.full_tensor().clone() for n, p in model.named_parameters()}

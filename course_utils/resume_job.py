@@ -33,6 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils import backend
 from course_utils.validate import check_int, check_real
 
 __all__ = ["Job", "Trainer", "Schedule", "fresh", "train", "snapshot", "reference_run", "digest",
@@ -143,7 +144,7 @@ def fresh(job: Job, rank: int, world_size: int) -> Trainer:
         raise ValueError(f"the job has {job.world_size} ranks; got world_size={world_size}")
     _seed_generators(job, rank)
     model = build_model(job)
-    fully_shard(model, mesh=init_device_mesh("cpu", (world_size,)))
+    fully_shard(model, mesh=init_device_mesh(backend.device().type, (world_size,)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, Schedule(job.warmup, job.steps))
     sampler = DistributedSampler(range(job.samples), num_replicas=world_size, rank=rank,
@@ -157,7 +158,7 @@ def _batch(job: Job, data: tuple, order: list[int], position: int) -> tuple[torc
     x, y = data[0][idx].clone(), data[1][idx]                              # (rows, F), (rows,)
     x += job.noise * torch.from_numpy(np.random.standard_normal(x.shape)).float()
     x[:, random.randrange(job.features)] = 0.0
-    return x, y
+    return backend.to_device(x), backend.to_device(y)
 
 
 def train(trainer: Trainer, until: int) -> list[float]:
@@ -204,12 +205,12 @@ def snapshot(trainer: Trainer) -> dict[str, Any]:
     epoch, the position, the step and this rank's generators (digests)."""
     weights, moments = {}, {}
     for name, p in trainer.model.named_parameters():
-        weights[name] = p.full_tensor().detach().numpy().copy()
+        weights[name] = backend.to_cpu(p.full_tensor().detach()).numpy().copy()
         state = trainer.optimizer.state.get(p, {})
         for key in ("exp_avg", "exp_avg_sq"):
             value = state.get(key)
             moments[f"{name}.{key}"] = (None if value is None
-                                        else value.full_tensor().numpy().copy())
+                                        else backend.to_cpu(value.full_tensor()).numpy().copy())
     first = trainer.optimizer.state.get(next(trainer.model.parameters()), {})
     return {"rank": trainer.rank, "weights": weights, "moments": moments,
             "adam_steps": float(first["step"]) if "step" in first else 0.0,

@@ -202,7 +202,8 @@ print("predicted == measured on every rank:", all(
 
 # %% [markdown]
 # Every rank writes 43,884 bytes: 12 pieces (4 weights, 8 moments), 25,056 bytes of data.
-# Into DP 2 x TP 2 a rank keeps a quarter of every tensor but reads 18 pieces: the
+# Into DP 2 x TP 2 a rank keeps a quarter of each tensor (half of the last bias, which both TP
+# ranks hold) but reads 18 pieces: the
 # column-parallel layer's rows line up with one saved piece each, but the row-parallel weight
 # keeps half the columns of two saved row blocks, and reads both blocks whole. Into ZeRO-1 a
 # rank reads all 4 pieces of every weight (it holds them whole) and one piece of each moment.

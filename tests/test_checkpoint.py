@@ -1,0 +1,268 @@
+"""Module 12: checkpoints on real gloo ranks (resume, resharding, a kill in the middle of a save,
+a lost rank under torchrun's agent and under the torchrun command, module 10's trainer), and
+the checks, formulas and predictions at the value level."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils import (checkpoint, checkpoint3d, checkpoint_interval, launch, lost_rank,
+                          reshard, resume_demo, resume_job, train3d)
+
+ROOT = Path(__file__).resolve().parent.parent
+SAVE_AT = 6
+
+
+# ----------------------------------------------------------------------------- real ranks
+
+
+@pytest.fixture(scope="module")
+def resumes(tmp_path_factory):
+    """For seeds 0 and 1: the uninterrupted run saved at step 6, resumed with everything, without
+    the optimizer and without torch's generator; and one process running the same job."""
+    launch.preload(*checkpoint.PRELOAD)
+    out = {}
+    for seed in (0, 1):
+        job = resume_job.Job(seed=seed)
+        path = str(tmp_path_factory.mktemp(f"resume{seed}") / "step_6")
+        omits = [(), ("optimizer",), ("torch RNG",)]
+        ranks = launch.run(functools.partial(resume_demo.omission_worker, job=job, path=path,
+                                             save_at=SAVE_AT, omits=omits), 2, timeout_s=180,
+                           threads_per_rank=1)
+        out[seed] = (job, path, ranks, resume_job.reference_run(job, at=SAVE_AT))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_distributed_run_equals_one_process(resumes, seed):
+    _, _, ranks, ref = resumes[seed]
+    for r in ranks:
+        torch.testing.assert_close(torch.tensor(r["uninterrupted"]), torch.tensor(ref["losses"]),
+                                   rtol=1e-6, atol=1e-7)
+        for name, w in ref["weights"].items():
+            torch.testing.assert_close(torch.from_numpy(r["weights"][name]), torch.from_numpy(w),
+                                       rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_each_piece_left_out_departs_where_it_should(resumes, seed):
+    _, _, ranks, _ = resumes[seed]
+    r = ranks[0]
+    full, no_optimizer, no_torch_rng = (
+        resume_demo.departures(r["uninterrupted"], losses, SAVE_AT, steps)
+        for losses, steps in zip(r["resumed"], r["steps"]))
+    assert full == {"first": None, "largest": 0.0, "steps": 12}
+    assert no_optimizer["first"] == SAVE_AT + 1 and no_optimizer["largest"] > 1e-3
+    assert no_torch_rng["first"] == SAVE_AT and no_torch_rng["largest"] > 1e-3
+
+
+def test_a_new_job_resumes_bit_for_bit(resumes):
+    job, path, ranks, ref = resumes[0]
+    again = launch.run(functools.partial(resume_demo.resume_worker, job=job, path=path), 2,
+                       timeout_s=120, threads_per_rank=1)
+    at = ref["state_at"]
+    for rank, r in enumerate(again):
+        assert r["losses"] == ranks[rank]["uninterrupted"][SAVE_AT:]
+        assert resume_demo.same_bits(r["final"]["weights"], ranks[rank]["weights"])
+        loaded = r["loaded"]
+        assert (loaded["epoch"], loaded["position"], loaded["step"]) == (
+            at["epoch"], at["position"], at["step"]) == (1, 2, SAVE_AT)
+        assert loaded["rng"] == at["rng"][rank]
+
+
+def test_loading_before_wrapping_reads_everything_and_an_early_optimizer_never_moves(resumes):
+    job, path, _, _ = resumes[1]
+    out = launch.run(functools.partial(resume_demo.before_wrapping_worker, job=job, path=path),
+                     2, timeout_s=120, threads_per_rank=1)
+    for r in out:
+        assert r["read_before"] == 2 * r["read_after"] and not r["moved"]
+
+
+def test_a_kill_in_the_middle_of_a_save_leaves_a_checkpoint_that_is_refused(resumes, tmp_path):
+    job, path6, _, _ = resumes[0]
+    half = tmp_path / "step_9"
+    with pytest.raises(launch.RankError, match="killed by SIGKILL"):
+        launch.run(functools.partial(resume_demo.killed_while_saving_worker, job=job,
+                                     path=str(half)), 2, timeout_s=120, show_output=False)
+    with pytest.raises(checkpoint.CheckpointError, match="half-written.*__0_0.distcp"):
+        checkpoint.verify(half)
+    shutil.copytree(path6, tmp_path / "step_6")
+    assert checkpoint.latest(tmp_path) == (6, tmp_path / "step_6")
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_resharding_reads_and_writes_the_predicted_bytes(tmp_path, world):
+    out = launch.run(functools.partial(reshard.reshard_worker, path=str(tmp_path / "mlp")), world,
+                     timeout_s=180, threads_per_rank=1)
+    for rank, r in enumerate(out):
+        want = {layout: reshard.predicted_bytes(layout, rank, world)
+                for layout in reshard.LAYOUTS}
+        assert r[reshard.LAYOUTS[0]]["written"] == want[reshard.LAYOUTS[0]]["written"]
+        for layout in reshard.LAYOUTS[1:]:
+            assert (r[layout]["read"], r[layout]["pieces"]) == (want[layout]["read"],
+                                                                want[layout]["pieces"])
+        assert all(v["equal"] for v in r.values())
+        losses = [v["loss"] for v in r.values()]
+        assert max(losses) - min(losses) < 1e-6
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_module_10s_trainer_resumes_bit_for_bit(tmp_path, seed):
+    plan = train3d.Plan(dp=2, pp=2, tp=1, steps=4, batch=8, seed=seed)
+    out = checkpoint3d.run(plan, str(tmp_path / "step_2"), save_at=2)
+    assert checkpoint3d.same_run(out["uninterrupted"], out["resumed"], 2)
+    assert all(len(r["losses"]) == 2 for r in out["resumed"])
+
+
+def test_a_lost_rank_is_restarted_by_torchruns_agent_and_ends_where_it_would_have():
+    plan = lost_rank.Plan()
+    out = lost_rank.run(plan, timeout_s=300)
+    kill = out["kill"]
+    assert (kill["rank"], kill["step"], kill["resumed_from"]) == (1, 6, 4)
+    assert out["killed"]["weights"] == out["uninterrupted"]["weights"]
+    assert out["killed"]["losses"] == out["uninterrupted"]["losses"][4:]
+    attempts = {e["attempt"] for e in out["killed"]["events"] if e["event"] == "start"}
+    assert attempts == {0, 1} and any("1/1 attempts left" in line for line in out["agent"])
+    predicted = lost_rank.predicted_lost_s(plan, kill["restart_s"])
+    assert abs(kill["lost_s"] - predicted) < max(0.5, 0.3 * predicted), (kill, predicted)
+
+
+def test_the_torchrun_command_restarts_the_killed_job(tmp_path):
+    """``torchrun --max-restarts 1 -m course_utils.lost_rank DIR``: rank 1 dies in step 6, the
+    job resumes from the step-4 checkpoint and both ranks finish."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    out = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
+                          "--max-restarts", "1", "-m", "course_utils.lost_rank", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    events = [json.loads(line) for rank in (0, 1)
+              for line in (tmp_path / f"events.rank{rank}.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "killed"] == [6]
+    assert {e["step"] for e in events if e["event"] == "loaded"} == {4}
+    assert sorted(re.findall(r"rank (\d) returned: (\d+)", out.stdout)) == [("0", "6"), ("1", "6")]
+
+
+# ----------------------------------------------------------------------------- the values
+
+
+@pytest.fixture()
+def saved(tmp_path):
+    """A two-tensor checkpoint saved by one process, and the state dict it was saved from."""
+    import torch.distributed.checkpoint as dcp
+
+    state = {"model": {"w": torch.arange(12.0).reshape(3, 4), "b": torch.ones(3)}, "step": 5}
+    dcp.save(state, checkpoint_id=str(tmp_path / "step_5"), no_dist=True)
+    return tmp_path / "step_5", state
+
+
+def test_verify_names_each_problem(saved, tmp_path):
+    path, state = saved
+    assert checkpoint.verify(path, state).state_dict_metadata["model.w"].size == (3, 4)
+    with pytest.raises(checkpoint.CheckpointError, match="does not exist"):
+        checkpoint.verify(tmp_path / "nowhere")
+    other = {"model": {"w": torch.zeros(4, 4), "b": torch.ones(3)}}
+    with pytest.raises(checkpoint.CheckpointError, match=r"'model.w' with shape \(3, 4\), this "
+                                                          r"model's is \(4, 4\)"):
+        checkpoint.verify(path, other)
+    with pytest.raises(checkpoint.CheckpointError, match="has no 'model.gamma'"):
+        checkpoint.verify(path, {"model": {"gamma": torch.zeros(3)}})
+    shard = next(path.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(checkpoint.CheckpointError, match="cut short"):
+        checkpoint.verify(path)
+    shard.unlink()
+    with pytest.raises(checkpoint.CheckpointError, match=f"missing the shard file {shard.name} "
+                                                         r"\(written by rank 0\)"):
+        checkpoint.verify(path)
+    (path / ".metadata").write_bytes(b"not a pickle")
+    with pytest.raises(checkpoint.CheckpointError, match="cannot be read"):
+        checkpoint.verify(path)
+    (path / ".metadata").unlink()
+    with pytest.raises(checkpoint.CheckpointError, match="half-written"):
+        checkpoint.verify(path)
+    assert checkpoint.latest(tmp_path) is None
+
+
+def test_latest_takes_the_newest_complete_checkpoint(saved, tmp_path):
+    path, _ = saved
+    shutil.copytree(path, checkpoint.step_folder(tmp_path, 12))
+    checkpoint.step_folder(tmp_path, 20).mkdir()          # half-written: no .metadata
+    (tmp_path / "notes").mkdir()
+    assert checkpoint.latest(tmp_path) == (12, tmp_path / "step_000012")
+    assert set(checkpoint.file_bytes(path)) == {".metadata", *(p.name for p in path.glob("*.distcp"))}
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="omit must name pieces"):
+        checkpoint.load(None, "x", omit=["the moon"])
+    with pytest.raises(ValueError, match="dropout"):
+        resume_job.Job(dropout=1.5)
+    with pytest.raises(ValueError, match="fewer than rows"):
+        resume_job.Job(samples=4, rows=4)
+    with pytest.raises(ValueError, match="kill_step"):
+        lost_rank.Plan(kill_step=10)
+    with pytest.raises(ValueError, match="kill_rank"):
+        lost_rank.Plan(kill_rank=2)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        reshard.boxes("DP 8", "0.weight", 0)
+    with pytest.raises(ValueError, match="save_at"):
+        checkpoint3d.run(train3d.Plan(steps=4), "x", save_at=4)
+    with pytest.raises(ValueError, match="Daly"):
+        checkpoint_interval.daly_interval(10.0, 15.0)
+    with pytest.raises(ValueError, match="modules must be module names"):
+        launch.preload("", "torch")
+
+
+def test_the_schedule_and_the_shards():
+    s = resume_job.Schedule(warmup=3, steps=12)
+    assert [s(i) for i in range(3)] == [1 / 3, 2 / 3, 1.0]
+    assert s(3) == 1.0 and s(12) == pytest.approx(0.1) and s(100) == pytest.approx(0.1)
+    assert resume_job.shard_rows(32, 3) == [(0, 11), (11, 22), (22, 32)]
+    assert resume_job.shard_rows(4, 3) == [(0, 2), (2, 4), (4, 4)]
+    assert resume_job.Job(world_size=3, samples=30, rows=2).steps_per_epoch == 5
+
+
+def test_resharding_predictions_follow_the_layouts():
+    """DP 4: every rank writes 12 pieces; DP 2 x TP 2 keeps a quarter of a tensor and reads 18
+    pieces (the row-parallel weight's half columns cut two saved row blocks); ZeRO-1 reads every
+    piece of every weight (4 each) and one of each moment."""
+    for rank in range(4):
+        tp = reshard.predicted_bytes(reshard.LAYOUTS[1], rank)
+        zero1 = reshard.predicted_bytes(reshard.LAYOUTS[2], rank)
+        assert (tp["pieces"], zero1["pieces"]) == (18, 24)
+        total = 4 * sum(np.prod(s) for s in reshard.SIZES.values()) * 3
+        # a quarter of every tensor, but half of the last bias (whole on both TP ranks)
+        assert tp["kept"] == total // 4 + 3 * 4 * 8 and tp["read"] > tp["written"]
+    for shape in [(8, 16), (32, 32), (128,)]:      # "the data plus about 1.5 KB of records"
+        assert 1400 < reshard.serialized_bytes(shape) - 4 * int(np.prod(shape)) < 1700
+
+
+def test_youngs_interval_minimizes_the_first_order_waste_and_the_simulation():
+    delta, mtbf, restart = 60.0, 3 * 3600.0, 600.0
+    tau = checkpoint_interval.young_interval(delta, mtbf)
+    grid = np.linspace(0.3 * tau, 3 * tau, 301)
+    waste = [checkpoint_interval.waste(t, delta, mtbf, restart) for t in grid]
+    assert abs(grid[int(np.argmin(waste))] - tau) < grid[1] - grid[0]
+    assert checkpoint_interval.waste(tau, delta, mtbf) == pytest.approx(np.sqrt(2 * delta / mtbf))
+    for seed in (0, 1):   # failures at random: the simulated optimum sits near Young's
+        taus = tau * np.array([0.35, 0.6, 1.0, 1.6, 2.8])
+        simulated = [checkpoint_interval.simulate(t, delta, mtbf, restart, work=4e6, seed=seed)
+                     for t in taus]
+        assert int(np.argmin(simulated)) == 2, simulated
+
+
+def test_the_time_lost_is_the_work_since_the_checkpoint_plus_the_restart():
+    plan = lost_rank.Plan(steps=12, every=4, kill_step=9, step_s=0.2)
+    assert lost_rank.predicted_lost_s(plan, 1.0) == pytest.approx(1.5 * 0.2 + 1.0)
