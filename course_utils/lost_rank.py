@@ -277,16 +277,14 @@ def draw(out: dict[str, Any], ax) -> None:
     ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
 
 
-def _cli_worker(rank: int, world_size: int, folder: str) -> int:
-    """``torchrun`` entry: the job, with the kill in attempt 0 (rank 1, step 6) when torchrun may
-    restart it (``--max-restarts``); returns the number of steps this attempt trained."""
-    import torch.distributed as dist
-
-    dist.destroy_process_group()       # job_worker joins the group itself
-    plan = Plan(world_size=world_size)
-    out = job_worker(folder, asdict(plan), kill=True)
-    dist.init_process_group("gloo")    # (torchrun_main destroys it again)
-    return len(out["losses"])
+def _cli_main(folder: str) -> None:
+    """``torchrun`` entry (one rank): the job, with the kill in attempt 0 (rank 1, step 6) when
+    torchrun may restart it (``--max-restarts``). It joins its group itself, with the attempt's
+    prefix, so it does not go through ``launch.torchrun_main``; it prints ``rank r returned: n``
+    (the steps this attempt trained) as that does."""
+    out = job_worker(folder, asdict(Plan(world_size=int(os.environ["WORLD_SIZE"]))), kill=True)
+    sys.stdout.write(f"rank {os.environ['RANK']} returned: {len(out['losses'])}\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
@@ -294,7 +292,4 @@ if __name__ == "__main__":
         _agent(sys.argv[2], json.loads(sys.argv[3]))
     else:
         # torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m course_utils.lost_rank DIR
-        from course_utils import launch
-
-        target = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="course-lost-")
-        launch.torchrun_main(_cli_worker, target)
+        _cli_main(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="course-lost-"))

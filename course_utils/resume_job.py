@@ -21,6 +21,7 @@ saves and loads).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import random
@@ -247,7 +248,15 @@ def reference_run(job: Job, at: int | None = None) -> dict[str, Any]:
     """The whole run in one process, emulating each rank's data and generators: the global loss
     of every step (``losses``), the final weights, and the state after ``at`` steps (``at``:
     what a right resume from a checkpoint of step ``at`` starts from: weights, moments, adam
-    steps, lr, schedule step, epoch, position, step, and each rank's generator digests)."""
+    steps, lr, schedule step, epoch, position, step, and each rank's generator digests).
+    Computed once per (job, at) in a process; treat the result as read-only."""
+    if not isinstance(job, Job):
+        raise ValueError(f"job must be a resume_job.Job; got {type(job).__name__}")
+    return _reference_run(job, at)
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_run(job: Job, at: int | None) -> dict[str, Any]:
     from torch.utils.data import DistributedSampler
 
     model = build_model(job)

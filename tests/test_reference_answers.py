@@ -447,3 +447,110 @@ def test_a9_q3_visible_check_names_each_mistake_it_lists(mistake, words):
     ns = {"__name__": "__main__", "torch": torch, "nn": nn, "saved_activation_bytes": mistake}
     with pytest.raises(AssertionError, match=words):
         exec(cell.source, ns)
+
+
+# --------------------------------------------------------------------------- a12: checkpointing
+
+
+def _a12_right(job, save_at):
+    """What a right resume of ``job`` from step ``save_at`` submits, rank by rank, built from one
+    process's run (the state right after loading, the losses and weights it ends with)."""
+    from course_utils import resume_job
+
+    ref = resume_job.reference_run(job, at=save_at)
+    at = ref["state_at"]
+    return [{"resumed_at": save_at, "losses": list(ref["losses"][save_at:]),
+             "weights": {k: v.copy() for k, v in ref["weights"].items()},
+             "loaded": {"rank": rank, "weights": {k: v.copy() for k, v in at["weights"].items()},
+                        "moments": {k: v.copy() for k, v in at["moments"].items()},
+                        **{k: at[k] for k in ("adam_steps", "lr", "schedule_step", "epoch",
+                                              "position", "step")},
+                        "rng": dict(at["rng"][rank])}} for rank in range(job.world_size)]
+
+
+def _a12_mistakes(job, save_at):
+    """(how a submission goes wrong, words the judge must say) for each named mistake."""
+    from course_utils import resume_job
+
+    initial = {n: p.detach().numpy() for n, p in resume_job.build_model(job).named_parameters()}
+    lo, hi = resume_job.shard_rows(job.hidden, job.world_size)[1]
+
+    def weights_initial(r):
+        r["loaded"]["weights"] = {k: v.copy() for k, v in initial.items()}
+
+    def only_rank0(r):
+        for name, w in r["loaded"]["weights"].items():
+            if w.ndim and w.shape[0] == job.hidden:
+                w[lo:hi] = initial[name][lo:hi]
+
+    def set_loaded(**fields):
+        return lambda r: r["loaded"].update(fields)
+
+    def moments_zero(r):
+        r["loaded"]["moments"] = {k: 0 * v for k, v in r["loaded"]["moments"].items()}
+
+    def one_rng(r):
+        r["loaded"]["rng"]["torch"] = "rank0's"
+
+    return [(weights_initial, "initial ones: the model's state was not loaded"),
+            (only_rank0, "only rank 0's rows"),
+            (moments_zero, "the optimizer's state was not restored"),
+            (set_loaded(adam_steps=1.0), "Adam's step count"),
+            (set_loaded(schedule_step=0), "warms up again"),
+            (set_loaded(epoch=0), "the sampler is in epoch 0"),
+            (set_loaded(position=0), "restore the position"),
+            (set_loaded(step=0), "restore trainer.step"),
+            (lambda r: r.update(resumed_at=None), "must return the step it resumes at"),
+            (lambda r: r["losses"].append(1.0), "differ from one process's uninterrupted run")]
+
+
+@pytest.mark.parametrize("ranks, seed", [(3, 4), (4, 9)])
+def test_a12_judge_names_each_piece_of_state_lost(ranks, seed):
+    """a12 Q3's judge: a right resume passes; each mistake in the loaded state (or in how the run
+    ended) is named, on 3- and 4-rank jobs."""
+    import copy
+
+    from course_utils import resume_check
+
+    job, save_at = resume_check.job(ranks, seed=seed), 5
+    right = _a12_right(job, save_at)
+    resume_check.diagnose(job, save_at, right)
+    for mistake, words in _a12_mistakes(job, save_at):
+        wrong = copy.deepcopy(right)
+        for r in wrong:
+            mistake(r)
+        with pytest.raises(AssertionError, match=words):
+            resume_check.diagnose(job, save_at, wrong)
+
+
+def test_a12_judge_tells_one_copy_of_the_generators_from_none():
+    """Every rank with rank 0's generator (one key, which DCP writes once) is named apart from
+    generators that were never restored."""
+    import copy
+
+    from course_utils import resume_check, resume_job
+
+    job = resume_check.job(3, seed=2)
+    right = _a12_right(job, 5)
+    same = copy.deepcopy(right)
+    for r in same:
+        r["loaded"]["rng"]["numpy"] = right[0]["loaded"]["rng"]["numpy"]
+    with pytest.raises(AssertionError, match="same state of NumPy's generator.*key of its own"):
+        resume_check.diagnose(job, 5, same)
+    fresh = copy.deepcopy(right)
+    for rank, r in enumerate(fresh):
+        r["loaded"]["rng"]["python"] = resume_job.digest(("seeded", rank))
+    with pytest.raises(AssertionError, match="Python's generator .* was not restored"):
+        resume_check.diagnose(job, 5, fresh)
+
+
+@pytest.mark.parametrize("answer, words", [("error", "nothing raises"),
+                                           ("right", "never moves"),
+                                           ("wrong-shards", "this rank's shard")])
+def test_a12_q4_feedback_names_the_mistake(answer, words):
+    from grading import judge
+
+    rules = judge.load("a12_checkpointing")
+    with pytest.raises(AssertionError, match=words):
+        rules.q4_test({"q4_outcome": answer}, None)
+    rules.q4_test({"q4_outcome": "never-trains"}, None)
