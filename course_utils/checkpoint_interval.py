@@ -2,11 +2,11 @@
 
 A job that saves every ``tau`` seconds of work, pays ``delta`` seconds of stalled training per
 save, fails on average every ``mtbf`` seconds and needs ``restart`` seconds to come back loses,
-to first order, a fraction
+to first order, for each second of useful training
 
     waste(tau) = delta / tau + (tau / 2 + restart) / mtbf
 
-of its time: the saves, plus half an interval of redone work and a restart per failure. It is
+seconds: the saves, plus half an interval of redone work and a restart per failure. It is
 smallest at Young's interval ``tau* = sqrt(2 delta mtbf)`` (J. W. Young, "A first order
 approximation to the optimum checkpoint interval", CACM 17(9), 1974), where the waste is about
 ``sqrt(2 delta / mtbf) + restart / mtbf``. Daly (2006) refines it to ``sqrt(2 delta mtbf) -
@@ -36,8 +36,8 @@ __all__ = ["waste", "young_interval", "daly_interval", "simulate", "save_cost_wo
 
 
 def waste(tau: float, delta: float, mtbf: float, restart: float = 0.0) -> float:
-    """First-order fraction of a job's time lost: ``delta / tau + (tau / 2 + restart) / mtbf``
-    (all in the same unit of time)."""
+    """First-order time lost per unit of useful training: ``delta / tau + (tau / 2 + restart) /
+    mtbf`` (all in the same unit of time)."""
     for name, value in (("tau", tau), ("delta", delta), ("mtbf", mtbf)):
         check_real(name, value)
     check_real("restart", restart, 0, strict=False)
@@ -59,10 +59,10 @@ def daly_interval(delta: float, mtbf: float) -> float:
 
 def simulate(tau: float, delta: float, mtbf: float, restart: float = 0.0,
              work: float = 2e6, seed: int = 0) -> float:
-    """The fraction of wall time lost when ``work`` seconds of training run with a save every
-    ``tau`` seconds of work, failures drawn from an exponential distribution of mean ``mtbf``
-    (they may strike during a save or a restart too); each failure rolls back to the last
-    completed save and costs ``restart``."""
+    """The time lost per unit of useful training (wall time / ``work`` - 1) when ``work`` seconds
+    of training run with a save every ``tau`` seconds of work, failures drawn from an
+    exponential distribution of mean ``mtbf`` (they may strike during a save or a restart too);
+    each failure rolls back to the last completed save and costs ``restart``."""
     for name, value in (("tau", tau), ("delta", delta), ("mtbf", mtbf), ("work", work)):
         check_real(name, value)
     check_real("restart", restart, 0, strict=False)
@@ -78,7 +78,7 @@ def simulate(tau: float, delta: float, mtbf: float, restart: float = 0.0,
             continue
         wall = next_failure + restart               # lost: back to the last save
         next_failure = wall + rng.exponential(mtbf)
-    return 1.0 - work / wall
+    return wall / work - 1.0
 
 
 def save_cost_worker(rank: int, world_size: int, path: str, numel: int = 1_000_000,

@@ -70,6 +70,7 @@ class Plan:
 
 
 def _log(folder: str, rank: int, event: str, **fields: Any) -> None:
+    fields.setdefault("attempt", int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
     line = json.dumps({"t": time.time(), "rank": rank, "event": event, **fields})
     with open(os.path.join(folder, f"events.rank{rank}.jsonl"), "a") as f:
         f.write(line + "\n")
@@ -235,7 +236,7 @@ def timeline(folder: str, agent_output: str = "") -> dict[str, Any]:
     killed = out["killed"]["events"]
     kill = next(e for e in killed if e["event"] == "killed")
     loaded = next(e for e in killed if e["event"] == "loaded")
-    resumed = next(e for e in killed if e["event"] == "step" and e["t"] > kill["t"])
+    resumed = next(e for e in killed if e["event"] == "step" and e["attempt"] > 0)
     out["kill"] = {"rank": kill["rank"], "step": kill["step"], "t": kill["t"],
                    "resumed_from": loaded["step"], "restart_s": resumed["t"] - kill["t"],
                    "lost_s": out["killed"]["total_s"] - out["uninterrupted"]["total_s"]}
@@ -252,29 +253,35 @@ def predicted_lost_s(plan: Plan, restart_s: float) -> float:
 
 def draw(out: dict[str, Any], ax) -> None:
     """Both runs' timelines, one row per (run, rank): steps, saves, the kill, the restart."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     from course_utils.style import PHASE_COLORS
 
+    colors = {"step": PHASE_COLORS["forward"], "save": PHASE_COLORS["optimizer"],
+              "start": PHASE_COLORS["idle"], "ready": PHASE_COLORS["data"],
+              "loaded": PHASE_COLORS["forward"]}
     rows = [(name, rank) for name in ("uninterrupted", "killed")
             for rank in sorted({e["rank"] for e in out[name]["events"]})]
     for y, (name, rank) in enumerate(rows):
         events = [e for e in out[name]["events"] if e["rank"] == rank]
         for a, b in zip(events, events[1:] + [None]):
             end = b["t"] if b else a["t"]
-            color = {"step": PHASE_COLORS["forward"], "save": PHASE_COLORS["optimizer"],
-                     "start": PHASE_COLORS["idle"], "ready": PHASE_COLORS["data"],
-                     "loaded": PHASE_COLORS["forward"]}.get(a["event"])
+            color = colors.get(a["event"])
             if color and end > a["t"]:
                 ax.barh(y, end - a["t"], left=a["t"], color=color, height=0.6)
             if a["event"] == "killed":
                 ax.plot(a["t"], y, "x", color=PHASE_COLORS["wait"], ms=9, mew=2)
-    ax.barh([], [], color=PHASE_COLORS["forward"], label="training step")
-    ax.barh([], [], color=PHASE_COLORS["optimizer"], label="saving a checkpoint")
-    ax.barh([], [], color=PHASE_COLORS["data"], label="start-up (after the group forms)")
-    ax.plot([], [], "x", color=PHASE_COLORS["wait"], label="SIGKILL")
+    handles = [Patch(color=colors["start"], label="joining the group, a warm-up step"),
+               Patch(color=colors["ready"], label="finding and loading the checkpoint"),
+               Patch(color=colors["step"], label="training step"),
+               Patch(color=colors["save"], label="saving a checkpoint"),
+               Line2D([], [], marker="x", ls="", color=PHASE_COLORS["wait"], mew=2,
+                      label="SIGKILL")]
     ax.set(yticks=range(len(rows)), yticklabels=[f"{n}, rank {r}" for n, r in rows],
            xlabel="seconds since the agent started the job")
     ax.invert_yaxis()
-    ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    ax.legend(handles=handles, fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
 
 
 def _cli_main(folder: str) -> None:

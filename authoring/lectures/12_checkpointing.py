@@ -102,16 +102,18 @@ print(resume_demo.departure_table(runs[0], omits, save_at=6))
 # nothing.
 
 # %%
-steps = np.arange(job.steps)
 fig, ax = plt.subplots(figsize=(7.4, 3.4))
-ax.plot(steps, runs[0]["uninterrupted"], "k-", lw=2.5, label="uninterrupted")
+markers = iter("osD^v<>p")
 for omit, losses in zip(omits[1:], runs[0]["resumed"][1:]):
-    if omit[0] in ("weights", "step"):
+    if omit[0] == "step":
         continue
-    ax.plot(steps[6:6 + len(losses)], losses[:job.steps - 6], lw=1.2, label=f"without {omit[0]}")
-ax.axvline(6, ls=":", c="grey")
-ax.set(xlabel="step", ylabel="loss (global batch)", title="Resumed at step 6 without one piece")
-ax.legend(fontsize=8, ncol=2)
+    gap = np.abs(np.array(losses[:job.steps - 6]) - np.array(runs[0]["uninterrupted"][6:]))
+    ax.plot(np.arange(6, job.steps), np.maximum(gap, 1e-9), marker=next(markers), ms=4, lw=1,
+            ls="-" if omit[0] in ("weights", "optimizer", "schedule") else "--",
+            label=f"without {omit[0]}")
+ax.set(yscale="log", ylim=(5e-10, 3), xlabel="step (resumed at 6)",
+       ylabel="|loss - uninterrupted loss|", title="How far each resume departs (1e-9: equal)")
+ax.legend(fontsize=8, ncol=2, loc="lower right")
 plt.show()
 
 # %% [markdown]
@@ -248,7 +250,8 @@ print(f"restart (kill -> first step of the new attempt): {kill['restart_s']:.2f}
 print(f"time lost: measured {kill['lost_s']:.2f} s, predicted "
       f"{lost_rank.predicted_lost_s(plan, kill['restart_s']):.2f} s = (6 - 4 + 0.5) steps x "
       f"{plan.step_s} s + the restart")
-print("\n".join(line for line in lost["agent"] if "attempts left" in line)[:300])
+print("torchrun's agent:", *(line.split("] ", 1)[-1] for line in lost["agent"]
+                              if "attempts left" in line))
 fig, ax = plt.subplots(figsize=(8.4, 3.2))
 lost_rank.draw(lost, ax)
 plt.show()
@@ -262,8 +265,8 @@ plt.show()
 #
 # **How often to checkpoint.** Saving every `tau` seconds of work costs `delta` seconds of
 # stalled training per save; a failure costs, on average, half an interval of redone work plus
-# the restart `R`. With failures every `M` seconds on average, the fraction of time lost is, to
-# first order, `delta / tau + (tau / 2 + R) / M`, smallest at **Young's interval**
+# the restart `R`. With failures every `M` seconds on average, the time lost per second of
+# training is, to first order, `delta / tau + (tau / 2 + R) / M`, smallest at **Young's interval**
 # `tau* = sqrt(2 delta M)` (J. W. Young, 1974; Daly, 2006, refines it to `sqrt(2 delta M) -
 # delta`). The assumptions: failures arrive at random at a constant rate (so when one strikes,
 # the time since the last save is uniform over the interval), `delta` and `R` are fixed, no
@@ -292,29 +295,34 @@ M, delta, R = 54 * 24 * 3600 / 419, 60.0, 600.0
 tau = checkpoint_interval.young_interval(delta, M)
 print(f"M = {M / 3600:.2f} h; Young's interval sqrt(2 x 60 s x M) = {tau / 60:.1f} min "
       f"(Daly: {checkpoint_interval.daly_interval(delta, M) / 60:.1f} min)")
-print(f"time lost there: {checkpoint_interval.waste(tau, delta, M, R):.1%} "
+print(f"time lost per unit of training: {checkpoint_interval.waste(tau, delta, M, R):.1%} "
       f"(saves {delta / tau:.1%}, redone work {tau / 2 / M:.1%}, restarts {R / M:.1%})")
 async_delta = 5.0
 tau_async = checkpoint_interval.young_interval(async_delta, M)
 print(f"if only 5 s stall (async_save): every {tau_async / 60:.1f} min, "
-      f"{checkpoint_interval.waste(tau_async, async_delta, M, R):.1%} lost")
+      f"{checkpoint_interval.waste(tau_async, async_delta, M, R):.1%} lost per unit of training")
 
 # %%
 taus = np.geomspace(300, 2 * 3600, 40)
 fig, ax = plt.subplots(figsize=(6.6, 3.3))
-for d, name in ((delta, "60 s stall (synchronous save)"), (5.0, "5 s stall (async_save)")):
-    ax.plot(taus / 60, [checkpoint_interval.waste(t, d, M, R) for t in taus], label=name)
+for d, name, color in ((delta, "60 s stall (synchronous save)", style.AXIS_COLORS["dp"]),
+                       (5.0, "5 s stall (async_save)", style.AXIS_COLORS["tp"])):
+    ax.plot(taus / 60, [checkpoint_interval.waste(t, d, M, R) for t in taus], color=color,
+            label=f"{name}: first order")
     sim = [checkpoint_interval.simulate(t, d, M, R, work=2e6, seed=1) for t in taus[::6]]
-    ax.plot(taus[::6] / 60, sim, "o", ms=4, mfc="none", label=f"{name}, simulated")
-    ax.axvline(checkpoint_interval.young_interval(d, M) / 60, ls=":", c="grey")
-ax.set(xscale="log", xlabel="checkpoint interval (minutes of work)", ylabel="fraction lost",
-       title="Lost time against the interval (M = 3.1 h, R = 10 min)")
+    ax.plot(taus[::6] / 60, sim, "o", ms=5, mfc="none", color=color, label=f"{name}: simulated")
+    ax.axvline(checkpoint_interval.young_interval(d, M) / 60, ls=":", color=color)
+ax.set(xscale="log", xlabel="checkpoint interval (minutes of work)",
+       ylabel="time lost per unit of training", title="Lost time against the interval "
+       "(M = 3.1 h, R = 10 min)")
 ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
 # The simulation draws failures at random (they may strike a save or a restart too) and
-# replays the job; its minimum sits at Young's interval (dotted). An asynchronous save moves the
+# replays the job; its minimum sits at Young's interval (dotted). The two curves differ a
+# little: the first-order one leaves out failures during saves and restarts and the
+# higher-order terms Daly adds. An asynchronous save moves the
 # optimum to a shorter interval and lowers the whole curve: less work is lost per failure for
 # less stall. The restarts' `R / M` is a floor no interval can remove: that is why production
 # stacks work to restart in seconds (keeping checkpoints in the memory of other nodes, spare
