@@ -101,9 +101,10 @@ def before_wrapping_worker(rank: int, world_size: int, job: resume_job.Job,
 
 
 def killed_while_saving_worker(rank: int, world_size: int, job: resume_job.Job,
-                               path: str) -> None:
+                               path: str) -> str:
     """Save ``job``'s trainer to ``path``, but the last rank is killed (SIGKILL) as it starts
-    writing its file: the job dies in the middle of a save."""
+    writing its file: the job dies in the middle of a save. The other ranks' saves fail when
+    they next need the dead rank; they say so (so the launcher reports the killed rank)."""
     import signal
 
     from torch.distributed.checkpoint import FileSystemWriter
@@ -120,7 +121,11 @@ def killed_while_saving_worker(rank: int, world_size: int, job: resume_job.Job,
                 os.kill(os.getpid(), signal.SIGKILL)
             return super().write_data(plan, planner)
 
-    dcp.save(checkpoint.state_to_save(trainer), storage_writer=Writer(path))
+    try:
+        dcp.save(checkpoint.state_to_save(trainer), storage_writer=Writer(path))
+    except RuntimeError as error:                      # gloo: the peer's connection is gone
+        return f"rank {rank}'s save failed: {str(error)[:60]}"
+    return f"rank {rank} saved"
 
 
 def departures(reference: Sequence[float], resumed: Sequence[float], save_at: int,
