@@ -30,8 +30,8 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-__all__ = ["PRELOAD", "PIECES", "CheckpointError", "state_to_save", "save", "load", "verify", "latest",
-           "step_folder", "file_bytes"]
+__all__ = ["PRELOAD", "PIECES", "CheckpointError", "state_to_save", "save", "load", "verify",
+           "latest", "step_folder", "file_bytes"]
 
 PRELOAD = ("torch.distributed.checkpoint", "torch.distributed.checkpoint.state_dict",
            "course_utils.resume_job", "course_utils.checkpoint")

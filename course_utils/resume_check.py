@@ -167,7 +167,8 @@ def diagnose(job: resume_job.Job, save_at: int, results: Any, label: str = "") -
                 "optimizer's state was not restored (it must be in the checkpoint; note that "
                 "the optimizer has no state before its first step: get_state_dict makes it)")
         assert all(_close(moments.get(k), v, TOLERANCE["weights"]) for k, v in
-                   at["moments"].items()), f"{where}rank {rank}: Adam's moments differ from the saved ones"
+                   at["moments"].items()), (
+            f"{where}rank {rank}: Adam's moments differ from the saved ones")
         assert loaded["adam_steps"] == at["adam_steps"], (
             f"{where}rank {rank}: Adam's step count is {loaded['adam_steps']:g}, not "
             f"{at['adam_steps']:g}: its bias correction restarts (restore the optimizer's state "

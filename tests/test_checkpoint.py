@@ -201,7 +201,8 @@ def test_latest_takes_the_newest_complete_checkpoint(saved, tmp_path):
     checkpoint.step_folder(tmp_path, 20).mkdir()          # half-written: no .metadata
     (tmp_path / "notes").mkdir()
     assert checkpoint.latest(tmp_path) == (12, tmp_path / "step_000012")
-    assert set(checkpoint.file_bytes(path)) == {".metadata", *(p.name for p in path.glob("*.distcp"))}
+    shards = {p.name for p in path.glob("*.distcp")}
+    assert set(checkpoint.file_bytes(path)) == {".metadata", *shards}
 
 
 def test_bad_arguments_are_named():

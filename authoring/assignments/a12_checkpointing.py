@@ -117,8 +117,8 @@ None
 # Use the lecture's first-order model: failures at random at a constant rate, the job's mean
 # time between failures M, a save stalls training for `delta` seconds, a restart costs R
 # seconds. Young's interval is `sqrt(2 delta M)`; the time lost per second of training at an
-# interval `tau` is `delta / tau + (tau / 2 + R) / M`. A job fails when any of its GPUs does: with n GPUs
-# that each fail on average every m hours, independently, M = m / n.
+# interval `tau` is `delta / tau + (tau / 2 + R) / M`. A job fails when any of its GPUs does:
+# with n GPUs that each fail on average every m hours, independently, M = m / n.
 #
 # *Practice (not graded)*: 1,000 GPUs, each failing every 20,000 hours on average; a save stalls
 # 30 s; a restart takes 300 s. Set `practice_mtbf_h` (M, in hours), `practice_interval_min`

@@ -388,10 +388,10 @@ print("temporary checkpoints removed:", not os.path.exists(workdir))
 # | what | predicted | measured |
 # | --- | --- | --- |
 # | resume with every piece | the uninterrupted run | equal, bit for bit (new processes) |
-# | resume without the optimizer / schedule / a generator / the data position | departs | at the first or second resumed step |
-# | loading before `fully_shard` | every rank reads everything | 2x the bytes on 2 ranks; an optimizer made before wrapping never moves the model |
-# | DP 4 -> DP 2 x TP 2 and -> ZeRO-1 | bytes read from the layouts | equal to the byte, state equal bit for bit |
-# | a rank killed in step 6, checkpoints every 4 steps | resume from step 4; 2.5 steps + the restart lost | resumed from step 4, ends bit for bit as the uninterrupted run |
+# | resume without a piece (optimizer, schedule, an RNG, data position) | departs | at the 1st or 2nd step |
+# | loading before `fully_shard` | every rank reads everything | 2x the bytes; an early optimizer never moves |
+# | DP 4 -> DP 2 x TP 2 and -> ZeRO-1 | bytes read, from the layouts | equal to the byte; state bit for bit |
+# | SIGKILL in step 6, saves every 4 steps | resume at 4; 2.5 steps + restart lost | so; ends bit for bit the same |
 # | how often to save | Young: sqrt(2 delta M) | the simulated optimum |
 # | module 10's trainer, 8 ranks | resumes exactly | equal, bit for bit |
 # | half-written, missing shard, other model | refused | refused, naming the problem |
