@@ -225,16 +225,17 @@ GIVENS = {
     },
     "a12_checkpointing": {
         # Q1: (parameters N, ranks D, GB/s each rank writes): D > 2 so that "divided by D - 1"
-        # and "divided by D twice" stay mistakes of their own
-        "q1": given("Q1: (parameters N, ranks D, GB/s each rank writes)", (8e9, 64, 1.5),
-                    (7e9, 32, 1.0), (13e9, 128, 2.0), (70e9, 512, 2.5), (34e9, 256, 1.2),
-                    (3e9, 16, 0.8), (40e9, 256, 2.0), (20e9, 128, 1.6)),
+        # and "divided by D twice" stay mistakes of their own; no answer a lecture prints
+        "q1": given("Q1: (parameters N, ranks D, GB/s each rank writes)", (6.7e9, 48, 1.5),
+                    (7.6e9, 96, 1.1), (13e9, 160, 2.0), (34e9, 192, 1.2), (2.7e9, 24, 0.8),
+                    (46e9, 384, 2.5), (16.5e9, 80, 1.6), (23e9, 112, 1.4)),
         # Q2: (GPUs n, hours between one GPU's failures m, seconds a save stalls, seconds a
-        # restart takes): job MTBFs of 0.7 to 12 hours, none the lecture's Llama 3 figure
+        # restart takes): job MTBFs of 2.9 to 13 hours, no interval a lecture prints (lecture
+        # 12's Llama 3 figure among them)
         "q2": given("Q2: (GPUs n, hours between one GPU's failures m, save stall delta s, "
-                    "restart R s)", (16384, 60000, 45, 480), (8192, 40000, 30, 300),
-                    (4096, 50000, 120, 900), (24576, 80000, 50, 600), (2048, 25000, 20, 240),
-                    (12288, 45000, 90, 420), (6144, 50000, 40, 360), (32768, 90000, 25, 300)),
+                    "restart R s)", (16384, 64000, 50, 480), (8192, 43000, 35, 300),
+                    (4096, 53000, 110, 900), (24576, 86000, 65, 600), (3072, 27000, 22, 240),
+                    (12288, 47000, 95, 420), (6144, 53000, 40, 360), (32768, 94000, 27, 330)),
     },
 }
 

@@ -339,9 +339,9 @@ None
 
 # %% [manual q5_explain points=2]
 # ### BEGIN SOLUTION
-# (a) Non-deterministic GPU kernels: atomics add in the order threads arrive (index_add_,
-# scatter_add_, embedding backward): torch.use_deterministic_algorithms(True) and
-# CUBLAS_WORKSPACE_CONFIG=:4096:8; cuDNN autotuning picks another algorithm in the new
+# (a) Non-deterministic GPU kernels: atomics add in the order threads arrive (index_add,
+# scatter_add_, EmbeddingBag's backward): torch.use_deterministic_algorithms(True); cuDNN
+# autotuning picks another algorithm in the new
 # process: torch.backends.cudnn.benchmark = False; NCCL may choose another algorithm or split
 # on other nodes, so the all-reduce adds in another order: pin NCCL_ALGO (and the same
 # topology). (b) Compare the state right after loading with the state saved (weights, moments,

@@ -156,14 +156,14 @@ print("and one process running the same job rank by rank ends with the same weig
 # resumed run *is* the uninterrupted one. On GPUs several things break that:
 #
 # * **Non-deterministic kernels**: some CUDA operations add with atomics in whatever order the
-#   threads arrive (`index_add_`, `scatter_add_`, the backward of embeddings and of
-#   interpolation, among others: the list is in the docstring of
-#   `torch.use_deterministic_algorithms`, which makes them raise or use a deterministic version);
-#   cuBLAS needs `CUBLAS_WORKSPACE_CONFIG=:4096:8` for repeatable results (the same docstring).
-# * **Autotuning**: `torch.backends.cudnn.benchmark = True` times several algorithms in each new
-#   process and keeps the fastest, which may add in another order after a restart.
-# * **Collectives**: NCCL chooses its algorithm (ring, tree) and how it splits a tensor from the
-#   sizes and the topology, so a restart on other nodes can sum in another order.
+#   threads arrive. The docstring of `torch.use_deterministic_algorithms` lists those it makes
+#   deterministic (or refuses): `scatter_add_`, `index_add`, the backward of `interpolate` and of
+#   `EmbeddingBag` on CUDA, among others.
+# * **Autotuning**: with `torch.backends.cudnn.benchmark = True`, each new process times several
+#   convolution algorithms and keeps the fastest (PyTorch's reproducibility notes), which may add
+#   in another order after a restart.
+# * **Collectives**: NCCL picks its algorithm (ring or tree: `NCCL_ALGO`) and protocol per call
+#   from the size and the topology, so a restart on other nodes can sum in another order.
 # * **Generators**: each GPU has its own (`torch.cuda.get_rng_state_all`); `checkpoint.save`
 #   stores them when CUDA is present.
 #
@@ -260,7 +260,7 @@ plt.show()
 # The time lost is the work since the last checkpoint (the step-4 checkpoint was saved 2.5
 # steps before the kill) plus the restart: noticing the dead rank (the agent polls every 0.05
 # s here), stopping the survivor, forming the group, starting the ranks, loading.
-# `tests/test_lost_rank.py` checks measured == predicted within timing noise, and runs the same
+# `tests/test_checkpoint.py` checks measured == predicted within timing noise, and runs the same
 # job under the `torchrun` command.
 #
 # **How often to checkpoint.** Saving every `tau` seconds of work costs `delta` seconds of
