@@ -9,12 +9,12 @@ and, in the first attempt only, rank ``kill_rank`` sends itself SIGKILL in the m
 ``kill_step``. Each rank appends its events (start, ready, steps, saves, load, kill) with wall
 clock times to a log file, which outlives the process.
 
-:func:`run` starts the agent in a child Python process (``python -m course_utils.lost_rank``):
-torchrun's own agent (``torch.distributed.launcher.api.elastic_launch``, what the ``torchrun``
-command calls), with ``max_restarts`` and this function as the entrypoint, so its workers fork
-from the agent instead of starting Python afresh. It runs the job twice, uninterrupted and with
-the kill, and :func:`timeline` reads both runs' events. Everything lives in a temporary folder
-removed at the end; the child's whole process group is killed after ``timeout_s``.
+:func:`run` starts torchrun's own agent (``torch.distributed.launcher.api.elastic_launch``,
+what the ``torchrun`` command calls) with ``max_restarts`` and this function as the entrypoint,
+in a process forked from the course's forkserver, so that neither it nor the workers it forks
+import torch afresh. It runs the job twice, uninterrupted and with the kill, and
+:func:`timeline` reads both runs' events. Everything lives in a temporary folder removed at the
+end; the agent's whole process group is killed after ``timeout_s``.
 
 The same worker under the ``torchrun`` command (rank 1 killed at step 6, one restart)::
 
@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -138,27 +137,22 @@ def job_worker(folder: str, plan_fields: dict, kill: bool) -> dict[str, Any]:
 
 
 def _agent(folder: str, plan_fields: dict) -> None:
-    """The child process: torchrun's agent, the job uninterrupted, then with the kill."""
+    """The agent's process: torchrun's agent, the job uninterrupted, then with the kill. It forks
+    the workers from itself (``start_method="fork"``): it has imported everything they need,
+    and has never run a matmul (a fork after one can hang a child in OpenMP)."""
     import logging
-    import multiprocessing
 
-    # Workers fork from a forkserver that imported these once (a fork of this process, which
-    # runs the agent's threads and signal handlers, can hang a child); started now, so that
-    # both runs find it ready and each attempt starts in ~0.1 s.
-    multiprocessing.set_forkserver_preload(
-        ["torch", "torch.distributed.checkpoint", "torch.distributed.checkpoint.state_dict",
-         "torch.distributed.fsdp", "torch._dynamo", "course_utils.lost_rank",
-         "course_utils.resume_job", "course_utils.checkpoint"])
-    ready = multiprocessing.get_context("forkserver").Process(target=os.getpid)
-    ready.start()
+    import torch.distributed.checkpoint  # noqa: F401 - imported once here, before the forks
+    import torch.distributed.checkpoint.state_dict  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    logging.getLogger("torch.distributed.elastic.agent.server.api").setLevel(logging.INFO)
     # The agent logs a worker's failure with its traceback, and torch's log formatter imports
     # torch._dynamo to do so (~1.4 s, ~10 s on a loaded machine) in the middle of the restart:
     # that one log line is left out (the agent's INFO lines still say what happens).
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
-    ready.join()
     plan = Plan(**plan_fields)
     summary = {}
     for name, kill in (("uninterrupted", False), ("killed", True)):
@@ -167,7 +161,7 @@ def _agent(folder: str, plan_fields: dict) -> None:
         config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=plan.world_size,
                               run_id=name, rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",
                               max_restarts=plan.max_restarts, monitor_interval=0.05,
-                              start_method="forkserver",
+                              start_method="fork",
                               logs_specs=DefaultLogsSpecs(log_dir=os.path.join(run_folder, "logs")))
         t0 = time.time()
         results = elastic_launch(config, job_worker)(run_folder, plan_fields, kill)
@@ -176,35 +170,56 @@ def _agent(folder: str, plan_fields: dict) -> None:
         json.dump(summary, f)
 
 
+def _agent_process(folder: str, plan_fields: dict) -> None:
+    """Body of the agent's process: its own process group (so that one signal stops it and
+    every worker it forks), its output in ``folder/agent.log``, then :func:`_agent`."""
+    os.setsid()
+    log = os.open(os.path.join(folder, "agent.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.environ.update(TMPDIR=folder, OMP_NUM_THREADS="1", LOGLEVEL="INFO")   # (its restarts)
+    tempfile.tempdir = folder
+    _agent(folder, plan_fields)
+
+
 def run(plan: Plan = Plan(), timeout_s: float = 120.0) -> dict[str, Any]:
-    """Run the job under torchrun's agent twice (uninterrupted, then with the kill) in a child
-    process; return :func:`timeline` of both. The temporary folder (checkpoints, logs) is removed
-    and the child's process group killed whatever happens."""
+    """Run the job under torchrun's agent twice (uninterrupted, then with the kill) in a process
+    of its own, forked from the course's forkserver (torch already imported); return
+    :func:`timeline` of both. The temporary folder (checkpoints, logs) is removed and the
+    agent's process group killed whatever happens."""
+    import multiprocessing
+
+    from course_utils import checkpoint, launch
+
     if not isinstance(plan, Plan):
         raise ValueError(f"plan must be a lost_rank.Plan; got {type(plan).__name__}")
+    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds; got {timeout_s!r}")
+    launch.preload(*checkpoint.PRELOAD, "course_utils.lost_rank")   # (if nothing started it)
+    launch.run(launch.ping, 1, timeout_s=timeout_s)                  # the forkserver, ready
     folder = tempfile.mkdtemp(prefix="course-lost-rank-")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "TMPDIR": folder, "OMP_NUM_THREADS": "1", "LOGLEVEL": "INFO",
-           "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "course_utils.lost_rank", "--agent", folder,
-                             json.dumps(asdict(plan))], env=env, cwd=root,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    agent = multiprocessing.get_context("forkserver").Process(
+        target=_agent_process, args=(folder, asdict(plan)))   # (not a daemon: it has children)
+    agent.start()
     try:
-        output, _ = proc.communicate(timeout=timeout_s)
-        if proc.returncode != 0:
-            raise RuntimeError(f"the torchrun agent failed (exit code {proc.returncode}):\n"
+        agent.join(timeout_s)
+        output = ""
+        if os.path.exists(os.path.join(folder, "agent.log")):
+            with open(os.path.join(folder, "agent.log"), errors="replace") as f:
+                output = f.read()
+        if agent.exitcode is None:
+            raise TimeoutError(f"the lost-rank job did not finish in {timeout_s:g} s; it was "
+                               "stopped")
+        if agent.exitcode != 0:
+            raise RuntimeError(f"the torchrun agent failed (exit code {agent.exitcode}):\n"
                                + "\n".join(output.splitlines()[-15:]))
         return timeline(folder, output)
-    except subprocess.TimeoutExpired:
-        raise TimeoutError(f"the lost-rank job did not finish in {timeout_s:g} s; it was "
-                           "stopped") from None
     finally:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)      # the agent and every worker it forked
-        except ProcessLookupError:
+            os.killpg(agent.pid, signal.SIGKILL)     # the agent and every worker it forked
+        except (ProcessLookupError, PermissionError):
             pass
-        proc.wait()
+        agent.join(5)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -230,7 +245,11 @@ def timeline(folder: str, agent_output: str = "") -> dict[str, Any]:
         for e in events:
             e["t"] = round(e["t"] - t0, 4)
         results = run_info["results"]
-        out[name] = {"events": events, "total_s": run_info["t1"] - t0,
+        # a run's time: from its ranks' first start to its end (the agent's own start-up, paid
+        # once per process, is left out of both runs)
+        first = min(e["t"] for e in events if e["event"] == "start")
+        last = max(e["t"] for e in events if e["event"] == "done")
+        out[name] = {"events": events, "total_s": last - first,
                      "losses": results["0"]["losses"] if "0" in results else
                      results[0]["losses"], "weights": (results.get("0") or results[0])["weights"]}
     killed = out["killed"]["events"]
@@ -295,8 +314,5 @@ def _cli_main(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--agent":
-        _agent(sys.argv[2], json.loads(sys.argv[3]))
-    else:
-        # torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m course_utils.lost_rank DIR
-        _cli_main(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="course-lost-"))
+    # torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m course_utils.lost_rank DIR
+    _cli_main(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="course-lost-"))

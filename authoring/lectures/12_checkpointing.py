@@ -222,7 +222,7 @@ print({layout: f"{resharded[0][layout]['loss']:.7f}" for layout in reshard.LAYOU
 # `--max-restarts N`, when a rank dies it stops the others (SIGTERM), forms the group again and
 # starts every rank anew, up to N times; the ranks must then find their last checkpoint
 # themselves. `lost_rank.run` starts torchrun's own agent (`elastic_launch`, what the `torchrun`
-# command calls, with `max_restarts = 1`) in a child process, twice: once uninterrupted, once
+# command calls, with `max_restarts = 1`) in a process of its own, twice: once uninterrupted, once
 # with a real `SIGKILL` of rank 1 in the middle of step 6. The job saves every 4 steps, each
 # step padded to 0.1 s so that the timeline reads like a bigger model's, and on start resumes
 # from `checkpoint.latest` (the newest complete checkpoint). The same job from a shell:
