@@ -52,11 +52,15 @@ def q1_test(got, ref):
                       "starts again"),
         (14 * n / 1e9, "the bf16 copies are not state: FSDP2 makes them from the fp32 shards"),
         (8 * n / 1e9, "that is Adam's moments alone: the fp32 weights are in the checkpoint too"),
+        (total * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes"),
+        (total * 1e9, "that is bytes; give GB"),
     ])
     check_number("q1_rank_gb", got["q1_rank_gb"], total / d, unit="GB", mistakes=[
         (total, f"that is the whole checkpoint: each rank writes its own shards, 1/{d} of it"),
         (16 * n / d / 1e9, "that counts gradients: 12 bytes per parameter, over the ranks"),
         (total / (d - 1), f"the shards are split over all {d} ranks"),
+        (total / d * 1e9 / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes"),
+        (total / d * 1e9, "that is bytes; give GB"),
     ])
     check_number("q1_save_s", got["q1_save_s"], total / d / b, unit="s", mistakes=[
         (total / b, "the ranks write at the same time, each its own shards: one rank's bytes "
