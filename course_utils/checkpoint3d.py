@@ -1,16 +1,18 @@
 """Module 10's DP x PP x TP trainer, saved with DCP and resumed on 8 ranks.
 
-Built only on module 10's public pieces (``train3d.Plan``, ``build_groups``, ``train_step``;
-``stage_model.build_stage``; ``zero1.ShardedAdam``'s ``state`` and ``steps``;
-``overlap.BucketAllReduce``; ``tiny_lm.MarkovCorpus`` and ``shard_batch``), so that the trainer
-can change without this file knowing more than those names.
+Built on module 10's public pieces (``train3d.Plan``, ``build_groups``, ``setup_rank``,
+``train_step``; ``zero1.ShardedOptimizer``'s ``state``, ``param_groups`` and
+``master_params``; ``tiny_lm.MarkovCorpus`` and ``shard_batch``), so that the trainer can
+change without this file knowing more than those names.
 
 What each rank saves: its stage's weights under ``pp{p}.tp{t}.<name>`` (the DP replicas hold the
-same bits, so DCP writes one copy of each: it takes equal keys for a replicated value), its
-ZeRO-1 shard of Adam's moments under ``pp{p}.tp{t}.dp{d}.exp_avg``/``exp_avg_sq`` (every DP rank
-owns a different shard), Adam's step count and the training step. The data need no state: step
-``s`` reads ``MarkovCorpus.batch(s, ...)``, a pure function of the step. Nothing in the run draws
-random numbers after the model is built, so no generator state either.
+same bits, so DCP writes one copy of each: it takes equal keys for a replicated value); for each
+*piece* of its ZeRO-1 slices (one per parameter the slices touch), Adam's moments and step count
+under ``pp{p}.tp{t}.dp{d}.{k}.exp_avg``/``exp_avg_sq``/``step`` (every DP rank owns different
+pieces), and the fp32 master copy of the piece when the weights are bf16; and the training
+step. The gradient buffer is zeroed after every step and holds nothing to save. The data need
+no state: step ``s`` reads ``MarkovCorpus.batch(s, ...)``, a pure function of the step. Nothing
+in the run draws random numbers after the model is built, so no generator state either.
 
 Run under torchrun (8 ranks: 4 steps, saved at 2 and resumed in the same job, compared)::
 
@@ -26,22 +28,34 @@ from typing import Any
 import torch
 
 from course_utils import backend
-from course_utils.overlap import BucketAllReduce
-from course_utils.stage_model import build_stage
 from course_utils.tiny_lm import MarkovCorpus, shard_batch
-from course_utils.train3d import Plan, build_groups, train_step
-from course_utils.zero1 import ShardedAdam
+from course_utils.train3d import Groups, Plan, build_groups, setup_rank, train_step
+from course_utils.zero1 import ShardedOptimizer
 
 __all__ = ["state_of", "train_worker", "run", "same_run"]
 
+ADAM_STATE = ("step", "exp_avg", "exp_avg_sq")   # torch.optim.Adam's per-parameter state
 
-def state_of(stage: torch.nn.Module, optimizer: ShardedAdam, g, step: int) -> dict[str, Any]:
-    """The state dict this rank saves (and loads into, in place)."""
+
+def state_of(stage: torch.nn.Module, optimizer: ShardedOptimizer, g: Groups, step: int,
+             fresh: bool = False) -> dict[str, Any]:
+    """The state dict this rank saves (and loads into, in place).
+
+    ``fresh``: the optimizer has not stepped yet, so Adam has no state; create it as Adam's
+    first step would (step 0, zero moments), to be overwritten by the load.
+    """
     where = f"pp{g.pp_rank}.tp{g.tp_rank}"
     state: dict[str, Any] = {f"{where}.{name}": p for name, p in stage.named_parameters()}
-    for key in ("exp_avg", "exp_avg_sq"):
-        state[f"{where}.dp{g.dp_rank}.{key}"] = optimizer.state[0][key]
-    state["adam_steps"] = optimizer.steps
+    pieces = [p for group in optimizer.param_groups for p in group["params"]]
+    for k, piece in enumerate(pieces):
+        if fresh:
+            optimizer.state[piece] = {"step": torch.tensor(0.0),
+                                      "exp_avg": torch.zeros_like(piece),
+                                      "exp_avg_sq": torch.zeros_like(piece)}
+        for key in ADAM_STATE:
+            state[f"{where}.dp{g.dp_rank}.{k}.{key}"] = optimizer.state[piece][key]
+    for k, master in enumerate(optimizer.master_params):       # bf16 weights only
+        state[f"{where}.dp{g.dp_rank}.{k}.master"] = master
     state["step"] = step
     return state
 
@@ -56,28 +70,25 @@ def train_worker(rank: int, world_size: int, plan: Plan, path: str, start: int =
     if world_size != plan.world_size:
         raise ValueError(f"the plan needs {plan.world_size} ranks; got world_size={world_size}")
     g = build_groups(plan.mesh, rank)
-    stage = build_stage(plan.cfg, plan.seed, g.pp_rank, g.pp_size, g.tp_rank, g.tp_size,
-                        g.tp_group).to(backend.device())
-    optimizer = ShardedAdam(stage.parameters(), g.dp_group, lr=plan.lr, eps=plan.eps)
-    dp_sync = BucketAllReduce(stage, plan.bucket_mb, group=g.dp_group)
+    stage, optimizer, grads = setup_rank(plan, g)
     if start:
-        state = state_of(stage, optimizer, g, 0)
+        state = state_of(stage, optimizer, g, 0, fresh=True)
         with torch.no_grad():
             dcp.load(state, checkpoint_id=path)
         if state["step"] != start:
             raise ValueError(f"the checkpoint at {path} is of step {state['step']}, not {start}")
-        optimizer.steps = state["adam_steps"]
     corpus = MarkovCorpus(plan.cfg.vocab_size, seed=plan.seed)
     losses = []
     for step in range(start, plan.steps):
         x, y = corpus.batch(step, plan.batch, plan.cfg.seq_len)                # (B, T) each
         x, y = (backend.to_device(shard_batch(t, g.dp_rank, g.dp_size)) for t in (x, y))
-        losses.append(train_step(stage, g, x, y, plan.m, optimizer, dp_sync))
+        losses.append(train_step(stage, g, x, y, plan.m, optimizer, grads))
         optimizer.zero_grad()
+        grads.zero()
         if step + 1 == save_at:
             dcp.save(state_of(stage, optimizer, g, step + 1), checkpoint_id=path)
     return {"coords": (g.dp_rank, g.pp_rank, g.tp_rank), "losses": losses,
-            "weights": {n: backend.to_cpu(p.detach()).numpy().copy()
+            "weights": {n: backend.to_cpu(p.detach().float()).numpy().copy()
                         for n, p in stage.named_parameters()}}
 
 

@@ -50,8 +50,8 @@ from course_utils.train3d_comms import count_comms, exchange_plan
 from course_utils.validate import check_int, check_real
 from course_utils.zero1 import ShardedOptimizer
 
-__all__ = ["DTYPES", "Plan", "Groups", "build_groups", "Timer", "train_step", "train_worker",
-           "run"]
+__all__ = ["DTYPES", "Plan", "Groups", "build_groups", "Timer", "setup_rank", "train_step",
+           "train_worker", "run"]
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -252,8 +252,10 @@ def _numpy(tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
     return {k: backend.to_cpu(v.detach().float()).numpy().copy() for k, v in tensors.items()}
 
 
-def _setup(plan: Plan, g: Groups, f, student: bool):
-    """This rank's stage, optimizer and gradient buffer (None for a student's step)."""
+def setup_rank(plan: Plan, g: Groups, f=None, student: bool = False
+               ) -> tuple[Stage, ShardedOptimizer, GradBuffer | None]:
+    """This rank's stage, ZeRO-1 optimizer and gradient buffer (None for a student's step),
+    as :func:`train_worker` builds them (module 12 checkpoints them)."""
     dev = backend.device()
     stage = build_stage(plan.cfg, plan.seed, g.pp_rank, g.pp_size, g.tp_rank, g.tp_size,
                         g.tp_group, f, vocab_parallel=plan.vocab_parallel, sp=plan.sp,
@@ -276,7 +278,7 @@ def _setup(plan: Plan, g: Groups, f, student: bool):
 
 
 def _train(plan: Plan, g: Groups, step_fn=None, f=None) -> dict[str, Any]:
-    stage, optimizer, grads = _setup(plan, g, f, step_fn is not None)
+    stage, optimizer, grads = setup_rank(plan, g, f, step_fn is not None)
     corpus = MarkovCorpus(plan.cfg.vocab_size, seed=plan.seed)
     out: dict[str, Any] = {"coords": (g.dp_rank, g.pp_rank, g.tp_rank), "losses": [],
                            "times": [], "grad_norms": []}

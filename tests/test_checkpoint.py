@@ -117,9 +117,11 @@ def test_resharding_reads_and_writes_the_predicted_bytes(tmp_path, world):
         assert max(losses) - min(losses) < 1e-6
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_module_10s_trainer_resumes_bit_for_bit(tmp_path, seed):
-    plan = train3d.Plan(dp=2, pp=2, tp=1, steps=4, batch=8, seed=seed)
+@pytest.mark.parametrize("seed, dp, tp, dtype", [(0, 2, 1, "fp32"), (1, 1, 2, "bf16")])
+def test_module_10s_trainer_resumes_bit_for_bit(tmp_path, seed, dp, tp, dtype):
+    # on 4 ranks (PP 2 with DP 2, or with TP 2 and bf16 weights over fp32 master pieces);
+    # lecture 12 runs DP 2 x PP 2 x TP 2
+    plan = train3d.Plan(dp=dp, pp=2, tp=tp, steps=4, batch=8, seed=seed, dtype=dtype)
     out = checkpoint3d.run(plan, str(tmp_path / "step_2"), save_at=2)
     assert checkpoint3d.same_run(out["uninterrupted"], out["resumed"], 2)
     assert all(len(r["losses"]) == 2 for r in out["resumed"])

@@ -331,10 +331,12 @@ plt.show()
 # ## 5. Module 10's trainer, saved and resumed on 8 ranks
 #
 # `checkpoint3d` saves module 10's DP 2 x PP 2 x TP 2 run with DCP: each rank its stage's TP
-# slice (the two DP replicas hold the same bits: DCP writes one copy), its ZeRO-1 shard of
-# Adam's moments, Adam's step count and the step. The data need no state there: step `s` reads
-# `MarkovCorpus.batch(s, ...)`. A first job trains 6 steps and saves after 3; a new job (8 new
-# processes) loads it and trains steps 3 to 5.
+# slice (the two DP replicas hold the same bits: DCP writes one copy); Adam's moments and step
+# count for each piece of its ZeRO-1 slices (`ShardedOptimizer` runs Adam on one piece per
+# parameter its slices touch; with bf16 weights, the pieces' fp32 master copy too); and the
+# step. The gradient buffer is zeroed after each step: nothing to save. Neither is there for
+# the data: step `s` reads `MarkovCorpus.batch(s, ...)`. A first job trains 6 steps and saves
+# after 3; a new job (8 new processes) loads it and trains steps 3 to 5.
 
 # %%
 plan3d = train3d.Plan(steps=6)
