@@ -504,15 +504,34 @@ def _a12_mistakes(job, save_at):
             (lambda r: r["losses"].append(1.0), "differ from one process's uninterrupted run")]
 
 
-@pytest.mark.parametrize("ranks, seed", [(3, 4), (4, 9)])
-def test_a12_judge_names_each_piece_of_state_lost(ranks, seed):
+def test_a12_hidden_jobs_are_3_ranks_saved_in_the_middle_of_the_second_epoch():
+    """Q3's draws: 3 ranks (the practice job has 2), the checkpoint inside epoch 1 and not at
+    its start (so the sampler's epoch and the position both matter), at least one step after
+    it; the data size and save point vary."""
+    import random
+
+    from course_utils import resume_check
+    from grading import judge
+
+    rules = judge.load("a12_checkpointing")
+    drawn = [rules.HIDDEN_CASES["q3_test"](random.Random(k))[0] for k in range(200)]
+    for ranks, seed, samples, save_at in drawn:
+        job = resume_check.job(ranks, seed=seed, samples=samples)
+        epoch, position = divmod(save_at, job.steps_per_epoch)
+        assert ranks == 3 and epoch == 1 and position > 0 and save_at < job.steps
+    assert {(s, a) for _, _, s, a in drawn} == {(18, 4), (18, 5), (24, 5), (24, 6), (24, 7),
+                                               (30, 6), (30, 7)}
+
+
+@pytest.mark.parametrize("seed, samples, save_at", [(4, 24, 5), (9, 18, 4)])
+def test_a12_judge_names_each_piece_of_state_lost(seed, samples, save_at):
     """a12 Q3's judge: a right resume passes; each mistake in the loaded state (or in how the run
-    ended) is named, on 3- and 4-rank jobs."""
+    ended) is named, on 3-rank jobs as drawn."""
     import copy
 
     from course_utils import resume_check
 
-    job, save_at = resume_check.job(ranks, seed=seed), 5
+    job = resume_check.job(3, seed=seed, samples=samples)
     right = _a12_right(job, save_at)
     resume_check.diagnose(job, save_at, right)
     for mistake, words in _a12_mistakes(job, save_at):

@@ -15,8 +15,8 @@
 # is a *Practice (not graded)* twin, which the cell after it checks fully. For the graded
 # numbers and choices the visible test checks the type and rejects known wrong answers, without
 # saying what the right one is. Q3's test runs your functions on a practice job and names the
-# piece of state it finds lost. **Grading adds** your own numbers' values and Q3 on other jobs:
-# 3 or 4 ranks, other seeds, data and save points, drawn for your submission.
+# piece of state it finds lost. **Grading adds** your own numbers' values and Q3 on another
+# job: 3 ranks, another seed, data size and save point, drawn for your submission.
 #
 # **Your own numbers.** Q1 and Q2 use numbers drawn for you (the table the next cell shows,
 # `G`): your classmates have other ones, so their answers are wrong for you. They come from your
@@ -266,7 +266,8 @@ def load_checkpoint(trainer, path):
     ### END SOLUTION
 
 # %% [test q3_test points=6]
-_job = resume_check.job(2, seed=11)      # practice: 2 ranks, saved in the middle of epoch 2
+# practice: 2 ranks, 4 steps an epoch, saved after step 5 (the middle of the second epoch)
+_job = resume_check.job(2, seed=11, samples=16)
 resume_check.diagnose(_job, 5, resume_check.run_case(save_checkpoint, load_checkpoint, _job, 5),
                       label="practice job")
 print("Q3: the resumed run equals one process's uninterrupted run on the practice job")

@@ -5,7 +5,7 @@ solution's hidden tests submitted (``course_utils.checks.submit``), and raises A
 with the message that names the mistake. See ``grading/judge.py``.
 
 Q1 and Q2 are judged on the student's own numbers (``got.givens``). Q3's save and resume run on
-real ranks in the student's kernel, on a job drawn per submission (``HIDDEN_CASES``: 3 or 4
+real ranks in the student's kernel, on a job drawn per submission (``HIDDEN_CASES``: 3
 ranks, a seed, the data size, a save point in the middle of the second epoch); here the whole
 job runs again in one process, rank by rank (``course_utils.resume_check.diagnose``:
 ``resume_job.reference_run``), and the state the new job loaded and how it ended are compared
@@ -29,9 +29,11 @@ LAUNCH_PRELOAD = "full"
 
 
 def _draw_q3(rng):
-    """Q3's hidden job: (ranks, seed, samples, save_at), saved in the middle of the second
-    epoch (its epoch and its position both matter) of an 8-step run of 2 rows per rank."""
-    ranks, samples = rng.choice([3, 4]), rng.choice([24, 30])
+    """Q3's hidden job: (ranks, seed, samples, save_at) of an 8-step run of 2 rows per rank on
+    3 ranks (the fewest the notebook does not show: its practice job has 2; every named mistake
+    shows on 3, tests/test_reference_answers.py), saved in the middle of the second epoch (its
+    epoch and its position both matter): 3, 4 or 5 steps an epoch."""
+    ranks, samples = 3, rng.choice([18, 24, 30])
     per_epoch = samples // ranks // 2
     save_at = rng.choice(range(per_epoch + 1, min(2 * per_epoch, 8)))
     return [[ranks, rng.randrange(10_000), samples, save_at]]
