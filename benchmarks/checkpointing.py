@@ -32,7 +32,8 @@ def main() -> None:
             c = costs[0]
             print(f"{world} ranks, {c['bytes'] / 1e6:.1f} MB per rank: dcp.save "
                   f"{c['sync'] * 1e3:.0f} ms; dcp.async_save blocks {c['async_blocked'] * 1e3:.0f} ms, written after "
-                  f"{c['async_total'] * 1e3:.0f} ms (medians of {args.repeats})")
+                  f"{c['async_total'] * 1e3:.0f} ms; dcp.load {c['load'] * 1e3:.0f} ms "
+                  f"(medians of {args.repeats})")
         job = resume_job.Job()
         path = f"{folder}/step_6"
         launch.run(functools.partial(resume_demo.omission_worker, job=job, path=path, save_at=6),

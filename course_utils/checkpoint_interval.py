@@ -86,7 +86,8 @@ def save_cost_worker(rank: int, world_size: int, path: str, numel: int = 1_000_0
     """Collective: time saving a sharded state of ``numel`` float32 weights + Adam's two moments
     (each rank holds 1/D) with ``dcp.save`` and with ``dcp.async_save`` (on a gloo group of its
     own). Medians in seconds: ``sync`` (training stalled for the whole save), ``async_blocked``
-    (stalled until async_save returns: the copy) and ``async_total`` (until the write is done)."""
+    (stalled until async_save returns: the copy), ``async_total`` (until the write is done) and
+    ``load`` (``dcp.load`` of a synchronous save into the same sharded tensors)."""
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -113,7 +114,13 @@ def save_cost_worker(rank: int, world_size: int, path: str, numel: int = 1_000_0
         blocked.append(time.perf_counter() - t0)
         future.result()
         total.append(time.perf_counter() - t0)
+    loads = []
+    for i in range(repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dcp.load(state, checkpoint_id=f"{path}/sync_{i}")
+        loads.append(time.perf_counter() - t0)
     dist.destroy_process_group(ckpt_group)
     return {"bytes": sum(t.to_local().numel() * 4 for t in state.values()),
             "sync": statistics.median(sync), "async_blocked": statistics.median(blocked),
-            "async_total": statistics.median(total)}
+            "async_total": statistics.median(total), "load": statistics.median(loads)}
