@@ -31,7 +31,8 @@ def main() -> None:
                 threads_per_rank=1)
             c = costs[0]
             print(f"{world} ranks, {c['bytes'] / 1e6:.1f} MB per rank: dcp.save "
-                  f"{c['sync'] * 1e3:.0f} ms; dcp.async_save blocks {c['async_blocked'] * 1e3:.0f} ms, written after "
+                  f"{c['sync'] * 1e3:.0f} ms; dcp.async_save blocks "
+                  f"{c['async_blocked'] * 1e3:.0f} ms, written after "
                   f"{c['async_total'] * 1e3:.0f} ms; dcp.load {c['load'] * 1e3:.0f} ms "
                   f"(medians of {args.repeats})")
         job = resume_job.Job()

@@ -53,9 +53,9 @@ os.environ["COURSE_IDENTITY_FILE"] = str(ROOT / ".cache" / "tests-have-no-identi
 
 # Files whose tests share a module-scoped fixture (a browser, a set of real-rank runs).
 SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.py",
-                "tests/test_browser_widgets.py", "tests/test_capstone.py", "tests/test_checkpoint.py",
-                "tests/test_data_parallel.py", "tests/test_fsdp.py", "tests/test_jax_sharding.py",
-                "tests/test_launch.py", "tests/test_measure.py",
+                "tests/test_browser_widgets.py", "tests/test_capstone.py",
+                "tests/test_checkpoint.py", "tests/test_data_parallel.py", "tests/test_fsdp.py",
+                "tests/test_jax_sharding.py", "tests/test_launch.py", "tests/test_measure.py",
                 "tests/test_pipeline_parallel.py", "tests/test_sequence_parallel.py",
                 "tests/test_site.py", "tests/test_train3d.py", "tests/test_zero.py",
                 "tests/test_zero1.py"}
