@@ -20,18 +20,19 @@ checkpoints, skipping half-written ones.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import random
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
 
 __all__ = ["PRELOAD", "PIECES", "CheckpointError", "state_to_save", "save", "load", "verify",
-           "latest", "step_folder", "file_bytes"]
+           "latest", "step_folder", "file_bytes", "job_folder"]
 
 PRELOAD = ("torch.distributed.checkpoint", "torch.distributed.checkpoint.state_dict",
            "course_utils.resume_job", "course_utils.checkpoint")
@@ -227,3 +228,23 @@ def latest(root: str | os.PathLike) -> tuple[int, Path] | None:
 def file_bytes(path: str | os.PathLike) -> dict[str, int]:
     """``{file name: bytes}`` of a checkpoint folder (each rank's shard file and .metadata)."""
     return {p.name: p.stat().st_size for p in sorted(Path(path).iterdir()) if p.is_file()}
+
+
+@contextlib.contextmanager
+def job_folder(prefix: str = "course-ckpt-") -> Iterator[str]:
+    """Collective (every rank of the default group): a temporary folder that rank 0 makes and
+    every rank gets the path of (a torchrun demo's checkpoints); rank 0 removes it once every
+    rank is done with it."""
+    import shutil
+    import tempfile
+
+    import torch.distributed as dist
+
+    folder = [tempfile.mkdtemp(prefix=prefix) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(folder)
+    try:
+        yield folder[0]
+    finally:
+        dist.barrier()
+        if dist.get_rank() == 0:
+            shutil.rmtree(folder[0], ignore_errors=True)

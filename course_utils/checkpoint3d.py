@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any
 
 import torch
@@ -120,27 +121,16 @@ def same_run(first: list[dict[str, Any]], again: list[dict[str, Any]], save_at: 
 
 def _torchrun_demo(rank: int, world_size: int) -> bool:
     """Train 4 steps saving at 2, resume in the same processes, compare the bits."""
-    import os
-    import shutil
-    import tempfile
-
-    import torch.distributed as dist
-
+    from course_utils.checkpoint import job_folder
     from course_utils.train3d_check import MESH_FOR_WORLD
 
     dp, pp, tp = MESH_FOR_WORLD[world_size]
     plan = dataclasses.replace(Plan(dp=dp, pp=pp, tp=tp), steps=4, batch=4 * dp)
-    folder = [tempfile.mkdtemp(prefix="course-ckpt3d-") if rank == 0 else None]
-    dist.broadcast_object_list(folder)
-    path = os.path.join(folder[0], "step_2")
-    try:
+    with job_folder("course-ckpt3d-") as folder:
+        path = os.path.join(folder, "step_2")
         first = train_worker(rank, world_size, plan, path, save_at=2)
         again = train_worker(rank, world_size, plan, path, start=2)
         return same_run([first], [again], 2)
-    finally:
-        dist.barrier()
-        if rank == 0:
-            shutil.rmtree(folder[0], ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -236,21 +236,12 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def _torchrun_demo(rank: int, world_size: int) -> bool:
     """Save on DP D, load into both layouts; True when every byte count is as predicted."""
-    import shutil
-    import tempfile
+    from course_utils.checkpoint import job_folder
 
-    import torch.distributed as dist
-
-    folder = [tempfile.mkdtemp(prefix="course-reshard-") if rank == 0 else None]
-    dist.broadcast_object_list(folder)
-    try:
-        r = reshard_worker(rank, world_size, os.path.join(folder[0], "ckpt"))
+    with job_folder("course-reshard-") as folder:
+        r = reshard_worker(rank, world_size, os.path.join(folder, "ckpt"))
         return all(r[lay]["read"] == predicted_bytes(lay, rank, world_size)["read"]
                    and r[lay]["equal"] for lay in LAYOUTS[1:])
-    finally:
-        dist.barrier()
-        if rank == 0:
-            shutil.rmtree(folder[0], ignore_errors=True)
 
 
 if __name__ == "__main__":

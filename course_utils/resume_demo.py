@@ -18,7 +18,6 @@ Run under torchrun (2 ranks: the run, saved at step 6, resumed in the same job):
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Sequence
 
 import numpy as np
@@ -165,19 +164,11 @@ def _torchrun_demo(rank: int, world_size: int) -> bool:
     import torch.distributed as dist
 
     job = resume_job.Job(world_size=world_size)
-    folder = [tempfile.mkdtemp(prefix="course-ckpt-") if rank == 0 else None]
-    dist.broadcast_object_list(folder)
-    path = os.path.join(folder[0], "step_6")
-    try:
-        out = omission_worker(rank, world_size, job, path, 6, omits=[()])
+    with checkpoint.job_folder() as folder:
+        out = omission_worker(rank, world_size, job, os.path.join(folder, "step_6"), 6,
+                              omits=[()])
         dist.barrier()
         return out["resumed"][0] == out["uninterrupted"][6:]
-    finally:
-        dist.barrier()
-        if rank == 0:
-            import shutil
-
-            shutil.rmtree(folder[0], ignore_errors=True)
 
 
 if __name__ == "__main__":
