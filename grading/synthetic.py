@@ -228,7 +228,8 @@ KERNEL_EVERYWHERE = frozenset({"correct", "unanswered"})
 # A typical mistake is graded on values (its code run with the student's givens, outside a
 # kernel) except where its code needs the notebook around it:
 TYPICAL_IN_A_KERNEL = {"a7_measuring": "its code reads RUN_A, the table the notebook builds",
-                       "a10_capstone": "its code is a training step run on ranks"}
+                       "a10_capstone": "its code is a training step run on ranks",
+                       "a12_checkpointing": "its code saves and resumes a job on ranks"}
 KERNEL_EVERYTHING = "a1_training_state"
 VALUE_KINDS = ("correct", "wrong", "raises", "fake_values", "uses_helper", "honest_",
                "copies_peer", "typed_identity", "unit_")  # (a prefix: honest_1, unit_gib, ...)

@@ -73,6 +73,9 @@ def values_for(assignment: str, kind: str, givens, reference: dict[str, list],
         code, tests = mistake
         names: dict[str, Any] = {"G": givens}
         exec(compile(code, f"<{assignment}: typical mistake>", "exec"), names)  # noqa: S102
+        if not any(n in names for gid in tests for n, _ in right[gid]):
+            raise ValueError(f"{assignment}'s typical mistake sets none of the values its test "
+                             f"cells submit: grade it in a kernel (TYPICAL_IN_A_KERNEL)")
         for gid in tests:
             out[gid] = ([(n, encode(names[n]) if n in names else v) for n, v in right[gid]], None)
     elif kind in ("copies_peer", "typed_identity"):
