@@ -35,7 +35,8 @@ from course_utils.pipeline_schedule import Op, Timeline, bubble_fraction, schedu
 from course_utils.validate import check_int as _check_int
 
 __all__ = ["make_model", "make_batch", "split_stages", "stage_bounds", "reference_step",
-           "pipeline_worker", "torch_pipeline_worker", "records_to_timeline", "measure_bubble",
+           "pipeline_worker", "torch_pipeline_worker", "records_to_timeline", "jobs_worker",
+           "measure_bubble",
            "matmul_throughput", "run_student_pipeline", "microbatch_reference"]
 
 # measure.clock: perf_counter (CLOCK_MONOTONIC on Linux: one clock shared by all processes),
@@ -323,13 +324,27 @@ def torch_pipeline_worker(pp_rank: int, pp_size: int, schedule: str = "gpipe", m
 
 
 def records_to_timeline(per_rank_records: Sequence[Sequence[tuple]], schedule: str,
-                        m: int) -> Timeline:
-    """Build a Timeline (seconds, from the earliest start) from each rank's op records."""
+                        m: int, v: int = 1) -> Timeline:
+    """Build a Timeline (seconds, from the earliest start) from each rank's op records:
+    (kind, microbatch, start, end), or (kind, microbatch, chunk, start, end) with v chunks."""
     p = len(per_rank_records)
-    t0 = min(r[2] for recs in per_rank_records for r in recs)
-    ops = [Op(rank, kind, mb, 0, start - t0, end - t0)
-           for rank, recs in enumerate(per_rank_records) for kind, mb, start, end in recs]
-    return Timeline(schedule, p, m, 1, sorted(ops, key=lambda o: (o.rank, o.start)))
+    rows = [(rank, rec if len(rec) == 5 else (rec[0], rec[1], 0, rec[2], rec[3]))
+            for rank, recs in enumerate(per_rank_records) for rec in recs]
+    t0 = min(rec[3] for _, rec in rows)
+    ops = [Op(rank, kind, mb, chunk, start - t0, end - t0)
+           for rank, (kind, mb, chunk, start, end) in rows]
+    return Timeline(schedule, p, m, v, sorted(ops, key=lambda o: (o.rank, o.start)))
+
+
+def jobs_worker(pp_rank: int, pp_size: int, jobs: Sequence[tuple[Callable, dict]]) -> list:
+    """Several pipelines in one launch (one start-up, not one per job), one after the other:
+    ``[fn(pp_rank, pp_size, **kwargs) for fn, kwargs in jobs]``, each job starting together
+    on every rank."""
+    results = []
+    for fn, kwargs in jobs:
+        dist.barrier()
+        results.append(fn(pp_rank, pp_size, **kwargs))
+    return results
 
 
 def measure_bubble(p: int, ms: Sequence[int], *, schedule: str = "gpipe", impl: str = "scratch",
@@ -338,12 +353,13 @@ def measure_bubble(p: int, ms: Sequence[int], *, schedule: str = "gpipe", impl: 
                    timeout_s: float = 120.0) -> list[dict]:
     """Measure the idle fraction on p real ranks for each m in ``ms``, beside the formula.
 
-    Each m runs ``steps`` + 1 pipeline steps in one launch (the first, a warm-up, is dropped);
-    ``measured`` is the median over steps of 1 - busy / (p x makespan), busy time being the
-    ranks' forward/backward spans (waiting in recv counts as idle). ``op_time_s``: see
-    :func:`pipeline_worker` (0 = pure CPU compute, which shares the machine's cores).
-    Returns [{"p", "m", "formula", "measured", "per_step", "timeline"}] (timeline: the step
-    closest to the median, in seconds).
+    One launch runs every m, ``steps`` pipeline steps each, after a warm-up step that is
+    dropped (one before the first m; before every m for ``impl="torch"``, which builds new
+    stages for each). ``measured`` is the median over steps of 1 - busy / (p x makespan), busy
+    time being the ranks' forward/backward spans (waiting in recv counts as idle).
+    ``op_time_s``: see :func:`pipeline_worker` (0 = pure CPU compute, which shares the
+    machine's cores). Returns [{"p", "m", "formula", "measured", "per_step", "timeline"}]
+    (timeline: the step closest to the median, in seconds).
     """
     from course_utils import launch
 
@@ -360,15 +376,18 @@ def measure_bubble(p: int, ms: Sequence[int], *, schedule: str = "gpipe", impl: 
         _check_int("m", m)
     depth = depth or 2 * p
     worker = pipeline_worker if impl == "scratch" else torch_pipeline_worker
+    jobs = [(worker, dict(schedule=schedule, m=m, seed=0, microbatch=microbatch, width=width,
+                          depth=depth, steps=steps + (impl == "torch" or k == 0),
+                          op_time_s=op_time_s)) for k, m in enumerate(ms)]
+    results = launch.run(jobs_worker, p, jobs, timeout_s=timeout_s, threads_per_rank=1)
     rows = []
-    for m in ms:
-        results = launch.run(worker, p, schedule, m, 0, microbatch, width, depth, steps + 1,
-                             op_time_s, timeout_s=timeout_s, threads_per_rank=1)
-        timelines = [records_to_timeline([res["records"][s] for res in results], schedule, m)
-                     for s in range(1, steps + 1)]
+    for k, m in enumerate(ms):
+        records = [res[k]["records"][-steps:] for res in results]  # the warm-up dropped
+        timelines = [records_to_timeline([recs[s] for recs in records], schedule, m)
+                     for s in range(steps)]
         fractions = [t.idle_fraction() for t in timelines]
         median = statistics.median(fractions)
-        closest = min(range(len(fractions)), key=lambda k: abs(fractions[k] - median))
+        closest = min(range(len(fractions)), key=lambda s: abs(fractions[s] - median))
         rows.append({"p": p, "m": m, "formula": bubble_fraction(p, m), "measured": median,
                      "per_step": fractions, "timeline": timelines[closest]})
     return rows

@@ -5,10 +5,12 @@ A pipeline splits a model's layers into P consecutive *stages*, one per rank, an
 
 * the idealized formula :func:`bubble_fraction` = (P - 1) / (m + P - 1) (balanced stages, no
   communication cost), and the ratio :func:`bubble_ratio` = (P - 1) / m that some sources quote;
-* a simulator, :func:`simulate`, that plays a schedule (``"gpipe"``, ``"1f1b"``, ``"interleaved"``)
-  op by op and returns a :class:`Timeline` (who computes what, when), from which idle fraction and
-  activations in flight are read off, and which :func:`draw_timeline` / :func:`format_timeline`
-  draw as a Gantt chart;
+* a simulator, :func:`simulate`, that plays a schedule (``"gpipe"``, ``"1f1b"``, ``"interleaved"``,
+  and the zero-bubble schedules with the backward split in two, ``"zb-h1"``, ``"zbv"``,
+  ``"dualpipev"``: :mod:`course_utils.zero_bubble`) op by op and returns a
+  :class:`Timeline` (who computes what, when), from which idle fraction and activations in
+  flight are read off, and which :func:`format_timeline` prints (and
+  :func:`course_utils.pipeline_pictures.draw_timeline` draws) as a Gantt chart;
 * :mod:`course_utils.pipeline_parallel` measures it on real ranks.
 
 Batch accounting lives here too: :func:`effective_batch` (tensor and pipeline parallelism do not
@@ -24,12 +26,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from course_utils.zero_bubble import SPLIT_SCHEDULES, V_SCHEDULES, overlapped_pairs, split_order
+
 __all__ = ["bubble_fraction", "bubble_ratio", "ratio_to_fraction", "fraction_to_ratio",
            "interleaved_bubble_fraction", "min_microbatches", "effective_batch", "SCHEDULES",
-           "Op", "Timeline", "schedule_order", "simulate", "format_timeline", "draw_timeline",
-           "op_label", "op_color", "legend_handles"]
+           "Op", "Timeline", "schedule_order", "virtual_stage", "simulate", "format_timeline",
+           "op_label"]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved") + SPLIT_SCHEDULES
 
 
 # ----------------------------------------------------------------------------------- checks
@@ -114,31 +118,52 @@ def effective_batch(microbatch_size: int, accumulation_steps: int, dp: int) -> i
 # ----------------------------------------------------------------------------------- schedules
 
 
-def _check_schedule(schedule: Any, p: int, m: int, v: int) -> str:
+def _check_schedule(schedule: Any, p: int, m: int, v: Any) -> int:
+    """Check the arguments; return v (None: 2 for the V schedules, else 1)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
     _check_pos_int("p", p)
     _check_pos_int("m", m)
+    if v is None:
+        v = 2 if schedule in V_SCHEDULES else 1
     _check_pos_int("v", v)
-    if schedule != "interleaved" and v != 1:
+    if schedule in V_SCHEDULES and v != 2:
+        raise ValueError(f"v (chunks per rank) must be 2 for schedule {schedule!r} (rank r holds "
+                         f"stages r and 2p - 1 - r), got {v}")
+    if schedule not in V_SCHEDULES and schedule != "interleaved" and v != 1:
         raise ValueError(f"v (chunks per rank) must be 1 for schedule {schedule!r}, got {v}; "
                          "use schedule='interleaved' for v > 1")
     if schedule == "interleaved" and m % p != 0:
         raise ValueError(f"m must be a multiple of p for the interleaved schedule "
                          f"(microbatches go round in groups of p), got m={m}, p={p}")
-    return schedule
+    return v
 
 
-def schedule_order(schedule: str, p: int, m: int, v: int = 1) -> list[list[tuple[str, int, int]]]:
-    """Per-rank op order: ``order[rank]`` is a list of (kind 'F'|'B', microbatch, chunk).
+def virtual_stage(schedule: str, p: int, rank: int, chunk: int) -> int:
+    """Which of the model's p*v stages chunk ``chunk`` of ``rank`` holds: c*P + r when
+    interleaved, r and 2P - 1 - r in a V (zbv, dualpipev), r otherwise."""
+    if schedule in V_SCHEDULES:
+        return rank if chunk == 0 else 2 * p - 1 - rank
+    return chunk * p + rank
+
+
+def schedule_order(schedule: str, p: int, m: int,
+                   v: int | None = None) -> list[list[tuple[str, int, int]]]:
+    """Per-rank op order: ``order[rank]`` is a list of (kind, microbatch, chunk), kind one of
+    'F' (forward), 'B' (the whole backward), 'I' (its input-gradient half), 'W' (its
+    weight-gradient half).
 
     ``"gpipe"``: every forward, then every backward (microbatches in order).
     ``"1f1b"``: rank r runs min(P-r-1, m) warm-up forwards, then alternates one forward and one
     backward, then drains the remaining backwards (PipeDream-flush).
     ``"interleaved"``: each rank holds v chunks (chunk c of rank r is virtual stage c*P + r) and
     runs Megatron-LM's interleaved 1F1B order; m must be a multiple of p.
+    ``"zb-h1"``, ``"zbv"``, ``"dualpipev"``: backward split into I and W
+    (:mod:`course_utils.zero_bubble`); zbv and dualpipev hold 2 chunks per rank in a V.
     """
-    _check_schedule(schedule, p, m, v)
+    v = _check_schedule(schedule, p, m, v)
+    if schedule in SPLIT_SCHEDULES:
+        return [split_order(schedule, p, m, rank) for rank in range(p)]
     order: list[list[tuple[str, int, int]]] = []
     for rank in range(p):
         if schedule == "gpipe":
@@ -173,7 +198,8 @@ def schedule_order(schedule: str, p: int, m: int, v: int = 1) -> list[list[tuple
 
 @dataclass(frozen=True)
 class Op:
-    """One unit of work on one rank: forward ('F') or backward ('B') of a microbatch's chunk."""
+    """One unit of work on one rank: 'F', 'B' (whole backward), 'I' or 'W' (its two halves) of
+    a microbatch's chunk, from ``start`` to ``end``."""
 
     rank: int
     kind: str
@@ -214,17 +240,32 @@ class Timeline:
         """Time units rank spends computing."""
         return sum(o.duration for o in self.ops if o.rank == rank)
 
-    def idle_fraction(self) -> float:
-        """Share of the P x makespan rank-time spent idle (the measured bubble)."""
-        total = self.p * self.makespan
+    def span(self, rank: int) -> float:
+        """Time from this rank's first op's start to its last op's end."""
+        ops = [o for o in self.ops if o.rank == rank]
+        return max(o.end for o in ops) - min(o.start for o in ops)
+
+    def period(self, sync: bool = True) -> float:
+        """Time per step when steps repeat: the makespan when every rank waits for the whole
+        step to end before its optimizer step (``sync``, a global check such as the gradient
+        norm); without that wait (post-validation), each rank starts its next step as soon as
+        its own work is done, and the steps tile every max(span) units."""
+        return self.makespan if sync else max(self.span(r) for r in range(self.p))
+
+    def idle_fraction(self, sync: bool = True) -> float:
+        """Share of the P x period rank-time spent idle (the bubble); see :meth:`period`."""
+        total = self.p * self.period(sync)
         return 1.0 - sum(self.busy(r) for r in range(self.p)) / total
 
-    def rank_idle_fractions(self) -> list[float]:
-        """Idle share of the makespan, per rank."""
-        return [1.0 - self.busy(r) / self.makespan for r in range(self.p)]
+    def rank_idle_fractions(self, sync: bool = True) -> list[float]:
+        """Idle share of the period, per rank."""
+        period = self.period(sync)
+        return [1.0 - self.busy(r) / period for r in range(self.p)]
 
     def activations_in_flight(self, rank: int) -> float:
-        """Peak microbatches whose activations rank holds (forward started, backward not done).
+        """Peak microbatches whose activations rank holds: from the start of a forward until
+        the end of the backward that frees them, B or, when the backward is split, W (W needs
+        the layer inputs the forward saved).
 
         Counted in whole-stage microbatches: with v chunks per rank, one chunk counts 1/v.
         """
@@ -232,8 +273,8 @@ class Timeline:
         for o in self.ops:
             if o.rank != rank:
                 continue
-            events.append((o.start, 1, o.kind == "F"))  # a forward starts holding activations
-            events.append((o.end, 0, o.kind == "B"))     # a backward releases them at its end
+            events.append((o.start, 1, o.kind == "F"))        # a forward starts holding
+            events.append((o.end, 0, o.kind in ("B", "W")))   # B or W releases at its end
         held, peak = 0, 0
         for _, is_start, counts in sorted(events):  # at equal times, releases come first
             if counts:
@@ -246,36 +287,66 @@ class Timeline:
         return [self.activations_in_flight(r) for r in range(self.p)]
 
     def check(self) -> None:
-        """Raise AssertionError unless the timeline is consistent (no overlap; F before B; deps)."""
+        """Raise AssertionError unless the timeline is consistent: no rank runs two ops at
+        once; every (microbatch, stage) has one F and either one B or one I and one W; a
+        forward follows the previous stage's, a backward (B or I) this stage's forward and the
+        next stage's backward, a W its own I."""
         for r in range(self.p):
             ops = self.rank_ops(r)
             for a, b in zip(ops, ops[1:]):
                 assert a.end <= b.start + 1e-9, f"rank {r} runs {a} and {b} at once"
-        done = {(o.kind, o.microbatch, o.chunk * self.p + o.rank): o for o in self.ops}
         stages = self.p * self.v
-        assert len(done) == len(self.ops) == 2 * self.m * stages, "missing or duplicated ops"
+        done: dict[tuple[str, int, int], Op] = {}
+        for o in self.ops:
+            key = (o.kind, o.microbatch, virtual_stage(self.schedule, self.p, o.rank, o.chunk))
+            assert key not in done, f"{o} runs twice"
+            done[key] = o
+        for mb in range(self.m):
+            for vs in range(stages):
+                kinds = {k for k in "FBIW" if (k, mb, vs) in done}
+                assert kinds in ({"F", "B"}, {"F", "I", "W"}), (
+                    f"microbatch {mb} at stage {vs} has ops {sorted(kinds)}")
+        assert len(done) == len(self.ops), "ops beyond the m microbatches"
+
+        def grad(mb: int, vs: int) -> Op:  # the op that computes stage vs's input gradient
+            return done.get(("I", mb, vs)) or done["B", mb, vs]
+
         for (kind, mb, vs), o in done.items():
+            before = []
             if kind == "F" and vs > 0:
-                assert done["F", mb, vs - 1].end <= o.start + 1e-9, f"{o} before its input"
-            if kind == "B":
-                assert done["F", mb, vs].end <= o.start + 1e-9, f"{o} before its forward"
+                before.append(done["F", mb, vs - 1])
+            if kind in ("B", "I"):
+                before.append(done["F", mb, vs])
                 if vs < stages - 1:
-                    assert done["B", mb, vs + 1].end <= o.start + 1e-9, f"{o} before its grad"
+                    before.append(grad(mb, vs + 1))
+            if kind == "W":
+                before.append(done["I", mb, vs])
+            for dep in before:
+                assert dep.end <= o.start + 1e-9, f"{o} starts before {dep} ends"
 
 
-def simulate(schedule: str, p: int, m: int, *, v: int = 1,
+def simulate(schedule: str, p: int, m: int, *, v: int | None = None,
              stage_times: Sequence[float] | None = None, forward_time: float = 1.0,
-             backward_ratio: float = 1.0, comm_time: float = 0.0) -> Timeline:
+             backward_ratio: float = 1.0, weight_share: float = 0.5,
+             comm_time: float = 0.0, pair_time: float | None = None) -> Timeline:
     """Play a schedule op by op and return its Timeline.
 
     Each rank runs its ops in :func:`schedule_order`; an op starts when the rank is free and its
-    inputs exist (forward: the previous stage's forward of that microbatch; backward: this
-    stage's forward and the next stage's backward), plus ``comm_time`` when they cross ranks.
-    ``stage_times[r]``: forward time of rank r's layers for one microbatch (default
-    ``forward_time`` on every rank); a backward takes ``backward_ratio`` times its forward;
-    with v chunks, each chunk takes 1/v of its rank's time.
+    inputs exist (forward: the previous stage's forward of that microbatch; backward, B or I:
+    this stage's forward and the next stage's backward; W: its own I), plus ``comm_time`` when
+    they cross ranks. ``stage_times[r]``: forward time of rank r's layers for one microbatch
+    (default ``forward_time`` on every rank); a whole backward B takes ``backward_ratio`` times
+    its forward, split into W = ``weight_share`` of it and I = the rest; with v chunks, each
+    chunk takes 1/v of its rank's time. v: chunks per rank (default 2 for zbv and dualpipev,
+    else 1).
+
+    ``pair_time`` (dualpipev only): None runs each overlapped pair's forward and backward one
+    after the other, each as soon as its input is there (torch's runtime); a number runs the
+    pair as one unit, as DeepSeek's runtime does: it starts when both inputs are there, lasts
+    ``pair_time`` x (F + B) (1: no overlap gain; the README's F&B), and both outputs leave at
+    its end.
     """
-    _check_schedule(schedule, p, m, v)
+    v = _check_schedule(schedule, p, m, v)
     if stage_times is None:
         stage_times = [_check_pos_number("forward_time", forward_time)] * p
     else:
@@ -284,60 +355,84 @@ def simulate(schedule: str, p: int, m: int, *, v: int = 1,
                              f"got {stage_times!r}")
         stage_times = [_check_pos_number(f"stage_times[{i}]", t) for i, t in enumerate(stage_times)]
     _check_pos_number("backward_ratio", backward_ratio)
+    if (isinstance(weight_share, bool) or not isinstance(weight_share, (int, float))
+            or not 0 < weight_share < 1):
+        raise ValueError(f"weight_share (W's part of the backward) must be strictly between 0 "
+                         f"and 1, got {weight_share!r}")
     _check_pos_number("comm_time", comm_time, allow_zero=True)
+    if pair_time is not None:
+        if schedule != "dualpipev":
+            raise ValueError(f"pair_time is for schedule 'dualpipev' (its overlapped pairs), "
+                             f"got schedule {schedule!r}")
+        _check_pos_number("pair_time", pair_time)
+    scale = {"F": 1.0, "B": backward_ratio, "I": backward_ratio * (1 - weight_share),
+             "W": backward_ratio * weight_share}
 
     order = schedule_order(schedule, p, m, v)
+    paired = [set(overlapped_pairs(p, m, r)) if pair_time is not None else set()
+              for r in range(p)]
     stages = p * v
-    finished: dict[tuple[str, int, int], tuple[float, int]] = {}  # (kind, mb, vstage) -> (end, rank)
+    # (what, mb, vstage) -> (end, rank); what: "F", "grad" (B or I), "I"
+    finished: dict[tuple[str, int, int], tuple[float, int]] = {}
     free = [0.0] * p
     next_op = [0] * p
     ops: list[Op] = []
     remaining = sum(len(o) for o in order)
+
+    def needs(rank: int, kind: str, mb: int, vs: int) -> list[tuple[str, int, int]]:
+        if kind == "F":
+            return [("F", mb, vs - 1)] if vs > 0 else []
+        if kind == "W":
+            return [("I", mb, vs)]
+        return [("F", mb, vs)] + ([("grad", mb, vs + 1)] if vs < stages - 1 else [])
+
+    def ready_at(rank: int, deps: list) -> float:
+        ready = free[rank]
+        for d in deps:
+            end, dep_rank = finished[d]
+            ready = max(ready, end + (comm_time if dep_rank != rank else 0.0))
+        return ready
+
+    def record(op: Op, vs: int, end: float) -> None:
+        ops.append(op)
+        for what in {"F": ["F"], "B": ["grad"], "I": ["grad", "I"], "W": []}[op.kind]:
+            finished[what, op.microbatch, vs] = (end, op.rank)
+
     while remaining:
         progressed = False
         for rank in range(p):
             while next_op[rank] < len(order[rank]):
-                kind, mb, chunk = order[rank][next_op[rank]]
-                vs = chunk * p + rank
-                deps = []
-                if kind == "F" and vs > 0:
-                    deps.append(("F", mb, vs - 1))
-                if kind == "B":
-                    deps.append(("F", mb, vs))
-                    if vs < stages - 1:
-                        deps.append(("B", mb, vs + 1))
+                k = next_op[rank]
+                group = order[rank][k:k + 2] if k in paired[rank] else order[rank][k:k + 1]
+                stages_of = [virtual_stage(schedule, p, rank, c) for _, _, c in group]
+                deps = [d for (kind, mb, _), vs in zip(group, stages_of)
+                        for d in needs(rank, kind, mb, vs)]
                 if any(d not in finished for d in deps):
                     break
-                ready = free[rank]
-                for d in deps:
-                    end, dep_rank = finished[d]
-                    ready = max(ready, end + (comm_time if dep_rank != rank else 0.0))
-                duration = stage_times[rank] / v * (backward_ratio if kind == "B" else 1.0)
-                op = Op(rank, kind, mb, chunk, ready, ready + duration)
-                ops.append(op)
-                finished[kind, mb, vs] = (op.end, rank)
-                free[rank] = op.end
-                next_op[rank] += 1
-                remaining -= 1
+                start = ready_at(rank, deps)
+                lengths = [stage_times[rank] / v * scale[kind] for kind, _, _ in group]
+                if len(group) == 2:  # an overlapped pair: one unit, both outputs at its end
+                    lengths = [t * pair_time for t in lengths]
+                end = start + sum(lengths)
+                t = start
+                for (kind, mb, chunk), vs, length in zip(group, stages_of, lengths):
+                    record(Op(rank, kind, mb, chunk, t, t + length), vs,
+                           end if len(group) == 2 else t + length)
+                    t += length
+                free[rank] = end
+                next_op[rank] += len(group)
+                remaining -= len(group)
                 progressed = True
         if not progressed:  # pragma: no cover - every built-in order is deadlock-free
             raise RuntimeError(f"schedule {schedule!r} deadlocked at {next_op}")
     return Timeline(schedule, p, m, v, sorted(ops, key=lambda o: (o.rank, o.start)))
 
 
-# ----------------------------------------------------------------------------------- drawing
-
-
-def op_label(op: Op, v: int) -> str:
-    """``F3`` / ``B3`` (``F3a`` / ``F3b`` with v chunks): how charts name an op."""
-    return f"{op.kind}{op.microbatch}" + ("abcdefghijklmnopqrstuvwxyz"[op.chunk] if v > 1 else "")
-
-
 def format_timeline(timeline: Timeline, unit: float | None = None) -> str:
     """Text Gantt chart: one row per rank, one column per ``unit`` of time ('.' = idle).
 
-    F3 = forward of microbatch 3, B3 its backward; with v chunks a letter names the chunk
-    (F3a = chunk 0, F3b = chunk 1). Default unit: the shortest op.
+    F3 = forward of microbatch 3, B3 its backward (I3 and W3 its two halves); with v chunks a
+    letter names the chunk (F3a = chunk 0, F3b = chunk 1). Default unit: the shortest op.
     """
     if not isinstance(timeline, Timeline):
         raise ValueError(f"timeline must be a Timeline, got {type(timeline).__name__}")
@@ -357,107 +452,6 @@ def format_timeline(timeline: Timeline, unit: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def _tint(color: str, amount: float) -> tuple[float, float, float]:
-    """``color`` mixed with white (amount 0 = unchanged, 1 = white)."""
-    from matplotlib.colors import to_rgb
-
-    return tuple(c + (1.0 - c) * amount for c in to_rgb(color))
-
-
-def op_color(kind: str, chunk: int, v: int) -> tuple[float, float, float]:
-    """Forward and backward in the course's phase colours; a later chunk in a lighter shade."""
-    from course_utils.style import PHASE_COLORS
-
-    base = PHASE_COLORS["forward" if kind == "F" else "backward"]
-    return _tint(base, 0.55 * chunk / max(v - 1, 1))
-
-
-def legend_handles(v: int) -> list:
-    """Legend patches naming :func:`op_color`'s colours (forward, backward; per chunk)."""
-    from matplotlib.patches import Patch
-
-    handles = []
-    for kind, word in (("F", "forward"), ("B", "backward")):
-        for chunk in range(v):
-            name = word if v == 1 else f"{word}, chunk {'abcdefghijklmnopqrstuvwxyz'[chunk]}"
-            handles.append(Patch(facecolor=op_color(kind, chunk, v), edgecolor="black",
-                                 linewidth=0.5, label=name))
-    return handles
-
-
-def _fit_text_class() -> type:
-    """A Text that, each time it is drawn, shows the longest of its candidate labels that fits
-    inside its bar, and hides itself when none does (so labels never spill or overlap)."""
-    from matplotlib.text import Text
-
-    class _FitText(Text):
-        def __init__(self, *args: Any, candidates: Sequence[str], span: tuple[float, float],
-                     **kwargs: Any):
-            super().__init__(*args, text=candidates[0], **kwargs)
-            self._candidates, self._span = list(candidates), span
-
-        def draw(self, renderer: Any) -> None:
-            ax = self.axes
-            (x0, _), (x1, _) = ax.transData.transform([(self._span[0], 0), (self._span[1], 0)])
-            box = ax.get_window_extent(renderer)
-            room = x1 - x0 - 4  # a little padding on each side
-            show = None
-            self.set_visible(True)  # a hidden Text measures as an empty box
-            if box.x0 - 1 <= x0 and x1 <= box.x1 + 1:  # only bars wholly inside the axes
-                for candidate in self._candidates:
-                    if self.get_text() != candidate:
-                        self.set_text(candidate)
-                    if super().get_window_extent(renderer).width <= room:
-                        show = candidate
-                        break
-            self.set_visible(show is not None)
-            if show is not None:
-                super().draw(renderer)
-
-    return _FitText
-
-
-def draw_timeline(timeline: Timeline, ax: Any = None, title: str | None = None, *,
-                  tmax: float | None = None, legend: bool = True) -> Any:
-    """Draw a Timeline as a Gantt chart: one row per rank, forward and backward ops in the
-    course's phase colours (with v chunks, later chunks lighter), each op labelled F3 / B3
-    (F3a / F3b for chunks) where the label fits, else by its microbatch number, else not at all.
-
-    ``tmax``: end of the time axis (default: the makespan); give several charts the same value
-    to compare them on one scale. ``legend``: name the colours to the right of the axes.
-    """
-    import matplotlib.pyplot as plt
-
-    if not isinstance(timeline, Timeline):
-        raise ValueError(f"timeline must be a Timeline, got {type(timeline).__name__}")
-    tmax = timeline.makespan if tmax is None else _check_pos_number("tmax", tmax)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(9, 0.6 * timeline.p + 1.4))
-    fit_text = _fit_text_class()
-    t0 = timeline.start
-    for o in timeline.ops:
-        face = op_color(o.kind, o.chunk, timeline.v)
-        ax.broken_barh([(o.start - t0, o.duration)], (o.rank - 0.4, 0.8), facecolors=face,
-                       edgecolor="black", linewidth=0.5)
-        dark = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2] < 0.55
-        label = fit_text(o.start - t0 + o.duration / 2, o.rank,
-                         candidates=[op_label(o, timeline.v), str(o.microbatch)],
-                         span=(o.start - t0, o.end - t0), ha="center", va="center",
-                         fontsize=9, color="white" if dark else "black", clip_on=True)
-        ax.add_artist(label)
-    ax.set_yticks(range(timeline.p))
-    _ = ax.set_yticklabels([f"rank {r}" for r in range(timeline.p)])
-    ax.set_ylim(timeline.p - 0.5, -0.5)
-    ax.set_xlim(0, tmax)
-    ax.set_xlabel("time (units of one balanced forward)")
-    if title is None:
-        from course_utils.style import label as words
-
-        title = (f"{words(timeline.schedule)}: P={timeline.p}, m={timeline.m}"
-                 + (f", v={timeline.v}" if timeline.v > 1 else "")
-                 + f", idle {timeline.idle_fraction():.1%}")
-    ax.set_title(title)
-    if legend:
-        ax.legend(handles=legend_handles(timeline.v), loc="upper left", frameon=False,
-                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    return ax
+def op_label(op: Op, v: int) -> str:
+    """``F3`` / ``B3`` / ``I3`` / ``W3`` (``F3a`` / ``F3b`` with v chunks): how charts name an op."""
+    return f"{op.kind}{op.microbatch}" + ("abcdefghijklmnopqrstuvwxyz"[op.chunk] if v > 1 else "")

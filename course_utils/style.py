@@ -33,13 +33,15 @@ AXIS_COLORS = {"dp": "#4c72b0", "tp": "#dd8452", "pp": "#55a868", "cp": "#8172b3
                "sp": "#8172b3", "ep": "#c44e52"}
 STATE_COLORS = {"weights": "#4c72b0", "grads": "#dd8452", "master": "#937860",
                 "optimizer": "#55a868", "activations": "#8172b3", "buffers": "#bbbbbb"}
-PHASE_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "communication": "#dd8452",
-                "optimizer": "#937860", "wait": "#c44e52", "idle": "#eeeeee", "data": "#bbbbbb"}
+PHASE_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "input": "#8172b3",
+                "weight": "#ccb974", "communication": "#dd8452", "optimizer": "#937860",
+                "wait": "#c44e52", "idle": "#eeeeee", "data": "#bbbbbb"}
 LABELS = {
     "dp": "data parallel", "tp": "tensor parallel", "pp": "pipeline parallel",
     "cp": "context parallel", "sp": "sequence parallel", "ep": "expert parallel",
     "zero_stage": "ZeRO stage", "gpipe": "GPipe", "1f1b": "1F1B",
-    "interleaved": "interleaved 1F1B",
+    "interleaved": "interleaved 1F1B", "zb-h1": "ZB-H1", "zbv": "ZBV",
+    "dualpipev": "DualPipeV",
 }
 MIN_FONT_PT = 8.0
 

@@ -7,6 +7,7 @@ import math
 import matplotlib
 import pytest
 
+from course_utils import pipeline_pictures as pics
 from course_utils import pipeline_schedule as ps
 
 matplotlib.use("Agg")
@@ -222,8 +223,9 @@ def test_simulator_bad_input(call):
 def test_draw_timeline_runs():
     import matplotlib.pyplot as plt
 
-    for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
-        ax = ps.draw_timeline(ps.simulate(schedule, 4, 8, v=v))
+    for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
+                        ("zbv", 2), ("dualpipev", 2)):
+        ax = pics.draw_timeline(ps.simulate(schedule, 4, 8, v=v))
         assert "idle" in ax.get_title()
         plt.close("all")
 
@@ -242,7 +244,7 @@ def test_drawn_timelines_pass_the_course_figure_check():
         longest = max(tl.makespan for tl in timelines)
         fig, axes = plt.subplots(len(timelines), 1, figsize=(9, 8.5), sharex=True)
         for ax, tl in zip(axes, timelines):
-            ps.draw_timeline(tl, ax=ax, tmax=longest)
+            pics.draw_timeline(tl, ax=ax, tmax=longest)
         fig.tight_layout()
         fig.canvas.draw()
         assert style.problems(fig, fig.canvas.get_renderer()) == []
@@ -251,10 +253,50 @@ def test_drawn_timelines_pass_the_course_figure_check():
         assert "F0" in shown and "B7" in shown  # balanced ops carry their full label
         plt.close(fig)
         # a slow stage stretches the time axis: short ops fall back to their microbatch number
-        ax = ps.draw_timeline(ps.simulate("1f1b", 4, 8, backward_ratio=2.0,
-                                          stage_times=[1, 1, 2, 1]))
+        ax = pics.draw_timeline(ps.simulate("1f1b", 4, 8, backward_ratio=2.0,
+                                            stage_times=[1, 1, 2, 1]))
         ax.figure.canvas.draw()
         assert style.problems(ax.figure, ax.figure.canvas.get_renderer()) == []
         shown = {t.get_text() for t in ax.texts if t.get_visible()}
         assert {"0", "B0", "F0"} <= shown
         plt.close("all")
+
+
+# ----------------------------------------------------------------------------------- a5's givens
+
+
+def test_every_a5_pipeline_given_is_one_the_simulator_and_the_cited_systems_accept():
+    """Issue 36: a5 drew interleaved pipelines with m not a multiple of P (6, 14, 3), which the
+    course's simulator refuses, Megatron-LM rejects by default and the formula assumes. Every
+    option of every a5 pipeline given: the simulator plays it and gets the formula the
+    question asks for; interleaved ones pass Megatron-LM's rule (m a multiple of P) and
+    torch's ScheduleInterleaved1F1B's (m a multiple of its rounds, max(1, m // P):
+    ``torch/distributed/pipelining/schedules.py``, ScheduleInterleaved1F1B.__init__); Q7's
+    ZB-H1 pipelines idle Qi et al.'s (P-1)(T_F + T_B - T_W) with T_B = B - W, every rank
+    holding P microbatches at its peak."""
+    from course_utils import variants
+
+    givens = variants.givens_of("a5_pipeline")
+    for name in ("q1_gpipe", "q1_1f1b"):
+        schedule = name.split("_")[1]
+        for p, m in givens[name].options:
+            tl = ps.simulate(schedule, p, m)
+            assert tl.idle_fraction() == pytest.approx(ps.bubble_fraction(p, m)), (name, p, m)
+    for p, m, v in givens["q1_interleaved"].options:
+        assert m % p == 0, (p, m, v)  # Megatron-LM (microbatches go round in groups of P)
+        assert m % max(1, m // p) == 0  # torch's ScheduleInterleaved1F1B
+        tl = ps.simulate("interleaved", p, m, v=v)
+        tl.check()
+        assert tl.idle_fraction() == pytest.approx(ps.interleaved_bubble_fraction(p, m, v))
+    for p, m, f, b, w, r in givens["q7"].options:
+        i = b - w
+        assert m >= p and w <= f and w <= i and 0 < r < p
+        tl = ps.simulate("zb-h1", p, m, forward_time=f, backward_ratio=b / f, weight_share=w / b)
+        tl.check()
+        bubble = (p - 1) * (f + i - w)
+        assert [tl.makespan - tl.busy(k) for k in range(p)] == pytest.approx([bubble] * p)
+        assert tl.idle_fraction() == pytest.approx(bubble / (bubble + m * (f + b)))
+        assert tl.peak_activations()[r] == p
+        ofob = ps.simulate("1f1b", p, m, forward_time=f, backward_ratio=b / f)
+        assert ofob.makespan - ofob.busy(0) == pytest.approx((p - 1) * (f + b))  # the mistake
+        assert ofob.peak_activations()[r] == p - r

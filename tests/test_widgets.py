@@ -23,7 +23,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from course_utils import (activations, memory, pipeline_schedule as ps, precision,  # noqa: E402
-                          ring_allreduce, ring_trace, style, tensor_parallel as tp, zero)
+                          ring_allreduce, ring_trace, style, tensor_parallel as tp, zero,
+                          zero_bubble as zb)
 from course_utils.widgets import (activation_memory, number_formats,  # noqa: E402
                                   pipeline_timeline, ring_steps, tp_layout, training_state,
                                   zero_shards)
@@ -235,10 +236,47 @@ def test_pipeline_view_is_the_simulator(schedule, p, m, v):
     assert got["bubble"] == f"{tl.idle_fraction():.1%}"
     formula = (ps.interleaved_bubble_fraction(p=p, m=m, v=v) if schedule == "interleaved"
                else ps.bubble_fraction(p, m))
-    assert got["formula"] == f"{formula:.1%}" == got["bubble"]  # balanced: they agree
+    assert got["formula"] == f"{formula:.1%}" == got["bubble"] == got["nosync"]  # balanced
     assert got["in-flight"] == ", ".join(f"{x:g}" for x in tl.peak_activations()) + \
         " microbatches"
     no_problems(w)
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zbv", "dualpipev"])
+def test_pipeline_view_draws_the_zero_bubble_schedules(schedule):
+    """The split schedules at the papers' F = I = W: the simulated bubble beside Qi et al.'s
+    and DeepSeek's formulas, with and without the optimizer's global check."""
+    w = pipeline_timeline.PipelineTimeline(schedule=schedule, stages=4, microbatches=8,
+                                           op_times="1:1:1")
+    tl = ps.simulate(schedule, p=4, m=8, backward_ratio=2.0)
+    got = shown(w)
+    assert got["bubble"] == f"{tl.idle_fraction():.1%}"
+    assert got["nosync"] == f"{tl.idle_fraction(sync=False):.1%}"
+    assert got["formula"] == f"{zb.paper_bubble_fraction(schedule, 4, 8, 1, 1, 1):.1%}"
+    assert w.controls["chunks"].value == (2 if schedule in zb.V_SCHEDULES else 1)
+    assert w.controls["chunks"].disabled == (schedule in zb.V_SCHEDULES)
+    no_problems(w)
+    kinds = {o.kind for o in tl.ops}
+    assert kinds == ({"F", "I", "W", "B"} if schedule == "dualpipev" else {"F", "I", "W"})
+    w.controls["op_times"].value = "1:1.5:0.5"  # ZBV: no formula but for F = I = W
+    assert (shown(w)["formula"] == "none for these times") == (schedule == "zbv")
+    w.controls["schedule"].value = "1f1b"  # leaving a V: one chunk again, no message
+    assert w.state is not None and w.controls["chunks"].value == 1
+
+
+def test_pipeline_view_numbers_are_rounded_and_labels_fit():
+    """Issue 36: '65.3333 units' and '5, 4.33333, 3.66667' were printed raw, and a checkbox's
+    words were cut by its 140 px label."""
+    w = pipeline_timeline.PipelineTimeline(schedule="interleaved", stages=8, microbatches=16,
+                                           chunks=3)
+    tl = ps.simulate("interleaved", 8, 16, v=3)
+    assert tl.makespan == pytest.approx(36 + 2 / 3)
+    assert shown(w)["makespan"] == "36.67 units (one forward = 1)"
+    assert shown(w)["in-flight"] == ("10.33, 9.67, 9, 8.33, 7.67, 7, 6.33, 5.67 microbatches")
+    assert "36.67 units" in w.text()
+    assert pipeline_timeline.number(5.0) == "5" and pipeline_timeline.number(4.5) == "4.5"
+    for control in w.controls.values():  # no checkbox whose words the label's 140 px cut
+        assert type(control).__name__ != "Checkbox"
 
 
 def test_pipeline_view_slow_stage_and_messages():
@@ -246,28 +284,42 @@ def test_pipeline_view_slow_stage_and_messages():
     w.controls["slow_stage"].value = 2
     tl = ps.simulate("1f1b", p=4, m=8, stage_times=[1, 1, 2, 1])
     assert shown(w)["bubble"] == f"{tl.idle_fraction():.1%}" == "44.4%"
-    assert shown(w)["formula"] == "27.3% (balanced stages only)"
+    assert shown(w)["formula"] == "27.3% (balanced ranks only)"
     no_problems(w)
+    # only the ranks that exist are offered (issue 36: ranks 4-7 at P = 4)
+    assert [v for _, v in w.controls["slow_stage"].options] == [-1, 0, 1, 2, 3]
+    w.controls["stages"].value = 2  # the slow rank is gone: balanced again
+    assert [v for _, v in w.controls["slow_stage"].options] == [-1, 0, 1]
+    assert w.controls["slow_stage"].value == -1 and w.state["balanced"]
+    w.controls["stages"].value = 8
+    assert [v for _, v in w.controls["slow_stage"].options] == [-1] + list(range(8))
+    with pytest.raises(ValueError, match="slow_stage must be a rank from 0 to 3"):
+        w.compute("1f1b", 4, 8, 1, 5, 2.0, "1:1:1")
     w.controls["stages"].value = 2
-    assert "slow_stage must be a stage from 0 to 1 (or none); got 2" in w.view.value
-    w.controls["slow_stage"].value = -1
     w.controls["chunks"].value = 2
     assert "v (chunks per rank) must be 1 for schedule &#x27;1f1b&#x27;" in w.view.value
     w.controls["schedule"].value = "interleaved"
     w.controls["microbatches"].value = 7
     assert "m must be a multiple of p for the interleaved schedule" in w.view.value
+    w.controls["schedule"].value = "dualpipev"
+    w.controls["microbatches"].value = 3
+    assert "m must be at least 2p = 4" in w.view.value
 
 
 def test_pipeline_view_cannot_draw_a5s_graded_timelines():
-    """a5 Q4's timelines A and B (P = 5, m = 7) are the same for every student: the widget's
-    stages stop short of them (timeline C, interleaved, asks only its schedule, which its
-    chunk letters name)."""
+    """a5 Q4's timelines A and B (P = 5, m = 7) are the same for every student, and Q7's
+    pipelines have P = 5 or 7: the widget's stages stop short of them (timeline C,
+    interleaved, asks only its schedule, which its chunk letters name)."""
     from test_assignments import A5_Q4_TIMELINES
+
+    from course_utils import variants
 
     w = pipeline_timeline.PipelineTimeline()
     for name, (schedule, p, m, v) in A5_Q4_TIMELINES.items():
         if schedule != "interleaved":
             assert p not in w.controls["stages"].options, name
+    for q7 in variants.givens_of("a5_pipeline")["q7"].options:
+        assert q7[0] not in w.controls["stages"].options
     with pytest.raises(ValueError, match="stages=5 is not one of the control's choices"):
         pipeline_timeline.PipelineTimeline(stages=5)
 

@@ -28,6 +28,8 @@ HELPERS_NOT_ALLOWED = {
            "pipeline_schedule.format_timeline"],
     "q5": ["pipeline_parallel.pipeline_worker", "pipeline_parallel.reference_step",
            "pipeline_parallel.microbatch_reference"],
+    "q7": ["pipeline_schedule.simulate", "zero_bubble.paper_bubble",
+           "zero_bubble.paper_bubble_fraction", "zero_bubble.paper_peak_activations"],
 }
 
 SCHEDULES = ["gpipe", "1f1b", "interleaved"]
@@ -198,3 +200,31 @@ def _q5_feedback(got, number, pp_size, seed, sizes):
 def q5_test(got, ref):
     for number, (pp_size, seed, sizes) in enumerate(got.cases, 1):
         _q5_feedback(got, number, pp_size, seed, sizes)
+
+
+def q7_test(got, ref):
+    p, m, f, b, w, r = got.givens.q7
+    bubble = (p - 1) * (f + (b - w) - w)  # Qi et al.'s (p-1)(T_F + T_B - T_W), T_B = I = B - W
+    checks.check_number("zb_bubble_ms", got["zb_bubble_ms"], bubble, mistakes=[
+        ((p - 1) * (f + b), "that is 1F1B's bubble (P-1)(F+B): ZB-H1 moves W into the wait, "
+                            "(P-1)(T_F + T_B - T_W)"),
+        ((p - 1) * (f + b - w), "you used the whole backward B for Qi et al.'s T_B, which is only "
+                                "the input half I = B - W: (P-1)(F + (B-W) - W)"),
+        (p * (f + b - 2 * w), "the pipeline fills and drains in P-1 steps, not P"),
+        (0, "ZB-H1 is not bubble-free: it keeps (P-1)(T_F + T_B - T_W) of idle time")])
+    work = m * (f + b)  # a rank's compute per step: F and the whole backward per microbatch
+    checks.check_number("zb_fraction", got["zb_fraction"], bubble / (bubble + work), mistakes=[
+        (bubble / work, "that divides by the compute time m (F + B) only; the fraction divides by "
+                        "the whole step, idle time included"),
+        ((p - 1) / (m + p - 1), "that is 1F1B's fraction (P-1)/(m+P-1): ZB-H1's bubble is "
+                                "shorter"),
+        (bubble / (bubble + m * (f + b + w)), "W is part of B: a microbatch's work is F + B, not "
+                                              "F + B + W"),
+        ((p - 1) * (f + b - w) / ((p - 1) * (f + b - w) + work),
+         "the bubble in it used the whole backward B for Qi et al.'s T_B (the input half "
+         "I = B - W)")])
+    checks.check_number("zb_peak_rank", got["zb_peak_rank"], p, mistakes=[
+        (p - r, "that is 1F1B's P - r: ZB-H1 holds each W back until the rank has P microbatches "
+                "in flight, so every rank reaches P"),
+        (m, "that is GPipe's m: ZB-H1 starts backwards after its warm-up, as 1F1B does"),
+        (1, "a microbatch's activations stay from its forward until its W finishes")])
