@@ -48,7 +48,9 @@ CASES = {
         ("dtype", ["fp32", "bf16"]), ("s", [2048, 4096])]),
     "pipeline_timeline (module 5)": (pipeline_timeline.PipelineTimeline, {}, [
         ("microbatches", [16, 32, 8]), ("stages", [8, 2, 4]), ("schedule", ["gpipe", "1f1b"]),
-        ("slow_stage", [2, -1]), ("backward_2x", [True, False])]),
+        ("slow_stage", [2, -1]), ("op_times", ["1:1:1", "1:0.5:0.5"]),
+        ("schedule", ["zb-h1", "zbv", "dualpipev", "1f1b"]), ("stages", [8, 4]),
+        ("microbatches", [32, 8])]),
     "sharding (module 8)": (sharding.Sharding, {}, [
         ("x", ["P(None, 'model')", "P('model', None)", "P('data', None)"]),
         ("w", ["P('model', None)", "P('data', 'model')", "P(None, 'model')"]),
@@ -79,10 +81,13 @@ def _full_collections() -> list[float]:
     return took
 
 
-def measure(rounds: int) -> dict[str, dict]:
-    """Per widget: the first draw and every redraw, in seconds."""
+def measure(rounds: int, only: str = "") -> dict[str, dict]:
+    """Per widget (those whose name has ``only`` in it): the first draw and every redraw, in
+    seconds."""
     out = {}
     for name, (cls, values, moves) in CASES.items():
+        if only not in name:
+            continue
         start = time.perf_counter()
         widget = cls(**values)
         first = time.perf_counter() - start
@@ -101,11 +106,12 @@ def measure(rounds: int) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="passes over every move")
+    parser.add_argument("--only", default="", help="only the widgets whose name has this in it")
     args = parser.parse_args(argv)
     style.use()
     load = os.getloadavg()[0]
     collections = _full_collections()
-    results = measure(args.rounds)
+    results = measure(args.rounds, args.only)
     print(f"{'':<30}{'first':>7}{'':>8}{'wall clock':>18}{'CPU time':>18}")
     print(f"{'widget':<30}{'draw':>7}{'redraws':>8}{'median':>9}{'worst':>9}{'median':>9}"
           f"{'worst':>9}  (ms)")

@@ -164,7 +164,7 @@ GIVENS = {
         # simulator's (tests/test_assignments.py); P = 5 or 7, which lecture 5's widget cannot
         # draw; P - r, m and 1 apart
         "q7": given("Q7: ZB-H1 (stages P, microbatches m, F ms, B ms, W ms, rank r)",
-                    (5, 10, 12, 22, 9, 3), (7, 14, 10, 20, 8, 2), (5, 12, 16, 30, 12, 1),
+                    (5, 10, 12, 23, 9, 3), (7, 14, 10, 20, 8, 2), (5, 12, 16, 30, 12, 1),
                     (7, 21, 9, 16, 6, 4), (5, 8, 14, 26, 11, 2), (7, 10, 12, 24, 10, 5),
                     (5, 15, 8, 15, 6, 3), (7, 16, 11, 21, 9, 3)),
     },

@@ -36,7 +36,7 @@ from course_utils.validate import check_int as _check_int
 
 __all__ = ["make_model", "make_batch", "split_stages", "stage_bounds", "reference_step",
            "pipeline_worker", "torch_pipeline_worker", "records_to_timeline", "jobs_worker",
-           "measure_bubble",
+           "schedule_classes", "measure_bubble",
            "matmul_throughput", "run_student_pipeline", "microbatch_reference"]
 
 # measure.clock: perf_counter (CLOCK_MONOTONIC on Linux: one clock shared by all processes),
@@ -334,6 +334,14 @@ def records_to_timeline(per_rank_records: Sequence[Sequence[tuple]], schedule: s
     ops = [Op(rank, kind, mb, chunk, start - t0, end - t0)
            for rank, (kind, mb, chunk, start, end) in rows]
     return Timeline(schedule, p, m, v, sorted(ops, key=lambda o: (o.rank, o.start)))
+
+
+def schedule_classes(pp_rank: int, pp_size: int) -> list[str]:
+    """The schedule classes this rank's ``torch.distributed.pipelining`` offers (its
+    ``Schedule*`` names): a job for :func:`jobs_worker`, where the package is loaded already."""
+    from torch.distributed import pipelining
+
+    return sorted(name for name in dir(pipelining) if name.startswith("Schedule"))
 
 
 def jobs_worker(pp_rank: int, pp_size: int, jobs: Sequence[tuple[Callable, dict]]) -> list:

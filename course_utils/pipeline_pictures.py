@@ -52,9 +52,13 @@ def legend_handles(v: int, kinds: Sequence[str] = ("F", "B")) -> list:
     return handles
 
 
+_WIDTHS: dict[tuple, float] = {}  # (text, font size, dpi) -> its width in pixels
+
+
 def _fit_text_class() -> type:
     """A Text that, each time it is drawn, shows the longest of its candidate labels that fits
-    inside its bar, and hides itself when none does (so labels never spill or overlap)."""
+    inside its bar, and hides itself when none does (so labels never spill or overlap). A
+    label's width is measured once per text, size and resolution, not at every draw."""
     from matplotlib.text import Text
 
     class _FitText(Text):
@@ -62,6 +66,13 @@ def _fit_text_class() -> type:
                      **kwargs: Any):
             super().__init__(*args, text=candidates[0], **kwargs)
             self._candidates, self._span = list(candidates), span
+
+        def _width(self, renderer: Any, candidate: str) -> float:
+            key = (candidate, self.get_fontsize(), self.figure.dpi)
+            if key not in _WIDTHS:
+                self.set_text(candidate)
+                _WIDTHS[key] = super().get_window_extent(renderer).width
+            return _WIDTHS[key]
 
         def draw(self, renderer: Any) -> None:
             ax = self.axes
@@ -71,14 +82,12 @@ def _fit_text_class() -> type:
             show = None
             self.set_visible(True)  # a hidden Text measures as an empty box
             if box.x0 - 1 <= x0 and x1 <= box.x1 + 1:  # only bars wholly inside the axes
-                for candidate in self._candidates:
-                    if self.get_text() != candidate:
-                        self.set_text(candidate)
-                    if super().get_window_extent(renderer).width <= room:
-                        show = candidate
-                        break
+                show = next((c for c in self._candidates if self._width(renderer, c) <= room),
+                            None)
             self.set_visible(show is not None)
             if show is not None:
+                if self.get_text() != show:
+                    self.set_text(show)
                 super().draw(renderer)
 
     return _FitText
@@ -100,18 +109,29 @@ def draw_timeline(timeline: Timeline, ax: Any = None, title: str | None = None, 
     tmax = timeline.makespan if tmax is None else _check_pos_number("tmax", tmax)
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 0.6 * timeline.p + 1.4))
+    from matplotlib.collections import PolyCollection
+
     fit_text = _fit_text_class()
     t0 = timeline.start
+    # a bar under ~7 pixels on this figure cannot hold a digit: no label to measure at each draw
+    px_per_unit = ax.get_position().width * ax.figure.bbox.width / tmax
+    boxes, faces = [], []
     for o in timeline.ops:
         face = op_color(o.kind, o.chunk, timeline.v)
-        ax.broken_barh([(o.start - t0, o.duration)], (o.rank - 0.4, 0.8), facecolors=face,
-                       edgecolor="black", linewidth=0.5)
+        a, b = o.start - t0, o.end - t0
+        boxes.append([(a, o.rank - 0.4), (b, o.rank - 0.4), (b, o.rank + 0.4), (a, o.rank + 0.4)])
+        faces.append(face)
+        if o.duration * px_per_unit < 7:
+            continue
         dark = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2] < 0.55
         label = fit_text(o.start - t0 + o.duration / 2, o.rank,
                          candidates=[op_label(o, timeline.v), str(o.microbatch)],
                          span=(o.start - t0, o.end - t0), ha="center", va="center",
                          fontsize=9, color="white" if dark else "black", clip_on=True)
         ax.add_artist(label)
+    # one collection for every bar: one artist to draw, not one per op
+    ax.add_collection(PolyCollection(boxes, facecolors=faces, edgecolors="black",
+                                     linewidths=0.5), autolim=False)
     ax.set_yticks(range(timeline.p))
     _ = ax.set_yticklabels([f"rank {r}" for r in range(timeline.p)])
     ax.set_ylim(timeline.p - 0.5, -0.5)

@@ -390,12 +390,16 @@ def post_validation_worker(pp_rank: int, pp_size: int, seed: int = 0, max_norm: 
 def post_validation_reference(seed: int = 0, max_norm: float = 1.0, lr: float = 0.1, m: int = 4,
                               microbatch: int = 3, width: int = 16, depth: int = 4,
                               p: int = 1) -> list[list]:
-    """One process: the step, ``clip_grad_norm_`` and SGD; the weights grouped by p stages."""
+    """One process: the step, ``clip_grad_norm_`` and an SGD step (w -= lr * grad, written
+    out: ``torch.optim`` would import torch._dynamo, seconds in a notebook); the weights
+    grouped by p stages."""
     model = make_model(seed, width, depth)
     x, y = make_batch(seed, m * microbatch, width)
     nn.functional.mse_loss(model(x), y).backward()
     nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    torch.optim.SGD(model.parameters(), lr=lr).step()
+    with torch.no_grad():
+        for q in model.parameters():
+            q -= lr * q.grad
     return [[_plain(q) for q in st.parameters()] for st in split_stages(model, p)]
 
 

@@ -266,18 +266,67 @@ def test_tp_layout(lab):
     shot(lab, twin, "tp_layout")
 
 
+CUT = """p => {
+    // words a control shows that do not fit: a label wider than its box, or a dropdown option
+    // wider than the select (each option measured in the select's font, less its arrow)
+    const widget = document.querySelector(`.${p}-widget`);
+    const cut = [];
+    for (const el of widget.querySelectorAll('.widget-label, .widget-label-basic')) {
+        if (el.offsetParent && el.scrollWidth > el.clientWidth + 1) cut.push(el.textContent);
+    }
+    const ctx = document.createElement('canvas').getContext('2d');
+    for (const select of widget.querySelectorAll('select')) {
+        const style = getComputedStyle(select);
+        ctx.font = `${style.fontSize} ${style.fontFamily}`;
+        const room = select.clientWidth - parseFloat(style.paddingLeft)
+                     - parseFloat(style.paddingRight) - 16;
+        for (const option of select.options) {
+            if (ctx.measureText(option.text).width > room) cut.push(option.text);
+        }
+    }
+    return cut;
+}"""
+
+
+PLANT = """([p, words]) => {
+    // a label and a dropdown too narrow for their words, as the old checkbox's was
+    const widget = document.querySelector(`.${p}-widget`);
+    const box = document.createElement('div');
+    box.id = 'planted';
+    box.innerHTML = `<label class="widget-label" style="display:inline-block;width:140px;
+        overflow:hidden;white-space:nowrap;text-overflow:ellipsis">${words}</label>
+        <select style="width:120px"><option>${words}</option></select>`;
+    widget.appendChild(box);
+}"""
+
+
 def test_pipeline_timeline(lab):
     twin = start(lab, "PipelineTimeline")
+    lab.evaluate(PLANT, [twin.prefix, "backward = 2 x forward, I = W"])  # the check sees a cut
+    assert lab.evaluate(CUT, twin.prefix) == ["backward = 2 x forward, I = W"] * 2
+    lab.evaluate("() => document.getElementById('planted').remove()")
+    assert lab.evaluate(CUT, twin.prefix) == []  # issue 36: "backward = 2 x for..." was cut
     move(lab, twin, "microbatches", 16)
     assert twin.state["timeline"].idle_fraction() == pytest.approx(ps.bubble_fraction(4, 16))
+    ranks = ("(sel) => [...document.querySelector(sel).options]"
+             ".map(o => o.text.replace(/\\u00a0/g, ' '))")
+    where = f".{twin.prefix}-in-slow_stage select"
+    assert lab.evaluate(ranks, where)[-1] == "rank 3"  # issue 36: ranks 4-7 offered at P = 4
     move(lab, twin, "slow_stage", 2)
-    move(lab, twin, "backward_2x", True)
+    move(lab, twin, "op_times", "1:1:1")
     move(lab, twin, "chunks", 2)                        # 1F1B has no chunks: a message
     assert "v (chunks per rank) must be 1" in expected(twin)["error"]
     move(lab, twin, "schedule", "interleaved")
     move(lab, twin, "slow_stage", -1)
     move(lab, twin, "stages", 2)
+    assert lab.evaluate(ranks, where) == ["none (balanced)", "rank 0", "rank 1"]
     move(lab, twin, "slowdown", 3.0)
+    move(lab, twin, "schedule", "dualpipev")            # two chunks in a V, the slider fixed
+    assert twin.state["timeline"].v == 2 and twin.controls["chunks"].disabled
+    move(lab, twin, "op_times", "1:0.5:1.5")
+    assert lab.evaluate(CUT, twin.prefix) == []
+    move(lab, twin, "schedule", "zb-h1")                # out of the V: one chunk, no message
+    assert twin.state is not None and twin.controls["chunks"].value == 1
     shot(lab, twin, "pipeline_timeline")
 
 

@@ -242,6 +242,25 @@ def test_dualpipev_against_deepseeks_formula():
         ps.simulate("dualpipev", 4, 7)
 
 
+def test_lecture_5s_stated_figures():
+    """What lecture 5 says in words about P = 4, m = 8, F = I = W = 1."""
+    def idle(name, **kw):
+        return _idle_per_rank(ps.simulate(name, 4, 8, backward_ratio=2.0, **kw))
+
+    assert idle("1f1b") == pytest.approx([9.0] * 4) and idle("zb-h1") == pytest.approx([3.0] * 4)
+    assert ps.simulate("zb-h1", 4, 8).peak_activations() == [4.0] * 4
+    dualpipev = ps.simulate("dualpipev", 4, 8, backward_ratio=2.0)
+    assert dualpipev.peak_activations() == [4.5] * 4  # 9 chunks = 2P + 1
+    paired = ps.simulate("dualpipev", 4, 8, backward_ratio=2.0, pair_time=1.0)
+    assert dualpipev.idle_fraction() < paired.idle_fraction()
+    assert max(idle("dualpipev")) == pytest.approx(max(idle("dualpipev", pair_time=1.0)) / 2)
+    zbv = ps.simulate("zbv", 4, 8, backward_ratio=2.0)
+    assert f"{zbv.idle_fraction():.1%}" == "5.9%" and zbv.idle_fraction(sync=False) == 0
+    long_w = ps.simulate("zb-h1", 4, 8, backward_ratio=2.0, weight_share=0.75)
+    assert zb.paper_bubble("zb-h1", 4, 1, 0.5, 1.5) == 0
+    assert f"{long_w.idle_fraction(sync=False):.1%}" == "5.9%"  # the table without the check
+
+
 @pytest.mark.parametrize("call,words", [
     (lambda: zb.split_order("zb-h2", 4, 8, 0), "schedule must be one of"),
     (lambda: zb.split_order("zb-h1", 4, 8, 4), "rank must be from 0 to p - 1 = 3"),

@@ -13,13 +13,13 @@
 # Answer in the cells marked `YOUR CODE HERE`, then run the cell below each one.
 #
 # **What the cells check while you practise.** Q1 to Q4 and Q7 each start with a *practice*
-# question (not graded) that asks the same reasoning with other numbers or another timeline; the cell
-# after it checks your practice answer fully: it tells you whether it is right and, for a known
-# wrong answer, names the misconception. The visible test of each graded answer checks its type
-# and rejects some known wrong values (naming the misconception), but it never tells you the
-# right value: passing it does not mean your answer is right. Q5's visible test runs your
-# `pipeline_step` on two small practice cases on real ranks and compares the loss and every
-# gradient with one process.
+# question (not graded) that asks the same reasoning with other numbers or another timeline;
+# the cell after it checks your practice answer fully: it tells you whether it is right and,
+# for a known wrong answer, names the misconception. The visible test of each graded answer
+# checks its type and rejects some known wrong values (naming the misconception), but it never
+# tells you the right value: passing it does not mean your answer is right. Q5's visible test
+# runs your `pipeline_step` on two small practice cases on real ranks and compares the loss and
+# every gradient with one process.
 #
 # **What grading adds.** Hidden tests check the values of your graded answers, and run Q5 on
 # further cases (other seeds, microbatch sizes and pipeline depths).
@@ -615,13 +615,13 @@ None
 #
 # Lecture 5 split a stage's backward pass B into the input gradient I (the previous stage waits
 # for it) and the weight gradient W (nothing waits for it before the optimizer step), so
-# B = I + W. ZB-H1 (Qi et al., 2023) runs I at once and holds W back to fill the wait; with
-# balanced stages, m >= P and W no longer than F or I, each rank then idles
-# (P - 1)(T_F + T_B - T_W) per step, where **Qi et al.'s T_B is the input half I**
-# (DeepSeek's table writes the same bubble as (PP - 1)(F + B - 2W), with B the whole
-# backward). The times below are per stage and per microbatch, in ms; B is the whole backward.
+# B = I + W, and ran ZB-H1 (Qi et al., 2023): I at once, each W held back to fill the wait.
+# Take balanced stages, m >= P, W no longer than F or I (where the paper's formula holds) and
+# the optimizer's global check at the end of each step. The times below are per stage and per
+# microbatch, in ms, and B is the whole backward, as DeepSeek's table writes it: mind which
+# backward each formula you use means.
 #
-# *Practice (not graded)*: P = 4 stages, m = 12 microbatches, F = 10 ms, B = 18 ms of which
+# *Practice (not graded)*: P = 4 stages, m = 12 microbatches, F = 10 ms, B = 19 ms of which
 # W = 8 ms.
 #
 # * `practice_zb_bubble_ms`: the time (ms) each rank idles in one ZB-H1 step.
@@ -631,26 +631,26 @@ None
 
 # %% [answer q7_practice]
 ### BEGIN SOLUTION
-_i = 18 - 8                                     # the input half of the backward
+_i = 19 - 8                                     # the input half of the backward
 practice_zb_bubble_ms = (4 - 1) * (10 + _i - 8)
-practice_zb_fraction = practice_zb_bubble_ms / (practice_zb_bubble_ms + 12 * (10 + 18))
+practice_zb_fraction = practice_zb_bubble_ms / (practice_zb_bubble_ms + 12 * (10 + 19))
 practice_zb_peak_rank2 = 4                      # ZB-H1 keeps P in flight on every rank
 ### END SOLUTION
 
 # %%
 assert type(practice_zb_peak_rank2) is int, (
     f"practice_zb_peak_rank2 should be an int, got {type(practice_zb_peak_rank2).__name__}")
-checks.check_number("practice_zb_bubble_ms", practice_zb_bubble_ms, 36, mistakes=[
-    (84, "that is 1F1B's bubble (P - 1)(F + B): ZB-H1 fills part of the wait with W"),
-    (60, "you used the whole backward B = 18 ms for Qi et al.'s T_B, which is only the input "
-         "half I = B - W = 10 ms"),
-    (48, "the pipeline fills and drains in P - 1 = 3 steps, not P = 4"),
+checks.check_number("practice_zb_bubble_ms", practice_zb_bubble_ms, 39, mistakes=[
+    (87, "that is 1F1B's bubble (P - 1)(F + B): ZB-H1 fills part of the wait with W"),
+    (63, "you used the whole backward B = 19 ms for Qi et al.'s T_B, which is only the input "
+         "half I = B - W = 11 ms"),
+    (52, "the pipeline fills and drains in P - 1 = 3 steps, not P = 4"),
     (0, "ZB-H1 is not bubble-free: it keeps (P - 1)(T_F + T_B - T_W) of idle time")])
-checks.check_number("practice_zb_fraction", practice_zb_fraction, 36 / 372, mistakes=[
-    (36 / 336, "that divides by the compute time m (F + B) only: the fraction divides by the "
+checks.check_number("practice_zb_fraction", practice_zb_fraction, 39 / 387, mistakes=[
+    (39 / 348, "that divides by the compute time m (F + B) only: the fraction divides by the "
                "whole step, idle time included"),
     (3 / 15, "that is 1F1B's fraction (P - 1)/(m + P - 1)"),
-    (36 / 468, "W is part of B: a microbatch's work is F + B = 28 ms, not F + B + W")])
+    (39 / 483, "W is part of B: a microbatch's work is F + B = 29 ms, not F + B + W")])
 checks.check_number("practice_zb_peak_rank2", practice_zb_peak_rank2, 4, mistakes=[
     (2, "that is 1F1B's P - r: ZB-H1 holds each W back until the rank has P microbatches in "
         "flight, so every rank reaches P"),
@@ -676,7 +676,8 @@ zb_peak_rank = p
 ### END SOLUTION
 
 # %% [test q7_test points=2]
-assert type(zb_peak_rank) is int, f"zb_peak_rank should be an int, got {type(zb_peak_rank).__name__}"
+assert type(zb_peak_rank) is int, (
+    f"zb_peak_rank should be an int, got {type(zb_peak_rank).__name__}")
 assert 0 <= checks.as_number("zb_fraction", zb_fraction) < 1, (
     "zb_fraction should be a fraction between 0 and 1")
 # known wrong values (the right one is checked when the assignment is graded)
@@ -688,6 +689,9 @@ checks.check_number("zb_bubble_ms", zb_bubble_ms, variant=G.key("q7"), mistakes=
                                 "only the input half I = B - W"),
     (_p * (_f + _b - 2 * _w), "the pipeline fills and drains in P - 1 steps, not P"),
     (0, "ZB-H1 is not bubble-free: it keeps (P - 1)(T_F + T_B - T_W) of idle time")])
+checks.check_number("zb_fraction", zb_fraction, variant=G.key("q7"), mistakes=[
+    ((_p - 1) / (_m + _p - 1), "that is 1F1B's fraction (P - 1)/(m + P - 1): ZB-H1's bubble is "
+                               "shorter")])
 checks.check_number("zb_peak_rank", zb_peak_rank, variant=G.key("q7"), mistakes=[
     (_p - _r, "that is 1F1B's P - r: ZB-H1 holds each W back until the rank has P microbatches "
               "in flight"),

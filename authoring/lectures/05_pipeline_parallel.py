@@ -14,30 +14,38 @@
 # 2. simulate three schedules (GPipe, 1F1B, interleaved 1F1B), draw them as Gantt charts and see
 #    what imbalanced stages and a slower backward pass change;
 # 3. count the activations each schedule keeps in flight;
-# 4. run a real pipeline on gloo ranks, first written out with `send`/`recv` and then with
-#    `torch.distributed.pipelining`, and check that it gives the same loss and gradients as the
-#    unsplit model;
-# 5. measure the bubble from each rank's timestamps and put it beside the formula;
-# 6. keep batch accounting separate from all of this.
+# 4. split the backward pass into its input gradient and its weight gradient, and simulate the
+#    *zero-bubble* schedules built on that split (ZB-H1, ZBV, DualPipeV) against their papers'
+#    formulas, including where those formulas stop holding;
+# 5. run real pipelines on gloo ranks, written out with `send`/`recv` and with
+#    `torch.distributed.pipelining` (zero-bubble ones included), and check that each gives the
+#    same loss and gradients as the unsplit model;
+# 6. measure the bubble and the activations each rank holds, beside the simulation, and see
+#    what the zero-bubble schedules cost: memory, and the optimizer step's global check;
+# 7. keep batch accounting separate from all of this.
 #
 # Notation: **P** is the number of stages (one per rank), **m** the number of microbatches per
 # optimizer step. Ranks and microbatches are numbered from 0.
 
 # %%
-import functools
 import os
 import textwrap
 
 import matplotlib.pyplot as plt
 import torch
-from torch.distributed import pipelining
 
+from course_utils import backward_split as bs
 from course_utils import launch, style
 from course_utils import pipeline_parallel as pp
+from course_utils import pipeline_pictures as pics
 from course_utils import pipeline_schedule as ps
+from course_utils import zero_bubble as zb
+from course_utils import zero_bubble_parallel as zbp
 from course_utils.widgets.pipeline_timeline import PipelineTimeline
 
 style.use()
+torch.set_num_threads(1)  # this notebook's tensors are tiny: two threads wait on each other
+launch.start_forkserver()  # the ranks' process server imports torch now, while the first cells run
 
 # %% [markdown]
 # ## Layers split into stages
@@ -135,7 +143,7 @@ timelines = {
 longest = max(tl.makespan for tl in timelines.values())  # one time scale for all three
 fig, axes = plt.subplots(3, 1, figsize=(9, 8.5), sharex=True)
 for k, (ax, tl) in enumerate(zip(axes, timelines.values())):
-    ps.draw_timeline(tl, ax=ax, tmax=longest, legend=k in (0, 2))
+    pics.draw_timeline(tl, ax=ax, tmax=longest, legend=k in (0, 2))
     if k < 2:
         ax.set_xlabel("")
 fig.tight_layout()
@@ -156,18 +164,9 @@ print(f"formula (P-1)/(v*m+P-1), v=2 = {ps.interleaved_bubble_fraction(p=P, m=M,
 # `tests/test_pipeline_schedule.py`.)
 #
 # So (P - 1)/(m + P - 1) is the bubble of GPipe and 1F1B, not a floor for every schedule.
-# Interleaving goes below it, and *zero-bubble* schedules (Qi et al., "Zero Bubble Pipeline
-# Parallelism", ICLR 2024) go lower still: they split each backward into the gradient with
-# respect to the stage's input, which the previous stage is waiting for, and the gradient with
-# respect to its weights, which no other stage needs, and run the weight-gradient work in slots
-# that would otherwise be idle. `torch.distributed.pipelining` ships such schedules too:
-
-# %%
-names = [name for name in sorted(dir(pipelining)) if name.startswith("Schedule")]
-print(textwrap.fill(f"torch {torch.__version__.split('+')[0]}, torch.distributed.pipelining: "
-                    + ", ".join(names), width=90, subsequent_indent="    "))
-
-# %% [markdown]
+# Interleaving goes below it, and the *zero-bubble* schedules later in this notebook go lower
+# still. `torch.distributed.pipelining` ships all of them, as the ranks will list below.
+#
 # The text view of the 1F1B timeline shows its warm-up, its steady one-forward-one-backward
 # phase and its drain:
 
@@ -196,7 +195,7 @@ for label, kw in cases:
 
 # %%
 imbalanced = ps.simulate("1f1b", p=4, m=8, backward_ratio=2.0, stage_times=[1, 1, 2, 1])
-ps.draw_timeline(imbalanced, title="1F1B, backward = 2x forward, rank 2 twice as slow")
+pics.draw_timeline(imbalanced, title="1F1B, backward = 2x forward, rank 2 twice as slow")
 plt.show()
 print("idle per rank:", [f"{x:.1%}" for x in imbalanced.rank_idle_fractions()])
 
@@ -225,17 +224,160 @@ for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
 # is the usual default. (Activation checkpointing is the other lever: it saves less per
 # microbatch and recomputes the rest during backward.)
 #
+# ## The backward pass in two halves
+#
+# A stage's backward pass B does two jobs. For a linear layer y = x W^T + b, with g = dL/dy
+# arriving from the layer above:
+#
+# * **I**, the gradient with respect to the layer's *input*: dL/dx = g W. The stage before
+#   this one waits for it; until it is sent, that stage cannot start its own backward.
+# * **W**, the gradient with respect to the layer's *weights*: dL/dW = g^T x and dL/db, the sum
+#   of g over the rows. Nothing reads it before the optimizer step. It can wait, as long as the
+#   stage keeps g and x.
+#
+# So B = I + W. We name the two halves I and W as `torch.distributed.pipelining` names its
+# actions (`F`, `I`, `W`, and `B` for the whole backward). Qi et al. (2023, "Zero Bubble
+# Pipeline Parallelism") write the input half as B. We keep B for the whole backward, as in
+# the 1F1B charts above and in DeepSeek's formulas below. Each half is one matmul of the same
+# size as the forward's, 2 n d_in d_out floating-point operations, so F, I and W take about
+# the same time. That is Qi et al.'s model, T_F = T_B = T_W.
+#
+# Below, `bs.full_backward` runs one ordinary backward. `bs.autograd_split` asks autograd for the
+# input gradient alone, keeping the graph, and later for the weight gradients. The by-hand
+# formulas give the same numbers, for two seeds:
+
+# %%
+for seed in (0, 1):
+    gen = torch.Generator().manual_seed(seed)
+    layer = torch.nn.Linear(16, 8)
+    x, g = torch.randn(5, 16, generator=gen), torch.randn(5, 8, generator=gen)  # input, dL/dy
+    dx, (dw, db) = bs.full_backward(layer, x, g)
+    by_hand = (bs.linear_input_grad(g, layer.weight), *bs.linear_weight_grad(g, x))
+    split = bs.autograd_split(layer, x, g)
+    print(f"seed {seed}: I and W by hand == full backward:",
+          all(torch.allclose(a, b) for a, b in zip(by_hand, (dx, dw, db))),
+          "| autograd in two calls == full backward:",
+          all(torch.allclose(a, b) for a, b in zip((split[0], *split[1]), (dx, dw, db))))
+print("FLOPs of one (5 x 16) -> 8 layer:", bs.matmul_flops(5, 16, 8))
+
+# %% [markdown]
+# `tests/test_zero_bubble.py` checks the same for whole stages: by hand
+# (`bs.SplitStage`, used on real ranks below), and with the two functions
+# `torch.distributed.pipelining` calls for I and W (`stage_backward_input`, which keeps the
+# autograd graph, and `stage_backward_weight`, which walks it again from the saved
+# intermediates).
+#
+# ## Zero-bubble schedules, simulated
+#
+# Splitting B lets a schedule send I back at once and keep W for a slot that would otherwise
+# be idle. `ps.simulate` plays three such schedules, and the charts below set them beside 1F1B.
+# Every op takes one unit here (F = I = W = 1, so B = 2):
+#
+# * **ZB-H1** (Qi et al., section 2.1) is 1F1B with I in place of B. Each W waits until the rank
+#   has P microbatches in flight. The B's travel back faster, and the held-back W's fill the
+#   drain.
+# * **ZBV** (Qi et al., section 6; torch's `ScheduleZBVZeroBubble`) gives each rank two chunks in
+#   a V: rank r holds stages r and 2P - 1 - r, so rank 0 holds both the first and the last.
+# * **DualPipeV** is DeepSeek's DualPipe (DeepSeek-V3 technical report, section 3.2.1) cut in
+#   half onto the same V (the DualPipe repository's README; torch's `ScheduleDualPipeV`). In its
+#   steady phase a rank runs a forward of one chunk and a whole backward of the other as a pair.
+#   DeepSeek overlaps the pair's computation with its communication. Torch runs the two halves
+#   one after the other, and so do we here.
+#
+# The orders for ZBV and DualPipeV are torch's own: `tests/test_zero_bubble.py` compares them
+# with what torch's schedule classes compute, for P up to 8.
+
+# %%
+zb_timelines = {name: ps.simulate(name, p=4, m=8, backward_ratio=2.0)
+                for name in ("1f1b", "zb-h1", "zbv", "dualpipev")}
+longest = max(tl.makespan for tl in zb_timelines.values())
+fig, axes = plt.subplots(4, 1, figsize=(9, 10), sharex=True)
+for k, (ax, tl) in enumerate(zip(axes, zb_timelines.values())):
+    pics.draw_timeline(tl, ax=ax, tmax=longest)
+    if k < 3:
+        ax.set_xlabel("")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# How much idle time is left? The papers give it per rank and per step, in the op times. Qi et
+# al. (Table 2) give (P - 1)(T_F + T_B + T_W) for 1F1B and (P - 1)(T_F + T_B - T_W) for ZB-H1, with
+# their T_B our I. ZBV has no bubble when F = I = W (section 6). DualPipe's README gives
+# (PP/2 - 1)(F&B + B - 3W), counted over PP = 2P chunks, a chunk's F, its whole backward B and
+# its W, with F&B the time of one overlapped pair. With no overlap, F&B = F + B. As a fraction
+# of the step, the bubble is bubble / (bubble + m (F + B)). The column "no check" is explained
+# two sections down.
+
+# %%
+print(f"{'P=4, m=8, F=I=W=1':20s}{'idle':>7s}{'no check':>10s}{'formula':>9s}   "
+      "activations at peak, per rank (formula: rank 0)")
+for name, tl in zb_timelines.items():
+    formula = zb.paper_bubble_fraction(name, 4, 8, f=1, i=1, w=1)
+    peaks = ", ".join(f"{x:g}" for x in tl.peak_activations())
+    print(f"{name:20s}{tl.idle_fraction():7.1%}{tl.idle_fraction(sync=False):10.1%}"
+          f"{formula:9.1%}   {peaks}  ({zb.paper_peak_activations(name, 4):g})")
+
+# %% [markdown]
+# ZB-H1 leaves a third of 1F1B's idle time: 3 units per rank where 1F1B has 9, as Qi et al.
+# state. Its activation memory is not 1F1B's, though. Every rank now holds P = 4 microbatches at
+# its peak, where 1F1B's rank r holds P - r, because a microbatch's activations stay until its W
+# has run (W needs each layer's input). Rank 0, which sets the peak, holds no more than under
+# 1F1B. The V schedules hold about the same on every rank. DualPipeV holds 2P + 1 = 9 chunks,
+# 4.5 stages' worth: the README's PP + 1, with PP = 8 chunks.
+#
+# DualPipeV's simulated bubble is half the README's. Torch starts each half of a pair as soon as
+# its own input has arrived. The README's formula counts a pair as one unit that starts when
+# both inputs are there, as DeepSeek's runtime runs it. Simulated that way (`pair_time=1`), the
+# bubble is exactly the README's:
+
+# %%
+paired = ps.simulate("dualpipev", p=4, m=8, backward_ratio=2.0, pair_time=1.0)
+print(f"DualPipeV, each pair one unit: idle {paired.idle_fraction():.1%}, "
+      f"README {zb.paper_bubble_fraction('dualpipev', 4, 8, f=1, i=1, w=1):.1%}")
+
+# %% [markdown]
+# ### Where they do not reach zero
+#
+# The formulas hold under conditions. The simulator shows what happens when a condition fails.
+# For ZB-H1, Qi et al.'s formula matches the simulation exactly when W takes no longer than F
+# or I and m >= P (`tests/test_zero_bubble.py` sweeps the times). ZBV's zero needs F = I = W
+# (with P >= 3). Fewer microbatches than stages leave every schedule idle:
+
+# %%
+cases = [("F:I:W = 1:1:1, m = 8", 8, (1, 1, 1)), ("F:I:W = 1:1.5:0.5, m = 8", 8, (1, 1.5, 0.5)),
+         ("F:I:W = 1:0.5:1.5, m = 8", 8, (1, 0.5, 1.5)), ("F:I:W = 1:1:1, m = 2", 2, (1, 1, 1))]
+print(f"{'P = 4, no check':26s}{'ZB-H1':>7s}{'formula':>9s}{'ZBV':>8s}{'formula':>9s}")
+for label, m, (f, i, w) in cases:
+    times = dict(backward_ratio=i + w, weight_share=w / (i + w))
+    h1, v = (ps.simulate(name, p=4, m=m, **times).idle_fraction(sync=False)
+             for name in ("zb-h1", "zbv"))
+    zbv_formula = (f"{zb.paper_bubble_fraction('zbv', 4, m, f, i, w):9.1%}" if f == i == w
+                   else f"{'none':>9s}")
+    print(f"{label:26s}{h1:7.1%}{zb.paper_bubble_fraction('zb-h1', 4, m, f, i, w):9.1%}"
+          f"{v:8.1%}{zbv_formula}")
+
+# %% [markdown]
+# A long I, 1.5 units, makes ZB-H1's bubble larger, 20.0 %, and its formula follows. A long W,
+# 1.5 units, sets the formula to (P - 1)(1 + 0.5 - 1.5) = 0, but the simulation keeps 5.9 %: the
+# formula counts every W as filling idle time, and a W longer than the gap it is put in delays
+# what comes after it instead. ZBV keeps some idle time whenever the three times differ. With
+# m = 2 < P, there are not enough microbatches to fill the pipeline, and both schedules idle for
+# almost half the step, far above their formulas.
+#
 # ### Try it: the schedule explorer
 #
-# The explorer below plays a schedule with `ps.simulate` for the P, m and v you choose, with
-# one stage slowed down if you like, and sets the simulated bubble beside the formula and the
-# activations each stage holds at its peak. It starts at the 1F1B chart above. **Predict,
-# then move the controls:**
+# The explorer below plays a schedule with `ps.simulate` for the P, m and v you choose, the op
+# times (F : I : W, with B = I + W), and one rank slowed down if you like. It sets the
+# simulated bubble beside the formula, with and without the optimizer's global check, and shows
+# the activations each rank holds at its peak. It starts at the 1F1B chart of the first section.
+# **Predict, then move the controls:**
 #
-# 1. What bubble does the formula give for 1F1B at P = 4 and m = 16? And what will stage 0
-#    hold at its peak? Predict both, then move m.
+# 1. What bubble does the formula give for 1F1B at P = 4 and m = 16? And what will rank 0 hold
+#    at its peak? Predict both, then move m.
 # 2. Make rank 2 twice as slow. Will m = 32 bring the bubble back down to the formula's?
 #    Predict, then try it.
+# 3. Choose ZB-H1 with F : I : W = 1 : 1 : 1 at P = 4, m = 8. What should it hold at its peak on
+#    rank 3, compared with 1F1B's one microbatch? Then predict what a W of 1.5 does.
 
 # %%
 PipelineTimeline(schedule="1f1b", stages=4, microbatches=8)
@@ -254,28 +396,52 @@ PipelineTimeline(schedule="1f1b", stages=4, microbatches=8)
 #
 # The loss is a mean over the batch, and each microbatch's loss is divided by m, so the
 # accumulated gradients equal those of the full batch. We compare with the unsplit model on one
-# process, for both schedules, P = 2 and 4, and two seeds:
+# process, for both schedules, P = 2 and 4, and two seeds. Starting ranks takes about a second,
+# and each pipeline here takes milliseconds. So one launch per P runs every pipeline of this
+# section, and of the zero-bubble section further down, one after the other
+# (`pp.jobs_worker`):
 
 # %%
-def max_diff(results, seed, p, m, microbatch):
-    """Largest |difference| of loss and grads between a pipeline run and one process."""
-    loss, grads = pp.reference_step(seed=seed, batch=m * microbatch, width=16, depth=4, p=p)
-    worst = abs(results[-1]["loss"] - loss)
-    for rank in range(p):
-        for got, want in zip(results[rank]["grads"], grads[rank]):
-            worst = max(worst, (torch.as_tensor(got) - want).abs().max().item())
+def max_diff(results, seed, m, depth, stages):
+    """Largest |difference| of loss and every gradient between a pipeline run and one process."""
+    loss, grads = pp.reference_step(seed=seed, batch=m * 3, width=16, depth=depth, p=stages)
+    worst = abs(next(res["loss"] for res in results if res["loss"] is not None) - loss)
+    for rank, res in enumerate(results):  # a V schedule's rank holds two stages
+        by_stage = res["grads"] if isinstance(res["grads"], dict) else {rank: res["grads"]}
+        for stage, got in by_stage.items():
+            for a, b in zip(got, grads[stage]):
+                worst = max(worst, (torch.as_tensor(a) - b).abs().max().item())
     return worst
 
 
-scratch = {}
+runs = {}
+for p in (2, 4):
+    jobs = {("send/recv", s, seed): (pp.pipeline_worker, dict(schedule=s, m=4, seed=seed,
+                                                              microbatch=3, depth=4))
+            for s in ("gpipe", "1f1b") for seed in (0, 1)}
+    jobs |= {("torch", s, 0): (pp.torch_pipeline_worker, dict(schedule=s, m=4, seed=0,
+                                                              microbatch=3, depth=4))
+             for s in ("gpipe", "1f1b")}
+    jobs |= {("send/recv", "zb-h1", seed): (zbp.split_pipeline_worker,
+                                            dict(schedule="zb-h1", m=2 * p, seed=seed, depth=4))
+             for seed in (0, 1)}
+    jobs |= {("torch", s, seed): (zbp.torch_split_worker, dict(schedule=s, m=2 * p, seed=seed,
+                                                               depth=8))
+             for s in ("zbv", "dualpipev") for seed in (0, 1)}
+    if p == 2:  # what the ranks' torch.distributed.pipelining offers
+        jobs[("torch", "classes", 0)] = (pp.schedule_classes, {})
+    if p == 4:  # the optimizer step's global check, two ways (explained further down)
+        jobs |= {("post-validation", max_norm, 0): (zbp.post_validation_worker,
+                                                    dict(seed=0, max_norm=max_norm))
+                 for max_norm in (1e6, 1e-3)}
+    results = launch.run(pp.jobs_worker, p, list(jobs.values()), timeout_s=120,
+                         show_output=False)
+    runs[p] = {key: [results[rank][k] for rank in range(p)] for k, key in enumerate(jobs)}
+
 for schedule in ("gpipe", "1f1b"):
     for p in (2, 4):
-        runs = [launch.run(functools.partial(pp.pipeline_worker, schedule=schedule, m=4,
-                                             seed=seed, microbatch=3, width=16, depth=4),
-                           p, timeout_s=60, show_output=False) for seed in (0, 1)]
-        scratch[schedule, p] = runs[0]
-        worst = max(max_diff(res, seed=seed, p=p, m=4, microbatch=3)
-                    for seed, res in zip((0, 1), runs))
+        worst = max(max_diff(runs[p]["send/recv", schedule, seed], seed, m=4, depth=4, stages=p)
+                    for seed in (0, 1))
         print(f"send/recv {schedule:5s} P={p}: matches one process (max |diff| < 1e-6):",
               worst < 1e-6)
 
@@ -283,19 +449,26 @@ for schedule in ("gpipe", "1f1b"):
 # The same pipeline written with PyTorch's API takes a few lines: wrap each rank's stage in a
 # `PipelineStage` (given the boundary shape, like our `recv` buffers) and drive it with a
 # schedule. `ScheduleGPipe` and `Schedule1F1B` handle the microbatching, the send/recv and the
-# 1/m scaling of gradients. We check them against one process and against our hand-written version:
+# 1/m scaling of gradients. Its schedule classes, as the ranks' torch lists them:
+
+# %%
+print(textwrap.fill(f"torch {torch.__version__.split('+')[0]}, torch.distributed.pipelining: "
+                    + ", ".join(runs[2]["torch", "classes", 0][0]), width=90,
+                    subsequent_indent="    "))
+
+# %% [markdown]
+# We check `ScheduleGPipe` and `Schedule1F1B` against one process and against our hand-written
+# version:
 
 # %%
 for schedule in ("gpipe", "1f1b"):
     for p in (2, 4):
-        mine = scratch[schedule, p]
-        theirs = launch.run(functools.partial(pp.torch_pipeline_worker, schedule=schedule, m=4,
-                                              seed=0, microbatch=3, width=16, depth=4),
-                            p, timeout_s=60, show_output=False)
+        mine, theirs = runs[p]["send/recv", schedule, 0], runs[p]["torch", schedule, 0]
         same = all(torch.allclose(torch.as_tensor(a), torch.as_tensor(b), atol=1e-6)
                    for r in range(p) for a, b in zip(mine[r]["grads"], theirs[r]["grads"]))
         print(f"torch.distributed.pipelining {schedule:5s} P={p}: matches one process:",
-              max_diff(theirs, seed=0, p=p, m=4, microbatch=3) < 1e-6, "| matches send/recv:", same)
+              max_diff(theirs, seed=0, m=4, depth=4, stages=p) < 1e-6,
+              "| matches send/recv:", same)
 
 # %% [markdown]
 # ## Measuring the bubble
@@ -337,7 +510,7 @@ ax1.set_xlabel("microbatches m")
 ax1.set_ylabel("idle fraction")
 ax1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, borderaxespad=0.0)
 _ = ax1.set_title("GPipe bubble on gloo ranks: formula vs measured")
-ps.draw_timeline(measured[4][2]["timeline"], ax=ax2, title="measured timeline, P=4, m=4")
+pics.draw_timeline(measured[4][2]["timeline"], ax=ax2, title="measured timeline, P=4, m=4")
 ax2.set_xlabel("seconds")
 fig.tight_layout()
 plt.show()
@@ -348,6 +521,118 @@ plt.show()
 # time the formula leaves out: the `recv` has to wake up, the data has to cross, and a loaded
 # machine adds scheduling jitter. These costs grow with the number of ops, while the ideal
 # bubble shrinks. `ps.simulate(..., comm_time=...)` adds such a per-hop cost to the model.
+#
+# ## Zero-bubble schedules on real ranks
+#
+# The course's own ZB-H1, `zbp.split_pipeline_worker`, is the send/recv pipeline above with the
+# backward split. Each rank's stage is a `bs.SplitStage`, whose forward, I and W are written out
+# by hand. After an I the rank sends the input gradient at once. It runs that microbatch's W where
+# ZB-H1's order (`ps.schedule_order("zb-h1", ...)`) puts it, and until then keeps what W needs:
+# each layer's input and the gradient of its output. Torch's `ScheduleZBVZeroBubble` and
+# `ScheduleDualPipeV` (`zbp.torch_split_worker`) give each rank two `PipelineStage`s in a V.
+# Rank 0 holds the first and the last stage, so it gets the loss. All three ran in the launches
+# above, against one process, for P = 2 and 4 and two seeds:
+
+# %%
+for name, schedule, depth in (("ZB-H1, send/recv", "zb-h1", 4), ("ZBV, torch", "zbv", 8),
+                              ("DualPipeV, torch", "dualpipev", 8)):
+    for p in (2, 4):
+        key = "send/recv" if schedule == "zb-h1" else "torch"
+        stages = p if schedule == "zb-h1" else 2 * p
+        worst = max(max_diff(runs[p][key, schedule, seed], seed, m=2 * p, depth=depth,
+                             stages=stages) for seed in (0, 1))
+        print(f"{name:17s} P={p}: matches one process (2 seeds, max |diff| < 1e-6):",
+              worst < 1e-6)
+
+# %% [markdown]
+# To time them, every op is stretched as before: F, I and W take 10 ms each per rank (a chunk of
+# a V half of that), a whole backward B 20 ms. This is Qi et al.'s T_F = T_B = T_W. Torch's
+# stages record their ops through a `PipelineStage` subclass that timestamps `forward_one_chunk`,
+# `backward_one_chunk` (B, or I when torch splits) and `backward_weight_one_chunk` (W). The same
+# launch counts the bytes of the activations each rank keeps for a later I or W. On torch's
+# stages, `torch.autograd.graph.saved_tensors_hooks` sees every tensor autograd saves, and
+# counts it until autograd lets it go. The measurement takes a few seconds:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+zb_measured = zbp.measure_schedules(4, 8, ("1f1b", "zb-h1", "zbv", "dualpipev"), op_time_s=0.01,
+                                    steps=2)
+print(f"{'P=4, m=8':10s}{'idle: sim':>10s}{'measured':>9s}{'no check':>9s}   idle per rank "
+      "measured (simulated)")
+for name, row in zb_measured.items():
+    sim = ps.simulate(name, p=4, m=8, backward_ratio=2.0)
+    per_rank = ", ".join(f"{x:.0%} ({y:.0%})" for x, y in zip(row["rank_idle"],
+                                                              sim.rank_idle_fractions()))
+    print(f"{name:10s}{sim.idle_fraction():10.1%}{row['idle']:9.1%}{row['idle_nosync']:9.1%}   "
+          f"{per_rank}")
+
+# %%
+fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+for ax, name in zip(axes, ("zb-h1", "dualpipev")):
+    tl = zb_measured[name]["timeline"]
+    pics.draw_timeline(tl, ax=ax, title=f"measured: {style.label(name)}, P=4, m=8, "
+                       f"idle {tl.idle_fraction():.1%}")
+axes[0].set_xlabel("")
+axes[1].set_xlabel("seconds")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# On real ranks every schedule idles more than its simulation, by the messages and wake-ups of
+# every op, as GPipe did. ZB-H1 still idles less than 1F1B. The V schedules send each
+# microbatch across every rank twice, twice as many messages as ZB-H1, and their ops (a chunk's)
+# are half as long. On a CPU, where a message and a wake-up cost around a millisecond
+# (`benchmarks/zero_bubble.py` prints the excess per op), that can cost them more than the
+# simulation says they save. (`tests/test_zero_bubble.py` asserts that ZB-H1 idles less than
+# 1F1B on real ranks, and that neither idles less than its simulation.)
+#
+# ## What they cost: memory, and the optimizer's global check
+#
+# **Memory.** The launch above also counted each rank's activation bytes at their peak. One block
+# per stage makes a microbatch keep the same bytes after its F and after its I, so bytes divided
+# by one microbatch's bytes counts microbatches. Here is that count beside the simulator's:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"{'P=4, m=8':10s}activations held at peak per rank: measured (predicted)")
+for name, row in zb_measured.items():
+    predicted = ps.simulate(name, p=4, m=8).peak_activations()
+    print(f"{name:10s}" + ", ".join(f"{x:g} ({y:g})" for x, y in zip(row["peak"], predicted)))
+
+# %% [markdown]
+# ZB-H1 holds P = 4 microbatches on every rank, against 1F1B's P - r. The V schedules hold about
+# P on every rank, except the last, which measures less than predicted. Its two chunks are the
+# neighbouring stages P - 1 and P, so the activation that stage P - 1 hands to stage P stays in
+# place, and one tensor serves both. (`tests/test_zero_bubble.py` asserts each count.)
+#
+# **The optimizer's global check.** The "no check" columns earlier assumed that a rank may start
+# its next step as soon as its own work is done. Real training rarely allows that. Clipping
+# needs the gradient norm over all stages, and mixed precision needs a check for inf and NaN
+# over all stages. Both are an all-reduce before the optimizer step, so every rank waits for the
+# slowest one's last W. For ZBV that wait was the whole bubble: 5.9 % with the check, 0 %
+# without. Qi et al. (section 4) remove the wait with *post-validation*. The partial norm
+# travels forward from stage to stage. Each stage steps at once with the clipping factor its
+# partial norm gives, and keeps its old weights. The last stage knows the whole norm and sends
+# it back. A stage whose factor was wrong rolls back and steps again. The synchronous answer is
+# unchanged. Two runs on 4 ranks, SGD with clipping at a threshold the norm stays under, and
+# at one it exceeds:
+
+# %%
+for max_norm in (1e6, 1e-3):
+    res = runs[4]["post-validation", max_norm, 0]
+    want = zbp.post_validation_reference(seed=0, max_norm=max_norm, p=4)
+    same = all(torch.allclose(torch.as_tensor(a), torch.as_tensor(b), atol=1e-6)
+               for rank in range(4) for key in ("sync", "validated")
+               for a, b in zip(res[rank][key], want[rank]))
+    print(f"clip at {max_norm:g}: rolled back on ranks",
+          [rank for rank in range(4) if res[rank]["rolled_back"]],
+          "| both ways equal one process's clip_grad_norm_ + SGD:", same)
+
+# %% [markdown]
+# Under the threshold nobody rolls back. Over it, every stage but the last used a partial norm
+# that was too small and redoes its step. Either way the weights are the ones the in-order check
+# gives. The price is a kept copy of the weights, and a second step after a rollback. Clipping
+# is rare late in training, so rollbacks are rare too.
 #
 # ## Smaller microbatches run less efficiently
 #
@@ -406,8 +691,8 @@ for tp, pp_degree, dp in ((1, 1, 4), (4, 2, 4), (8, 4, 4)):
 #
 # ## Closing note: measured vs formula
 #
-# The measurement above ran GPipe on real gloo ranks with 10 ms forwards and 20 ms backwards.
-# Its gap to the formula grows with m, because every extra op pays for a message and a wake-up:
+# The GPipe measurement ran on real gloo ranks with 10 ms forwards and 20 ms backwards. Its gap
+# to the formula grows with m, because every extra op pays for a message and a wake-up:
 # `benchmarks/pipeline_bubble.py` runs the same measurement with more steps, for both
 # from-scratch and `torch.distributed.pipelining`.
 
@@ -419,6 +704,23 @@ print("measured - formula:", "   ".join(
     for p, rows in measured.items()))
 
 # %% [markdown]
+# And each schedule of this notebook at P = 4, m = 8, F = I = W (every idle share with the
+# optimizer's global check): the bubble from its paper's formula, simulated and measured, and
+# the activations each rank holds at its peak, predicted and measured.
+# `benchmarks/zero_bubble.py` prints the same table with more steps.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"{'P=4, m=8':10s}{'formula':>8s}{'simulated':>10s}{'measured':>9s}   "
+      "peak per rank: predicted | measured")
+for name, row in zb_measured.items():
+    sim = ps.simulate(name, p=4, m=8, backward_ratio=2.0)
+    predicted = ", ".join(f"{x:g}" for x in sim.peak_activations())
+    print(f"{name:10s}{zb.paper_bubble_fraction(name, 4, 8, f=1, i=1, w=1):8.1%}"
+          f"{sim.idle_fraction():10.1%}{row['idle']:9.1%}   {predicted} | "
+          + ", ".join(f"{x:g}" for x in row["peak"]))
+
+# %% [markdown]
 # What to take away:
 #
 # * (P - 1)/(m + P - 1) is the idle fraction of GPipe and 1F1B with balanced stages and free
@@ -428,6 +730,15 @@ print("measured - formula:", "   ".join(
 #   describes the same bubble relative to compute time.
 # * GPipe and 1F1B have the same bubble. 1F1B holds about P microbatches of activations
 #   instead of m. Interleaving divides the bubble by about v and costs v times more messages.
+# * A backward is two jobs: the input gradient I, which the previous stage waits for, and the
+#   weight gradient W, which can wait. At F = I = W, ZB-H1 fills two thirds of 1F1B's bubble
+#   with W's, and every rank then holds P microbatches. ZBV reaches zero only with
+#   F = I = W and no global check before the optimizer step, and DualPipeV's bubble depends on
+#   how its pairs run. None of them helps with m < P.
+# * The papers' formulas hold under conditions (W no longer than F or I for ZB-H1; equal times
+#   for ZBV): the simulator shows what happens outside them.
+# * A zero bubble needs steps that do not wait for a global check: post-validation steps at once
+#   and rolls back when the whole norm says so.
 # * The slowest stage sets the pace. Balance the stages before adding microbatches.
 # * The measured bubble is above the formula because every op pays for communication and
 #   waking up, and smaller microbatches also compute less efficiently.
@@ -436,6 +747,7 @@ print("measured - formula:", "   ".join(
 
 # %% [markdown]
 # **Next**: the assignment `a5_pipeline` (in your workspace under `assignments/a5_pipeline/`)
-# practises the bubble arithmetic, reading timelines and batch accounting, and has you write a
-# pipeline step that runs on real gloo ranks and matches one process. Module 6, *Building a
-# device mesh*, combines DP, TP and PP on one mesh and adds the axes beyond them.
+# practises the bubble arithmetic, reading timelines, batch accounting and a zero-bubble
+# schedule's bubble and memory, and has you write a pipeline step that runs on real gloo ranks
+# and matches one process. Module 6, *Building a device mesh*, combines DP, TP and PP on one
+# mesh and adds the axes beyond them.
