@@ -140,8 +140,8 @@ GIVENS = {
         "q1_1f1b": given("Q1: 1F1B (stages P, microbatches m)", (6, 8), (4, 10), (3, 13),
                          (5, 11), (7, 15), (4, 22), (5, 7), (7, 20)),
         # m a multiple of P in every option: the course's simulator, Megatron-LM (by default)
-        # and the interleaving paper's formula require it (tests/test_assignments.py runs
-        # every option through pipeline_schedule.simulate)
+        # and the interleaving paper's formula require it (tests/test_pipeline_schedule.py
+        # runs every option through pipeline_schedule.simulate)
         "q1_interleaved": given("Q1: interleaved 1F1B (P, m, chunks v)", (4, 12, 3), (4, 16, 2),
                                 (6, 18, 3), (8, 16, 4), (6, 24, 2), (4, 20, 4), (6, 12, 4),
                                 (8, 8, 3)),
@@ -161,12 +161,12 @@ GIVENS = {
                       (2, 4, 3, 7, 16), (4, 3, 2, 9, 10)),
         # Q7: ZB-H1 with (P, m, F, B, W ms, rank r): B the whole backward, W its weight half;
         # W no longer than F or than B - W and m >= P, where Qi et al.'s formula is the
-        # simulator's (tests/test_assignments.py); P = 5 or 7, which lecture 5's widget cannot
-        # draw; P - r, m and 1 apart
+        # simulator's (tests/test_pipeline_schedule.py); P = 5 or 7, which lecture 5's widget
+        # cannot draw; P - r, m and 1 apart; no bubble or fraction printed in a lecture
         "q7": given("Q7: ZB-H1 (stages P, microbatches m, F ms, B ms, W ms, rank r)",
-                    (5, 10, 12, 23, 9, 3), (7, 14, 10, 20, 8, 2), (5, 12, 16, 30, 12, 1),
-                    (7, 21, 9, 16, 6, 4), (5, 8, 14, 26, 11, 2), (7, 10, 12, 24, 10, 5),
-                    (5, 15, 8, 15, 6, 3), (7, 16, 11, 21, 9, 3)),
+                    (5, 10, 12, 23, 9, 3), (7, 14, 10, 21, 8, 2), (5, 12, 16, 31, 12, 1),
+                    (7, 21, 9, 16, 6, 4), (5, 8, 14, 26, 11, 2), (7, 10, 12, 25, 10, 5),
+                    (5, 11, 11, 20, 6, 2), (7, 11, 8, 15, 6, 4)),
     },
     "a6_device_mesh": {
         # Q4: (TP, PP, DP, parameters in billions), PP >= 2 so that "divided by TP only"

@@ -13,7 +13,8 @@ Op orders, per rank a list of ``(kind, microbatch, chunk)`` as
 :func:`course_utils.pipeline_schedule.simulate` plays them:
 
 * ``"zb-h1"``: 1F1B's order with I in place of B, each W held back until the rank has P
-  microbatches in flight (Qi et al. section 2.1): the same peak memory as 1F1B.
+  microbatches in flight (Qi et al. section 2.1): rank 0's peak is 1F1B's, and every other
+  rank holds as many.
 * ``"zbv"``: two chunks per rank in a V (rank r holds stages r and 2P - 1 - r), torch's
   ``ScheduleZBVZeroBubble`` (Qi et al. section 6).
 * ``"dualpipev"``: DeepSeek's DualPipe cut in half onto the same V, torch's
@@ -23,7 +24,7 @@ Op orders, per rank a list of ``(kind, microbatch, chunk)`` as
   halves one after the other unless a custom overlap function is registered.
 
 :func:`paper_bubble` and :func:`paper_peak_activations` are the papers' formulas, written out
-so the simulator can be checked against them (``tests/test_pipeline_schedule.py``).
+so the simulator can be checked against them (``tests/test_zero_bubble.py``).
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank, placed in a V
 Order = list[tuple[str, int, int]]
 
 
-def split_order(schedule: str, p: int, m: int, rank: int) -> Order:
-    """Rank ``rank``'s ops for a B/W-split schedule (see the module docstring)."""
+def _check(schedule: Any, p: Any, m: Any, rank: Any) -> None:
     if schedule not in SPLIT_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(SPLIT_SCHEDULES)}, got {schedule!r}")
     check_int("p", p)
@@ -54,6 +54,11 @@ def split_order(schedule: str, p: int, m: int, rank: int) -> Order:
     if schedule == "dualpipev" and m < 2 * p:
         raise ValueError(f"m must be at least 2p = {2 * p} (one microbatch per stage) for "
                          f"dualpipev, as torch's ScheduleDualPipeV requires; got m={m}")
+
+
+def split_order(schedule: str, p: int, m: int, rank: int) -> Order:
+    """Rank ``rank``'s ops for a B/W-split schedule (see the module docstring)."""
+    _check(schedule, p, m, rank)
     if schedule == "dualpipev":
         return _dualpipev(p, m, rank)[0]
     return {"zb-h1": _zb_h1, "zbv": _zbv}[schedule](p, m, rank)
@@ -62,7 +67,7 @@ def split_order(schedule: str, p: int, m: int, rank: int) -> Order:
 def overlapped_pairs(p: int, m: int, rank: int) -> list[int]:
     """Positions k in rank's dualpipev order whose ops k and k + 1 (a forward of one chunk, a
     whole backward of the other) DualPipe runs as one overlapped pair."""
-    split_order("dualpipev", p, m, rank)  # the same checks
+    _check("dualpipev", p, m, rank)
     return _dualpipev(p, m, rank)[1]
 
 
@@ -212,8 +217,9 @@ def paper_bubble(schedule: str, p: int, f: float, i: float, w: float) -> float:
                              f"got f={f:g}, i={i:g}, w={w:g}: simulate it instead")
         return 0.0
     if schedule == "dualpipev":
-        cf, cb, cw = f / 2, (i + w) / 2, w / 2
-        return (2 * p / 2 - 1) * ((cf + cb) + cb - 3 * cw)
+        stages = 2 * p  # the README's PP: chunks, two per rank
+        cf, cb, cw = f / 2, (i + w) / 2, w / 2  # one chunk's F, whole backward B and W
+        return (stages / 2 - 1) * ((cf + cb) + cb - 3 * cw)
     raise ValueError(f"schedule must be one of ['1f1b', 'zb-h1', 'zbv', 'dualpipev'], "
                      f"got {schedule!r}")
 

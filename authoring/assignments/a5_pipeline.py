@@ -683,19 +683,16 @@ assert 0 <= checks.as_number("zb_fraction", zb_fraction) < 1, (
 # known wrong values (the right one is checked when the assignment is graded)
 _p, _m, _f, _b, _w, _r = G.q7
 checks.check_number("zb_bubble_ms", zb_bubble_ms, variant=G.key("q7"), mistakes=[
-    ((_p - 1) * (_f + _b), "that is 1F1B's bubble (P - 1)(F + B): ZB-H1 fills part of the wait "
-                           "with W"),
-    ((_p - 1) * (_f + _b - _w), "you used the whole backward B for Qi et al.'s T_B, which is "
-                                "only the input half I = B - W"),
-    (_p * (_f + _b - 2 * _w), "the pipeline fills and drains in P - 1 steps, not P"),
-    (0, "ZB-H1 is not bubble-free: it keeps (P - 1)(T_F + T_B - T_W) of idle time")])
+    ((_p - 1) * (_f + _b), "(P - 1)(F + B) is what 1F1B idles; ZB-H1 puts W's into that wait"),
+    ((_p - 1) * (_f + _b - _w), "Qi et al.'s T_B is only the input half of the backward, "
+                                "B - W: you used the whole B"),
+    (_p * (_f + _b - 2 * _w), "a rank waits for P - 1 stages to fill and drain, not P"),
+    (0, "ZB-H1 does not reach zero: Qi et al. give it (P - 1)(T_F + T_B - T_W)")])
 checks.check_number("zb_fraction", zb_fraction, variant=G.key("q7"), mistakes=[
-    ((_p - 1) / (_m + _p - 1), "that is 1F1B's fraction (P - 1)/(m + P - 1): ZB-H1's bubble is "
-                               "shorter")])
+    ((_p - 1) / (_m + _p - 1), "(P - 1)/(m + P - 1) is 1F1B's fraction; ZB-H1 idles less")])
 checks.check_number("zb_peak_rank", zb_peak_rank, variant=G.key("q7"), mistakes=[
-    (_p - _r, "that is 1F1B's P - r: ZB-H1 holds each W back until the rank has P microbatches "
-              "in flight"),
-    (_m, "that is GPipe's m: ZB-H1 starts backwards after its warm-up, as 1F1B does")])
+    (_p - _r, "P - r is what 1F1B's rank r holds; ZB-H1 keeps W back until P are in flight"),
+    (_m, "m is what GPipe holds; ZB-H1 runs backwards from the end of its warm-up on")])
 ### BEGIN HIDDEN TESTS
 from course_utils.checks import submit
 
