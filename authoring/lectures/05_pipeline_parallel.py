@@ -606,7 +606,7 @@ for name, row in zb_measured.items():
 # place, and one tensor serves both. (`tests/test_zero_bubble.py` asserts each count.)
 #
 # **The optimizer's global check.** The "no check" columns earlier assumed that a rank may start
-# its next step as soon as its own work is done. Real training rarely allows that. Clipping
+# its next step as soon as its own work is done. Most training setups do not allow that. Clipping
 # needs the gradient norm over all stages, and mixed precision needs a check for inf and NaN
 # over all stages. Both are an all-reduce before the optimizer step, so every rank waits for the
 # slowest one's last W. For ZBV that wait was the whole bubble: 5.9 % with the check, 0 %
@@ -631,8 +631,7 @@ for max_norm in (1e6, 1e-3):
 # %% [markdown]
 # Under the threshold nobody rolls back. Over it, every stage but the last used a partial norm
 # that was too small and redoes its step. Either way the weights are the ones the in-order check
-# gives. The price is a kept copy of the weights, and a second step after a rollback. Clipping
-# is rare late in training, so rollbacks are rare too.
+# gives. The price is a kept copy of the weights, and a second step after each rollback.
 #
 # ## Smaller microbatches run less efficiently
 #
