@@ -568,10 +568,11 @@ for name, row in zb_measured.items():
 
 # %%
 fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+longest = max(zb_measured[name]["timeline"].makespan for name in ("zb-h1", "dualpipev"))
 for ax, name in zip(axes, ("zb-h1", "dualpipev")):
     tl = zb_measured[name]["timeline"]
-    pics.draw_timeline(tl, ax=ax, title=f"measured: {style.label(name)}, P=4, m=8, "
-                       f"idle {tl.idle_fraction():.1%}")
+    pics.draw_timeline(tl, ax=ax, tmax=longest, title=f"measured: {style.label(name)}, P=4, "
+                       f"m=8, idle {tl.idle_fraction():.1%}")
 axes[0].set_xlabel("")
 axes[1].set_xlabel("seconds")
 fig.tight_layout()
