@@ -165,7 +165,15 @@ def launch_preload(assignment: str) -> str:
     collectives, and the forkserver starts about 1 s sooner), unless the judge module says
     ``LAUNCH_PRELOAD = "full"``: a rank that builds a ``torch.optim`` optimizer or DDP imports
     ``torch._dynamo`` first (1.35 s, each rank of each launch), which the full preload does once."""
-    preload = getattr(judge.load(assignment), "LAUNCH_PRELOAD", "light")
+    # read from the judge's source, not imported: a judge imports torch (2 s of CPU), and the
+    # grader only needs this one constant before its workers start
+    import ast
+
+    preload = "light"
+    for node in ast.parse((judge.JUDGES / f"{assignment}.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LAUNCH_PRELOAD"
+                                                for t in node.targets):
+            preload = ast.literal_eval(node.value)
     if preload not in ("light", "full"):
         raise ValueError(f"{assignment}'s judge: LAUNCH_PRELOAD must be 'light' or 'full', got "
                          f"{preload!r}")

@@ -402,6 +402,9 @@ def self_check(assignment: str, notebook: Path | None = None, progress=None):
 
         watcher = threading.Thread(target=follow, daemon=True)
         watcher.start()
+        # the report needs the judge (and the torch it imports): imported meanwhile, on the
+        # other core, while the grading worker runs the notebook
+        threading.Thread(target=judge.load, args=(assignment,), daemon=True).start()
         try:
             with _environ({**({} if who else {VARIANTS_ENV: "off"}),
                            PROGRESS_ENV: str(lines)}):

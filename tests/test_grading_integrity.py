@@ -403,14 +403,17 @@ def test_reference_runs_are_cached_by_content(tmp_path):
     assert integrity.reference_cache_path(name, f"{name}.ipynb", cache) != stale
 
 
-def test_each_assignment_says_what_its_ranks_preload(monkeypatch):
+def test_each_assignment_says_what_its_ranks_preload(monkeypatch, tmp_path):
     """a10's ranks build optimizers and DDP (torch._dynamo: the full preload); the others keep
-    the light one; a judge that names anything else is refused."""
+    the light one, read from the judge's source as the module says it (it is not imported);
+    a judge that names anything else is refused."""
     assert integrity.launch_preload("a10_capstone") == "full"
     assert integrity.launch_preload("a1_training_state") == "light"
-    rules = judge.load("a1_training_state")
-    monkeypatch.setattr(rules, "LAUNCH_PRELOAD", "heavy", raising=False)
-    monkeypatch.setattr(judge, "load", lambda name: rules)
+    for name in ASSIGNMENTS:
+        assert integrity.launch_preload(name) == getattr(judge.load(name), "LAUNCH_PRELOAD",
+                                                         "light"), name
+    (tmp_path / "a1_training_state.py").write_text('LAUNCH_PRELOAD = "heavy"\n')
+    monkeypatch.setattr(judge, "JUDGES", tmp_path)
     with pytest.raises(ValueError, match="LAUNCH_PRELOAD must be 'light' or 'full'"):
         integrity.launch_preload("a1_training_state")
 
