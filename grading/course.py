@@ -189,7 +189,10 @@ def name_students(data: Path, students: list[str] | None = None) -> None:
         return
     names = roster(data)
     with Gradebook(f"sqlite:///{db}") as gb:
-        for student in students if students is not None else [s.id for s in gb.students]:
+        present = {s.id for s in gb.students}  # (a student nbgrader did not record stays out)
+        for student in students if students is not None else sorted(present):
+            if student not in present:
+                continue
             known = names.get(student, {})
             gb.update_or_create_student(student, first_name=known.get("first_name", ""),
                                         last_name=known.get("last_name") or student,

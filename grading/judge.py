@@ -40,6 +40,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
@@ -150,6 +151,7 @@ def submissions(cell) -> list[tuple[str, Any]]:
 
 
 NOT_ANSWERED = "not answered (its answer cell still raises NotImplementedError)"
+_BARE_PLACEHOLDER = re.compile(r"\bNotImplementedError(?!\s*:\s*\S)")  # raised with no message
 PLACEHOLDER = "raise NotImplementedError"  # nbgrader's stub in a released answer cell
 
 
@@ -229,10 +231,17 @@ def judge_cell(judge: ModuleType | Callable, grade_id: str, got: list[tuple[str,
     if not_answered(error, answer):
         return Verdict(grade_id, False, NOT_ANSWERED, len(got))
     try:
-        return _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases, givens)
+        verdict = _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases, givens)
     except Exception as err:  # noqa: BLE001 - RecursionError, MemoryError on hostile data
         return Verdict(grade_id, False, f"the grader could not judge this cell "
                        f"({type(err).__name__}); it scores 0", 0)
+    if (not verdict.passed and answer is not None and PLACEHOLDER in answer
+            and _BARE_PLACEHOLDER.search(verdict.message or "")):
+        # a function still holding the placeholder, run by the test cell on hidden cases or on
+        # ranks ("weighted_average_grad failed on 2 real ranks: rank 1 failed first:
+        # NotImplementedError"): the question is not answered yet
+        return Verdict(grade_id, False, NOT_ANSWERED, verdict.submitted)
+    return verdict
 
 
 def _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases, givens) -> Verdict:

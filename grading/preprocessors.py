@@ -204,7 +204,7 @@ class RecoveringExecute(Execute):
                                        error, self._cases.get(gid), self._ref_cases.get(gid),
                                        self._givens, judge.answer_source(self.nb.cells, gid))
             self._verdicts.append(verdict)
-            self._progress(verdict, error)
+            self._progress(verdict, error, cell.metadata["nbgrader"].get("points", 0))
             if not verdict.passed and error is None and gid not in self._cases:
                 self._values[gid] = got  # for the report's copied-answer evidence
             if verdict.passed:
@@ -219,8 +219,9 @@ class RecoveringExecute(Execute):
                                            traceback=[f"{ename}: {evalue}"])]
         return cell, resources
 
-    def _progress(self, verdict, error) -> None:
-        """``make check``: one line per question as it is judged, to the file its caller reads
+    def _progress(self, verdict, error, points: float) -> None:
+        """``make check``: one line per question as it is judged, with its points (the
+        release's: nbgrader has put its metadata back by now), to the file its caller reads
         (``COURSE_PROGRESS_FILE``; only the grader's own process writes it)."""
         path = os.environ.get("COURSE_PROGRESS_FILE")
         if not path:
@@ -231,7 +232,8 @@ class RecoveringExecute(Execute):
             verdict.message or (error and f"{error[0]}: {error[1]}") or "not right", 300)
         try:
             with open(path, "a") as f:
-                f.write(f"  {verdict.grade_id}: {what}\n")
+                got = points if verdict.passed else 0
+                f.write(f"  {verdict.grade_id} ({got:g}/{points:g}): {what}\n")
         except OSError:
             pass
 

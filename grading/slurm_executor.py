@@ -46,7 +46,7 @@ from pathlib import Path
 
 from grading import digests, judge, slurm
 from grading.files import entry_kind, read_regular, write_private
-from grading.course import MAX_NOTEBOOK_BYTES, ROOT, data_dir
+from grading.course import MAX_NOTEBOOK_BYTES, ROOT, data_dir, name_students
 
 TASK_SLACK_S = 300  # a task's Slurm time limit beyond the local worker's own (start-up, copies)
 MAX_RESULT_FILE = MAX_NOTEBOOK_BYTES
@@ -300,6 +300,7 @@ def merge(assignment: str, data: Path | None = None) -> Merged:
         settled = sorted(s for s, (kind, _) in outcome.items() if kind != "active")
         if settled:
             digests.record_digests(assignment, settled, data, finished=out.finished)
+    name_students(data, out.finished)  # (after the merge's gradebook is closed)
     out.seconds = time.perf_counter() - start
     return out
 

@@ -157,6 +157,8 @@ COINCIDENCES: dict[tuple[str, str, float], str] = {
         "3.5 is a per-rank bubble in lecture 5's interleaved schedule",
     ("a2_data_parallel", "w_new_0", 0.55):
         "0.55 is lecture 10's gradient-clipping norm (a setting of its run, not an SGD step)",
+    ("a5_pipeline", "batch_a", 54):
+        "54 is the days of Llama 3's pre-training in lecture 12 (419 interruptions in 54 days)",
     ("a8_jax_sharding", "w_bytes_2d", 614400):
         "614,400 is lecture 10's FLOPs per token (6N for its 102,400 parameters), not bytes",
     **{("a4_tensor_parallel", name, 512): "ffn / t of the base numbers (4096 / 8); powers of "
@@ -372,3 +374,21 @@ def test_a5_graded_timelines_are_simulated_and_not_shown_in_lecture_5():
             for name, graded in drawn.items():
                 assert not any(row and row == g for row in rows for g in graded), (
                     f"a row of a5's graded timeline {name} is printed in {where}")
+
+
+# (with the widgets' tests in spirit; here because it reads a5's graded timelines)
+def test_pipeline_view_cannot_draw_a5s_graded_timelines():
+    """a5 Q4's timelines A and B (P = 5, m = 7) are the same for every student, and Q7's
+    pipelines have P = 5 or 7: the widget's stages stop short of them (timeline C,
+    interleaved, asks only its schedule, which its chunk letters name)."""
+    from course_utils import variants
+    from course_utils.widgets import pipeline_timeline
+
+    w = pipeline_timeline.PipelineTimeline()
+    for name, (schedule, p, m, v) in A5_Q4_TIMELINES.items():
+        if schedule != "interleaved":
+            assert p not in w.controls["stages"].options, name
+    for q7 in variants.givens_of("a5_pipeline")["q7"].options:
+        assert q7[0] not in w.controls["stages"].options
+    with pytest.raises(ValueError, match="stages=5 is not one of the control's choices"):
+        pipeline_timeline.PipelineTimeline(stages=5)

@@ -196,6 +196,21 @@ def test_an_unanswered_question_is_judged_not_answered():
                           (("KeyError", "'x'"), None)]:
         verdict = judge.judge_cell(_rules, "q5_test", [], ref, error, answer=answer)
         assert not verdict.passed and verdict.message != judge.NOT_ANSWERED, error
+    # a function still holding the placeholder, run on hidden cases (a2 Q5 said "... failed on
+    # 2 real ranks: rank 1 failed first: NotImplementedError"); torch's own, with a message, not
+    def ran(message):
+        def rules(got, ref):
+            raise AssertionError(message)
+        return rules
+
+    for message, expected in [("f failed on 2 real ranks: rank 1 failed first: "
+                               "NotImplementedError", judge.NOT_ANSWERED),
+                              ("f failed on 2 real ranks: rank 1 failed first: "
+                               "NotImplementedError: Could not run 'aten::add'", None)]:
+        verdict = judge.judge_cell(ran(message), "q5_test", [("x", 1.0)], ref, None,
+                                   answer=stub)
+        assert not verdict.passed
+        assert (verdict.message == judge.NOT_ANSWERED) == (expected is not None), verdict
 
 
 def test_values_cross_as_data():
@@ -957,7 +972,8 @@ def test_make_check_prints_each_question_as_it_is_judged(tmp_path):
     result = workflow.self_check("a1_training_state", copy,
                                  progress=lambda line: seen.append((time.monotonic(), line)))
     done = time.monotonic()
-    assert [line.split(":")[0].strip() for _, line in seen] == [c.grade_id for c in result.cells]
-    assert all(line.endswith(": right") for _, line in seen)
+    assert [line.split(" (")[0].strip() for _, line in seen] == [c.grade_id for c in result.cells]
+    assert [line.strip() for _, line in seen] == [
+        f"{c.grade_id} ({c.max_score:g}/{c.max_score:g}): right" for c in result.cells]
     assert seen[0][0] < done - 0.5  # (the first came while grading went on)
     assert list(workflow.CHECK_CACHE.glob("a1_training_state-*.db"))

@@ -306,24 +306,6 @@ def test_pipeline_view_slow_stage_and_messages():
     assert "m must be at least 2p = 4" in w.view.value
 
 
-def test_pipeline_view_cannot_draw_a5s_graded_timelines():
-    """a5 Q4's timelines A and B (P = 5, m = 7) are the same for every student, and Q7's
-    pipelines have P = 5 or 7: the widget's stages stop short of them (timeline C,
-    interleaved, asks only its schedule, which its chunk letters name)."""
-    from test_assignments import A5_Q4_TIMELINES
-
-    from course_utils import variants
-
-    w = pipeline_timeline.PipelineTimeline()
-    for name, (schedule, p, m, v) in A5_Q4_TIMELINES.items():
-        if schedule != "interleaved":
-            assert p not in w.controls["stages"].options, name
-    for q7 in variants.givens_of("a5_pipeline")["q7"].options:
-        assert q7[0] not in w.controls["stages"].options
-    with pytest.raises(ValueError, match="stages=5 is not one of the control's choices"):
-        pipeline_timeline.PipelineTimeline(stages=5)
-
-
 # ------------------------------------------------------------ module 9: number formats
 
 

@@ -148,7 +148,8 @@ for _c, _size, _axis in zip(coords_21, (4, 2, 4), ("dp", "pp", "tp")):
         f"coords_21: the {_axis} coordinate should be an int from 0 to {_size - 1}, got {_c!r}")
 for _name, _size in (("tp_group_21", 4), ("pp_group_21", 2), ("dp_group_21", 4),
                      ("tp_group_21_tp_outer", 4)):
-    assert _name in globals(), f"define {_name} in the answer cell above"
+    if _name not in globals():
+        raise NameError(f"name {_name!r} is not defined: define it in the answer cell above")
     _value = globals()[_name]
     assert type(_value) is list and all(type(r) is int for r in _value), (
         f"{_name} should be a list of ints")
@@ -420,7 +421,8 @@ gb_zero1 = params_per_shard_b * (2 + 2 + 12 / dp)
 # %% [test q4_test points=2]
 # Checks the types and rejects known wrong answers; the values are checked when graded.
 for _name in ("params_per_shard_b", "gb_zero3", "gb_zero1"):
-    assert _name in globals(), f"define {_name} in the answer cell above"
+    if _name not in globals():
+        raise NameError(f"name {_name!r} is not defined: define it in the answer cell above")
     checks.check_number(_name, globals()[_name])
 _p = float(params_per_shard_b)
 _tp, _pp, _dp, _n = G.q4
