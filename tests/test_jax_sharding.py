@@ -6,10 +6,13 @@ inserts (or how the HLO names it) fails here, loudly, before the lecture's text 
 
 from __future__ import annotations
 
+import functools
 import os
+import pickle
 import subprocess
 import sys
 
+import cloudpickle
 import numpy as np
 import pytest
 import torch
@@ -21,25 +24,66 @@ from course_utils import memory
 SEEDS = (0, 1)
 
 
-def test_the_helper_refuses_when_jax_started_with_fewer_devices():
-    code = ("import os; os.environ.pop('XLA_FLAGS', None); import jax; jax.devices()\n"
-            "from course_utils import jax_sharding as js\n"
-            "try:\n    js.require_devices(8)\nexcept RuntimeError as e:\n    print('ERR', e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60).stdout
-    assert "ERR JAX has 1 CPU device(s), and 8 are needed" in out
-    assert "XLA_FLAGS" in out and "--xla_force_host_platform_device_count=8" in out
+@pytest.fixture(scope="module")
+def computed():
+    """``computed(name, **kwargs)``: ``js.name(**kwargs)``, computed once for this module's tests
+    (the lecture's programs that more than one test reads)."""
+    return functools.cache(lambda name, **kwargs: getattr(js, name)(**kwargs))
 
 
-def test_the_rest_of_course_utils_imports_without_jax():
-    code = ("import pkgutil, sys, importlib, course_utils\n"
-            "for m in pkgutil.iter_modules(course_utils.__path__):\n"
-            "    if m.name not in ('jax_sharding',):\n"
-            "        importlib.import_module('course_utils.' + m.name)\n"
-            "print('jax' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert out.stdout.strip().splitlines()[-1] == "False", out.stderr[-2000:]
+# Fresh interpreters (the device count is fixed once per process), started side by side, without
+# XLA_FLAGS: what each program prints (stdout lines).
+_FLAG = "os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'"
+_FRESH = {
+    # the flag set after `import jax`, before the backend starts
+    "flag after import": f"import os, jax\n{_FLAG}\nprint('devices', len(jax.devices()))",
+    # every other course_utils module imported, JAX is not; then the config route
+    "rest, then config": (
+        "import pkgutil, sys, importlib, course_utils\n"
+        "for m in pkgutil.iter_modules(course_utils.__path__):\n"
+        "    if m.name not in ('jax_sharding',):\n"
+        "        importlib.import_module('course_utils.' + m.name)\n"
+        "print('jax imported', 'jax' in sys.modules)\n"
+        "import jax\njax.config.update('jax_num_cpu_devices', 8)\n"
+        "print('devices', len(jax.devices()))"),
+    # the backend started with one device: the flag set then is ignored, the config update
+    # raises, and the course's helper refuses, naming the fix
+    "late": (f"import os, jax\njax.devices()\n{_FLAG}\nprint('devices', len(jax.devices()))\n"
+             "try:\n    jax.config.update('jax_num_cpu_devices', 8)\n"
+             "except RuntimeError as e:\n    print('refused:', e)\n"
+             "from course_utils import jax_sharding as js\n"
+             "try:\n    js.require_devices(8)\nexcept RuntimeError as e:\n    print('ERR', e)\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def fresh() -> dict[str, list[str]]:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    procs = {name: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=env)
+             for name, code in _FRESH.items()}
+    out = {}
+    try:
+        for name, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=180)
+            assert proc.returncode == 0, (name, stderr[-2000:])
+            out[name] = stdout.strip().splitlines()
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return out
+
+
+def test_the_helper_refuses_when_jax_started_with_fewer_devices(fresh):
+    [err] = [line for line in fresh["late"] if line.startswith("ERR")]
+    assert err.startswith("ERR JAX has 1 CPU device(s), and 8 are needed")
+    assert "XLA_FLAGS" in err and "--xla_force_host_platform_device_count=8" in err
+
+
+def test_the_rest_of_course_utils_imports_without_jax(fresh):
+    assert "jax imported False" in fresh["rest, then config"]
 
 
 def test_this_process_has_eight_devices():
@@ -129,8 +173,8 @@ def test_lesson_two_replicas_in_jax():
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_data_parallel_gradient_equals_one_device(seed):
-    out = js.dp_step_check(seed=seed)
+def test_data_parallel_gradient_equals_one_device(computed, seed):
+    out = computed("dp_step_check", seed=seed)
     for got, one, shards in zip(out["grads"], out["one_device"], out["mean_of_shards"]):
         np.testing.assert_allclose(got, one, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got, shards, rtol=1e-5, atol=1e-6)
@@ -188,23 +232,41 @@ def _torch_row_parallel(x_local, w_local, bias, tp_group=None):
     return partial + bias
 
 
-def test_jax_row_parallel_equals_module_4s_pytorch_row_parallel_on_gloo_ranks():
-    """The same layer, same numbers: JAX's row layout on 8 devices (jit and shard_map) and
-    module 4's row-parallel linear on 2 gloo ranks."""
+def _torch_row_parallel_per_seed(rank, world_size, inputs):
+    """One rank of module 4's row-parallel harness, run once per (x, w, bias) of ``inputs``:
+    every seed on the same ranks (one launch)."""
     from course_utils import tensor_parallel as tp
 
+    return [tp.row_parallel_harness(rank, world_size, _torch_row_parallel, world_size, [x], w, b)
+            for x, w, b in inputs]
+
+
+# The ranks get this module's functions by value: unpickling them by reference would import this
+# module in every rank, and with it JAX (seconds of CPU per rank).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_jax_row_parallel_equals_module_4s_pytorch_row_parallel_on_gloo_ranks(layouts):
+    """The same layer, same numbers: JAX's row layout on 8 devices (jit and shard_map, from
+    ``compare_layouts``: X split by columns, W by rows over "model") and module 4's row-parallel
+    linear on 2 gloo ranks, for each seed."""
+    from course_utils import launch
+
+    inputs = []
     for seed in SEEDS:
         x, w = js.linear_inputs(seed)
-        mesh = js.make_mesh((8,), ("model",))
-        xs, ws = js.place(x, mesh, js.P(None, "model")), js.place(w, mesh, js.P("model", None))
-        y_jit = np.array(js.jit_linear("row", mesh)(xs, ws))           # (tokens, h_out), a copy
-        y_map = np.array(js.shard_map_linear("row", mesh)(xs, ws))
-        runs = tp.run_row_parallel(_torch_row_parallel, 2, [torch.from_numpy(x)[None]],
-                                   torch.from_numpy(w), torch.zeros(w.shape[1]), timeout_s=60)
-        for run in runs:
+        inputs.append((torch.from_numpy(x)[None], torch.from_numpy(w), torch.zeros(w.shape[1])))
+    per_rank = launch.run(_torch_row_parallel_per_seed, 2, inputs, timeout_s=60)
+    for i, seed in enumerate(SEEDS):
+        [row] = [r for r in layouts[seed] if r["layout"] == "row"]
+        assert (row["x"], row["w"]) == (js.P(None, "model"), js.P("model", None))
+        for blobs in per_rank:
+            run = pickle.loads(blobs[i])
             y_torch = run["y"][0]                                  # (tokens, h_out)
-            torch.testing.assert_close(torch.from_numpy(y_jit), y_torch, rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(torch.from_numpy(y_map), y_torch, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(torch.from_numpy(row["y_jit"].copy()), y_torch,
+                                       rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(torch.from_numpy(row["y_shard_map"].copy()), y_torch,
+                                       rtol=1e-5, atol=1e-5)
 
 
 def test_fsdp_bytes_match_the_zero3_formula():
@@ -229,8 +291,8 @@ def test_bytes_per_device_counts_a_shared_buffer_once():
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_2d_mesh_mlp(seed):
-    out = js.mlp_2d(seed=seed)
+def test_2d_mesh_mlp(computed, seed):
+    out = computed("mlp_2d", seed=seed)
     predicted = sum(js.local_bytes(out["shapes"][k], out["specs"][k], out["mesh_shape"])
                     for k in ("w1", "w2"))
     assert predicted == 2 * 16 * 64 * 4 // 4
@@ -285,25 +347,15 @@ def test_workload_rejects_bad_settings():
         fc.Workload(dtype="bfloat16")
 
 
-def test_the_device_count_is_fixed_when_the_cpu_backend_starts_not_at_import():
+def test_the_device_count_is_fixed_when_the_cpu_backend_starts_not_at_import(fresh):
     """Lecture 8's setup: XLA_FLAGS set after `import jax` but before the first jax.devices()
     still gives 8 devices; so does jax.config.update("jax_num_cpu_devices", 8); after the
     backend has started, the flag is ignored and the config update raises."""
-    def run(code: str) -> str:
-        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=120, env=env)
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout.strip()
-
-    flag = "os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'"
-    assert run(f"import os, jax\n{flag}\nprint(len(jax.devices()))") == "8"
-    assert run("import jax\njax.config.update('jax_num_cpu_devices', 8)\n"
-               "print(len(jax.devices()))") == "8"
-    late = run(f"import os, jax\njax.devices()\n{flag}\nprint(len(jax.devices()))\n"
-               "try:\n    jax.config.update('jax_num_cpu_devices', 8)\n"
-               "except RuntimeError as e:\n    print('refused:', e)")
-    assert late.splitlines()[0] == "1" and "before backends are initialized" in late
+    assert fresh["flag after import"] == ["devices 8"]
+    assert fresh["rest, then config"][-1] == "devices 8"
+    late = fresh["late"]
+    assert late[0] == "devices 1" and late[1].startswith("refused:")
+    assert "before backends are initialized" in late[1]
 
 
 # ---------------------------------------------------------------- beyond Auto propagation
@@ -361,8 +413,8 @@ def test_the_partitioner_is_shardy():
     assert out["mesh_line"].startswith('sdy.mesh @mesh = <["model"=8]>')
 
 
-def test_ppermute_ring_step_moves_each_block_to_the_next_device():
-    out = js.ring_step()
+def test_ppermute_ring_step_moves_each_block_to_the_next_device(computed):
+    out = computed("ring_step")
     assert out["after"] == [7.0] + [float(i) for i in range(7)]
     assert [(c.op, c.nbytes, c.group_size) for c in out["collectives"]] == [
         ("collective-permute", 4, None)]
@@ -486,11 +538,11 @@ def test_the_accelerator_figures_are_the_published_ones():
     assert all("HTSYM" in a["source"] for a in js.ACCELERATORS.values())
 
 
-def test_the_lectures_collectives_are_latency_bound_on_a_v5e_link():
+def test_the_lectures_collectives_are_latency_bound_on_a_v5e_link(computed):
     """Lecture 8, section 7: with alpha = 1 us and beta = 4.5e10 B/s, every collective of the
     lecture's programs spends more time on latency than on bandwidth."""
-    dp = js.dp_step_check(seed=0)
-    found = dp["collectives"] + js.mlp_2d(seed=0)["step"] + js.ring_step()["collectives"]
+    found = (computed("dp_step_check", seed=0)["collectives"]
+             + computed("mlp_2d", seed=0)["step"] + computed("ring_step")["collectives"])
     for c in found:
         r = js.ring_cost(c, 1e-6, 4.5e10)
         assert r["bandwidth_s"] < 0.5e-6 < r["latency_s"], c
