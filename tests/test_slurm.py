@@ -26,13 +26,31 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import ROOT
+from conftest import REFERENCE_CACHE, ROOT
 
 from grading import integrity, judge, slurm, slurm_executor, synthetic, workflow
 
 SCRIPT = ROOT / "scripts" / "slurm_local.sh"
 A = "a1_training_state"
-KINDS = synthetic.EXECUTOR_CLASS  # 24 submissions of the cheapest assignment
+# The class graded both ways: what the Slurm executor can treat differently from the local one.
+# A task grades its one submission with the local executor itself (workflow.autograde, one
+# worker) in its own copy of the course data (the secret, the gradebook as submitted, the
+# submission), from --chdir=ROOT, and the merge brings the results back. So the class holds the
+# kinds that meet the task's surroundings: what the course data, the secret, the working folder
+# and the logs let an attack reach (writes_course_data, reads_expected, shadow_course_utils,
+# hidden_payload, stderr_noise), notebooks no task can grade (malformed_json,
+# missing_notebook), the class-level evidence computed over the merged results (copies_peer of
+# the peer "correct", typed_identity), a partial score with its message (wrong), and one
+# representative each of the attacks met inside the kernel and judged outside it
+# (patch_sys_modules) and of the test cells restored from the release (edited_tests);
+# honest_1 is the task cancelled before it starts. The other kinds of synthetic.EXECUTOR_CLASS
+# meet the same kernel and judge in a task as in the local executor (unit mistakes, a raising
+# answer, objects that lie, a helper used, the typical mistake, the other patches, a deleted
+# test cell, an unanswered one): the grading tests grade each of them on a1 in a kernel.
+KINDS = ["correct", "wrong", "edited_tests", "patch_sys_modules", "shadow_course_utils",
+         "malformed_json", "missing_notebook", "stderr_noise", "reads_expected",
+         "hidden_payload", "honest_1", "copies_peer", "typed_identity", "writes_course_data"]
+assert set(KINDS) <= set(synthetic.EXECUTOR_CLASS)
 CANCELLED = "honest_1"   # its array task is cancelled before it starts
 SLEEPER = "sleeper"      # its first answer sleeps past its task's 1-minute time limit
 CELL_TIMEOUT = 150       # (so the sleeper meets Slurm's limit, not the cell's)
@@ -79,23 +97,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _demo(tmp_path: Path, ranks: int) -> tuple[slurm.TaskState, str, float]:
+def _submit_demo(folder: Path, ranks: int) -> tuple[str, float]:
     """``sbatch --nodes 1 scripts/cluster.sbatch course_utils.mesh`` with ``ranks`` ranks."""
     env = dict(os.environ, NPROC_PER_NODE=str(ranks), RDZV_PORT=str(_free_port()),
                OMP_NUM_THREADS="1")
     start = time.monotonic()
-    job = slurm.sbatch(["--nodes=1", "--time=5", f"--output={tmp_path}/demo-%j.out",
+    job = slurm.sbatch(["--nodes=1", "--time=5", f"--output={folder}/demo-%j.out",
                         str(ROOT / "scripts" / "cluster.sbatch"), "course_utils.mesh"],
                        env=env, cwd=ROOT)
-    [st] = slurm.wait(job, timeout_s=300, poll_s=0.5).values()
-    log = tmp_path / f"demo-{job}.out"
-    return st, log.read_text() if log.exists() else "", time.monotonic() - start
+    return job, start
 
 
-def test_cluster_sbatch_runs_a_demo_on_real_slurm(cluster, tmp_path):
+@pytest.fixture(scope="module")
+def demos(cluster, tmp_path_factory) -> dict[int, tuple[slurm.TaskState, str, float]]:
+    """The demo with 2 ranks and with 1, submitted together: ``{ranks: (Slurm's state of the
+    job, its log, seconds from sbatch to its end)}``."""
+    folder = tmp_path_factory.mktemp("demos")
+    jobs = {ranks: _submit_demo(folder, ranks) for ranks in (2, 1)}
+    out = {}
+    for ranks, (job, start) in jobs.items():
+        [st] = slurm.wait(job, timeout_s=300, poll_s=0.5).values()
+        log = folder / f"demo-{job}.out"
+        out[ranks] = (st, log.read_text() if log.exists() else "", time.monotonic() - start)
+    return out
+
+
+def test_cluster_sbatch_runs_a_demo_on_real_slurm(demos):
     """One node, one torchrun, two ranks as the script starts them on a cluster: each rank's
     DP step equals the one-device step (the worker prints its largest difference)."""
-    st, text, took = _demo(tmp_path, 2)
+    st, text, took = demos[2]
     assert st.ok, st.describe()
     assert "1 node(s) x 2 rank(s)" in text, text
     lines = sorted(line for line in text.splitlines() if " returned: " in line)
@@ -104,10 +134,10 @@ def test_cluster_sbatch_runs_a_demo_on_real_slurm(cluster, tmp_path):
     print(f"cluster.sbatch course_utils.mesh, 1 node x 2 ranks: {took:.1f} s from sbatch to end")
 
 
-def test_a_failing_job_is_described_from_slurm_and_its_log(cluster, tmp_path):
+def test_a_failing_job_is_described_from_slurm_and_its_log(demos):
     """One rank, which raises (the demo needs an even world); Slurm says FAILED, and the
     description carries the exit status and the rank's error from the job's log."""
-    st, text, _ = _demo(tmp_path, 1)
+    st, text, _ = demos[1]
     assert st.state == "FAILED", (st, text[-2000:])
     said = st.describe()
     assert said.startswith(f"job {st.job} ended FAILED: it exited with an error (exit status 1")
@@ -158,14 +188,14 @@ def _gradebook(data: Path) -> dict:
 
 @pytest.mark.slow
 def test_grading_as_a_job_array_matches_the_local_executor(cluster, tmp_path):
-    """25 submissions of a1 graded as Slurm array tasks: a task cancelled before it starts and a
+    """The class (and a sleeper) graded as Slurm array tasks: a task cancelled before it starts and a
     task killed at its time limit are those students' "not graded" with Slurm's account of it;
     grading again (``--no-wait``: a dependent merge job) grades only those two; then every
     score, message, flag and gradebook row is the local executor's, and the merges leave no
     copy of the secret, the gradebook or a submission behind."""
     slow = tmp_path / "slurm-data"
     here = tmp_path / "local-data"
-    cache = slow / "reference"
+    cache = REFERENCE_CACHE  # (the suite's: a1's reference runs once for every test)
     refs = integrity.reference_run(A, slow, cache=cache)
     correct = next(f for c, f in synthetic.cases_for(A, refs) if c.kind == "correct")[f"{A}.ipynb"]
     _class(slow, refs, _sleeper_notebook(correct))
@@ -217,7 +247,8 @@ def test_grading_as_a_job_array_matches_the_local_executor(cluster, tmp_path):
     assert "(time limit 00:01:00)" in why and "DUE TO TIME LIMIT" in why, why
     text = (slow / "reports" / f"{A}.txt").read_text()
     assert f"{SLEEPER}: NOT GRADED (its Slurm task: job {sleeper.job}_0 ended TIMEOUT" in text
-    assert "CLASS SUMMARY: 25 students, 21 graded, 4 NOT graded" in text
+    n = len(KINDS) + 1  # (the sleeper; not graded: it, the cancelled, malformed, missing)
+    assert f"CLASS SUMMARY: {n} students, {n - 4} graded, 4 NOT graded" in text
     print(text[text.index("CLASS SUMMARY"):text.index("EVERY STUDENT")])
 
     # the student sends a fixed notebook; grading again grades only the two missing ones, and
@@ -240,7 +271,7 @@ def test_grading_as_a_job_array_matches_the_local_executor(cluster, tmp_path):
                  if json.loads(p.read_text()).get("job") == said.group(1)]
     merged = (run_dir / "logs" / "merge.out").read_text()
     assert "merged 2 finished Slurm task(s) from 1 array(s)" in merged, merged
-    assert f"{A}: 23 graded, 2 NOT graded" in merged, merged  # (malformed, missing)
+    assert f"{A}: {n - 2} graded, 2 NOT graded" in merged, merged  # (malformed, missing)
     assert slurm_executor.missing_students(A, slow) == []
 
     slurm_results, _ = integrity.report(A, slow)
