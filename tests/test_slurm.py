@@ -188,9 +188,9 @@ def _gradebook(data: Path) -> dict:
 
 @pytest.mark.slow
 def test_grading_as_a_job_array_matches_the_local_executor(cluster, tmp_path):
-    """The class (and a sleeper) graded as Slurm array tasks: a task cancelled before it starts and a
-    task killed at its time limit are those students' "not graded" with Slurm's account of it;
-    grading again (``--no-wait``: a dependent merge job) grades only those two; then every
+    """The class (and a sleeper) graded as Slurm array tasks: a task cancelled before it starts
+    and a task killed at its time limit are those students' "not graded" with Slurm's account of
+    it; grading again (``--no-wait``: a dependent merge job) grades only those two; then every
     score, message, flag and gradebook row is the local executor's, and the merges leave no
     copy of the secret, the gradebook or a submission behind."""
     slow = tmp_path / "slurm-data"

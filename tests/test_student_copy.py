@@ -95,7 +95,8 @@ def _layout_tests(path: Path) -> list[str]:
     while more := {name for name, node in defs.items()
                    if name not in reads and uses(node) & reads}:
         reads |= more
-    return sorted(f"tests/{path.name}::{name}" for name in reads if name.startswith("test_"))
+    return sorted(f"tests/{path.name}::{name}" for name in reads
+                  if name.startswith(("test_", "Test")))
 
 
 def test_the_copys_readme_commands_work_there(copy):
