@@ -152,6 +152,7 @@ def test_the_copys_readme_commands_work_there(copy):
     out = make_test('-m "not browser" -k "test_workspace or not slow" ' + " ".join(layout))
     tail = out.stdout[-3000:] + out.stderr[-2000:]
     assert out.returncode == 0, tail
-    last = out.stdout.splitlines()[-1]
+    # (pytest's summary line; under an outer make, make adds "Leaving directory" after it)
+    last = [ln for ln in out.stdout.splitlines() if re.search(r"\d+ passed", ln)][-1]
     passed = int(re.search(r"(\d+) passed", last).group(1))
     assert passed >= 10 and " failed" not in last and " error" not in last, tail
