@@ -55,6 +55,10 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # verdict: what SaveAutoGrades stores is the judge's score.
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
+# Once the last cell has run, the kernel is killed, not asked to exit: a graceful exit runs its
+# atexit hooks (torch's teardown, the ranks' forkserver) and took 2.5 s per submission, for
+# nothing the grade reads; the sandbox then ends whatever is left in the kernel's cgroups.
+c.Execute.shutdown_kernel = "immediate"
 # Before anything else reads a submission, every nbgrader field of every graded, answer and
 # locked cell is put back from the release (a test cell whose "grade" flag was set to false is
 # graded as released; grading/preprocessors.py).

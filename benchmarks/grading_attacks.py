@@ -1,6 +1,6 @@
 """Each attack on classmates and on the grader, graded beside two honest students (issue 41).
 
-    .venv/bin/python benchmarks/grading_attacks.py                 # every attack below
+    .venv/bin/python benchmarks/grading_attacks.py                 # every attack of the suite
     .venv/bin/python benchmarks/grading_attacks.py cpu_hog huge_shapes
 
 For each attack kind of ``grading.attacks.host_cases_for``: a fresh ``$COURSE_DATA`` with
@@ -33,9 +33,8 @@ os.chdir(ROOT)
 from grading import attacks, cgroups, integrity, synthetic, workflow  # noqa: E402
 
 A = "a1_training_state"
-ATTACKS = ["script_outputs", "shm_inodes", "deep_leftovers", "cpu_hog", "huge_shapes",
-           "type_names", "forged_report"]
 HONEST = ["correct", "slow_honest"]
+ATTACKS = [k for k in attacks.HOST_ATTACKS if k not in HONEST]  # every attack of the suite
 
 
 def _leftovers(since: float) -> list[str]:
@@ -101,7 +100,8 @@ def one(kind: str, memory_gb: float = 2.0) -> dict:
         print(f"{kind:15s} score {by[kind].score:g}/{cases[kind].deserved:g}  classmates "
               + ", ".join(f"{s} {by[s].score:g}/{cases[s].deserved:g}" for s in HONEST)
               + f"  left {len(row['left_behind'])}  /dev/shm inodes -{row['shm_inodes_taken_at_most']}"
-              f"  grader {row['grader_peak_rss_mb']} MB  {run.seconds:.0f} s", flush=True)
+              f"  grader {row['grader_peak_rss_mb']} MB  {run.seconds:.0f} s"
+              + (f"  said: {by[kind].limits[0][:60]!r}" if by[kind].limits else ""), flush=True)
         return row
     finally:
         shutil.rmtree(data, ignore_errors=True)

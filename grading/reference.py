@@ -192,6 +192,7 @@ def _run_reference(assignment: str, name: str, timeout: int) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             client = sandboxed_client(nb, cases, student="", timeout=timeout,
                                       kernel_name="python3", allow_errors=True,
+                                      shutdown_kernel="immediate",  # as nbgrader_config.py
                                       resources={"metadata": {"path": tmp}})
             with client.setup_kernel():
                 for index, cell in enumerate(nb.cells):
