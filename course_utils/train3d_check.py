@@ -27,11 +27,11 @@ from course_utils.train3d import Plan, train_worker
 from course_utils.train3d_comms import predicted_tp
 from course_utils.zero1 import FlatLayout
 
-__all__ = ["reference_train", "order_drift", "replica_losses", "TOLERANCES", "BF16_TOLERANCES",
-           "check_against_reference", "predicted_state_bytes", "groups_table", "memory_table",
-           "bucket_bytes", "comms_table", "tp_partial_numel", "predicted_tp_calls",
-           "PARTS", "breakdown", "flops_per_token", "matmul_weights", "peak_flops", "throughput",
-           "MESH_FOR_WORLD", "torchrun_worker"]
+__all__ = ["reference_train", "order_drift", "noise_steps", "replica_losses", "TOLERANCES",
+           "BF16_TOLERANCES", "check_against_reference", "predicted_state_bytes", "groups_table",
+           "memory_table", "bucket_bytes", "comms_table", "tp_partial_numel",
+           "predicted_tp_calls", "PARTS", "breakdown", "flops_per_token", "matmul_weights",
+           "peak_flops", "throughput", "MESH_FOR_WORLD", "torchrun_worker"]
 
 
 @contextlib.contextmanager
@@ -46,19 +46,22 @@ def _one_thread():
         torch.set_num_threads(before)
 
 
-def reference_train(plan: Plan, microbatches: int = 1) -> dict[str, Any]:
+def reference_train(plan: Plan, microbatches: int = 1, trace: Sequence[str] = ()
+                    ) -> dict[str, Any]:
     """One process, whole model, whole global batch, ``torch.optim.Adam``: the same run.
 
     With ``plan.dtype == "bf16"`` the model computes in bf16 and Adam updates an fp32 copy
     (the trainer's policy, on one process). ``grads``: the first step's, after clipping.
     ``microbatches``: backward on that many slices of the batch, accumulated (the same run,
-    summed in another order).
+    summed in another order). ``trace``: parameter names whose clipped gradient of every step
+    and weights before and after every step ``out["trace"][name]`` keeps.
     """
     with _one_thread():
-        return _reference_train(plan, microbatches)
+        return _reference_train(plan, microbatches, trace)
 
 
-def _reference_train(plan: Plan, microbatches: int) -> dict[str, Any]:
+def _reference_train(plan: Plan, microbatches: int, trace: Sequence[str] = ()
+                     ) -> dict[str, Any]:
     model = build(plan.cfg, plan.seed)
     bf16 = plan.dtype == "bf16"
     if bf16:
@@ -69,6 +72,8 @@ def _reference_train(plan: Plan, microbatches: int) -> dict[str, Any]:
     corpus = MarkovCorpus(plan.cfg.vocab_size, seed=plan.seed)
     out: dict[str, Any] = {"losses": [], "grad_norms": []}
     names = [n for n, _ in model.named_parameters()]
+    traced = {n: w for n, w in zip(names, weights) if n in trace}
+    out["trace"] = {n: {"grads": [], "weights": [w.detach().clone()]} for n, w in traced.items()}
     for step in range(plan.steps):
         x, y = corpus.batch(step, plan.batch, plan.cfg.seq_len)
         loss = 0.0
@@ -86,7 +91,11 @@ def _reference_train(plan: Plan, microbatches: int) -> dict[str, Any]:
             norm = float(torch.nn.utils.clip_grad_norm_(weights, plan.clip))
         if step == 0:
             out["grads"] = {n: w.grad.detach().clone() for n, w in zip(names, weights)}
+        for n, w in traced.items():
+            out["trace"][n]["grads"].append(w.grad.detach().clone())
         opt.step()
+        for n, w in traced.items():
+            out["trace"][n]["weights"].append(w.detach().clone())
         if bf16:
             with torch.no_grad():
                 for w, p in zip(weights, model.parameters()):
@@ -113,6 +122,21 @@ def order_drift(plan: Plan, microbatches: int = 4) -> dict[str, Any]:
             "grad": float(a["grads"][name].flatten()[at])}
 
 
+def noise_steps(plan: Plan) -> dict[str, Any]:
+    """Adam's steps on weights whose gradient is only rounding noise: every block's key bias
+    (the middle third of ``qkv.bias``), whose true gradient is 0 (adding it shifts a whole row
+    of scores, which softmax ignores). One process trains ``plan``; over those weights and every
+    step, ``grads``: |gradient| and ``moves``: |step| / lr (a weight's move in one step, over the
+    learning rate), each (steps, weights)."""
+    d = plan.cfg.d_model
+    names = [f"blocks.{i}.qkv.bias" for i in range(plan.cfg.n_layers)]
+    trace = reference_train(plan, trace=names)["trace"]
+    grads = torch.cat([torch.stack(trace[n]["grads"])[:, d:2 * d] for n in names], 1)
+    weights = torch.cat([torch.stack(trace[n]["weights"])[:, d:2 * d] for n in names], 1)
+    moves = weights.diff(dim=0).abs() / plan.lr                        # (steps, weights)
+    return {"grads": grads.abs(), "moves": moves}
+
+
 def replica_losses(plan: Plan, results: Sequence[dict[str, Any]]) -> list[float]:
     """The global batch's loss per step: the DP replicas' losses (last stage) averaged."""
     last = [r["losses"] for r in results if r["coords"][1] == plan.pp - 1 and r["coords"][2] == 0]
@@ -124,7 +148,7 @@ TOLERANCES = {"losses": (1e-5, 1e-5), "grads": (1e-4, 1e-6), "weights": (1e-4, 1
 above the gradients' rounding noise. Adam moves a weight by about lr g / (|g| + eps) per step,
 so where a gradient is near eps or below, the noise of a few 1e-9 that another summation order
 (microbatches, replicas, TP's partial sums) puts on it decides the update. With eps = 1e-8
-(torch's default), seed 6 of the lecture's plan has a first-step gradient of 1.3e-9 on
+(torch's default), seed 6 of the lecture's plan has a first-step gradient of 1.4e-9 on
 head.weight[30, 55], and two correct one-process runs that only sum in another order end 2.6e-4
 apart there (:func:`order_drift`), beyond the 1e-4 tolerance; with eps = 1e-5 a step moves at
 most lr / eps = 300 times a gradient's noise, and the same runs end 3e-7 apart."""

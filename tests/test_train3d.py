@@ -139,9 +139,32 @@ def test_adams_eps_decides_whether_one_process_equals_itself():
     drift = train3d_check.order_drift(plan)
     assert drift["weights"] > 2e-4 and (drift["name"], drift["index"]) == ("head.weight",
                                                                             (30, 55))
-    assert abs(drift["grad"]) < 2e-9       # a first-step gradient far below eps = 1e-8's scale
+    g = abs(drift["grad"])                 # 1.4e-9: Adam's first step moves it by an eighth of lr
+    assert 1.3e-9 < g < 1.5e-9 and round(1 / (g / (g + 1e-8))) == 8
+    trace = train3d_check.reference_train(plan, trace=["head.weight"])["trace"]["head.weight"]
+    first_move = float(trace["weights"][1][30, 55] - trace["weights"][0][30, 55]) / plan.lr
+    assert math.isclose(abs(first_move), g / (g + 1e-8), rel_tol=1e-3)
     for seed in (6, 0):
         assert train3d_check.order_drift(train3d.Plan(seed=seed))["weights"] < 1e-6
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_adam_moves_a_noise_gradient_by_g_over_eps(seed):
+    """Lecture 10's figures for the key bias (true gradient 0: rounding only) under eps = 1e-8,
+    at the powers of ten the lecture rounds to: |gradient| about 1e-11, a step about 0.1 % of
+    lr (medians over 128 weights x 20 steps), the largest about 1 %; the first step exactly
+    lr |g| / (|g| + eps), Adam's bias-corrected first step."""
+    plan = train3d.Plan(seed=seed, eps=1e-8)
+    noise = train3d_check.noise_steps(plan)
+    grads, moves = noise["grads"], noise["moves"]
+    assert grads.shape == moves.shape == (20, 128)
+    assert float(grads.max()) < 1e-9                    # all of it far below eps: noise
+    power = {k: round(math.log10(float(v))) for k, v in (
+        ("grad", grads.median()), ("move", moves.median()), ("largest", moves.max()))}
+    assert power == {"grad": -11, "move": -3, "largest": -2}
+    torch.testing.assert_close(moves[0], grads[0] / (grads[0] + 1e-8), rtol=1e-2, atol=1e-6)
+    # with the plan's eps = 1e-5 the same noise moves these weights 1000 times less
+    assert float(train3d_check.noise_steps(train3d.Plan(seed=seed))["moves"].max()) < 1e-4
 
 
 def test_mean_over_m_is_the_replica_mean_only_for_equal_token_counts():

@@ -181,15 +181,41 @@ for pp_rank in range(plan.pp):
 # differ by rounding, about 1e-9 in a gradient here. Adam turns a gradient g into a step of
 # about lr x g / (|g| + eps). Where |g| is far above eps, the rounding moves the step by a
 # fraction of itself, and the runs stay together. Where |g| is near eps or below, the
-# rounding decides the step: with torch's default eps = 1e-8, a gradient that is pure noise,
-# about 1e-10 (the key projection's bias, whose true gradient is zero: softmax ignores a
-# shift shared by a whole row of scores), moves its weight by about 1 % of lr per step in a
-# random direction, and a first-step gradient of 1.3e-9 (seed 6: `head.weight[30, 55]`) by an
-# eighth of lr. `tests/test_train3d.py` measures it on one process: seed 6 with eps = 1e-8 ends
-# about 3e-4 apart from itself summed in another order (4 microbatches), beyond any useful
-# tolerance. The plan uses eps = 1e-5 (as a10 does): a step then moves at most lr / eps = 300
-# times a gradient's noise, and the same two runs end under 1e-6 apart for every seed the
-# test tries.
+# rounding decides the step: with torch's default eps = 1e-8, a gradient that is pure noise
+# moves its weight by about lr x |g| / eps per step (exactly that on the first step, where
+# Adam's bias-corrected m / sqrt(v) is g / |g|), in a random direction. The key projection's
+# bias is such a weight: its true gradient is zero (softmax ignores a shift shared by a whole
+# row of scores), so what backward returns for it is rounding. `check.noise_steps` trains the
+# plan on one process with eps = 1e-8 and measures, for each of the key bias's 128 weights
+# (64 per block) and each of the 20 steps, |gradient| and how far the step moved the weight,
+# over lr. The cell prints the medians and the largest move, rounded to a power of ten (the
+# noise's digits depend on the CPU's kernels; `tests/test_train3d.py` checks the same
+# roundings on two seeds):
+
+# %%
+import math
+
+
+def power_of_ten(x: float) -> float:
+    """x rounded to the nearest power of ten."""
+    return 10.0 ** round(math.log10(x))
+
+
+noise = check.noise_steps(train3d.Plan(eps=1e-8))
+grads, moves = noise["grads"], noise["moves"]               # (steps, weights) each
+print(f"key bias, one process, eps = 1e-8: {moves.shape[1]} weights x {moves.shape[0]} steps")
+print(f"|gradient|: median about {power_of_ten(grads.median()):.0e}")
+print(f"move per step: median about {100 * power_of_ten(moves.median()):g} % of lr, "
+      f"largest about {100 * power_of_ten(moves.max()):g} % of lr")
+
+# %% [markdown]
+# A gradient below eps that is not noise moves its weight a lot too: seed 6 has a first-step
+# gradient of 1.4e-9 on `head.weight[30, 55]`, and Adam's first step moves that weight by
+# lr x 1.4e-9 / (1.4e-9 + 1e-8), an eighth of lr.
+# `tests/test_train3d.py` measures it on one process: seed 6 with eps = 1e-8 ends about 3e-4
+# apart from itself summed in another order (4 microbatches), beyond any useful tolerance. The
+# plan uses eps = 1e-5 (as a10 does): a step then moves at most lr / eps = 300 times a
+# gradient's noise, and the same two runs end under 1e-6 apart for every seed the test tries.
 
 # %%
 plans = [train3d.Plan(seed=0), train3d.Plan(seed=1, steps=10),
