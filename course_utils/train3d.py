@@ -281,7 +281,7 @@ def _train(plan: Plan, g: Groups, step_fn=None, f=None) -> dict[str, Any]:
     stage, optimizer, grads = setup_rank(plan, g, f, step_fn is not None)
     corpus = MarkovCorpus(plan.cfg.vocab_size, seed=plan.seed)
     out: dict[str, Any] = {"coords": (g.dp_rank, g.pp_rank, g.tp_rank), "losses": [],
-                           "times": [], "grad_norms": []}
+                           "times": [], "grad_norms": [], "device": backend.device().type}
     for step in range(plan.steps):
         x, y = corpus.batch(step, plan.batch, plan.cfg.seq_len)                # (B, T) each
         x, y = (backend.to_device(shard_batch(t, g.dp_rank, g.dp_size)) for t in (x, y))
@@ -325,7 +325,7 @@ def _train(plan: Plan, g: Groups, step_fn=None, f=None) -> dict[str, Any]:
 def train_worker(rank: int, world_size: int, plan: Plan | Sequence[Plan], step_fn=None,
                  f=None) -> dict[str, Any] | list[dict[str, Any]]:
     """One rank of ``plan`` (or of each plan of a list, in turn, in one launch): trains, returns
-    losses, first-step grads and norms, final weights, bytes, calls and times.
+    losses, first-step grads and norms, final weights, bytes, calls, times and its device type.
 
     ``step_fn(stage, g, inputs, targets, m, optimizer)`` replaces :func:`train_step` (how a
     student's step runs: one plain stage, no buffer, and the optimizer leaves the all-gather to

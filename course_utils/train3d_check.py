@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
+import time
 from typing import Any, Sequence
 
 import torch
@@ -31,7 +33,7 @@ __all__ = ["reference_train", "order_drift", "noise_steps", "replica_losses", "T
            "BF16_TOLERANCES", "check_against_reference", "predicted_state_bytes", "groups_table",
            "memory_table", "bucket_bytes", "comms_table", "tp_partial_numel",
            "predicted_tp_calls", "PARTS", "breakdown", "flops_per_token", "matmul_weights",
-           "peak_flops", "throughput", "MESH_FOR_WORLD", "torchrun_worker"]
+           "peak_flops", "peak_units", "throughput", "MESH_FOR_WORLD", "torchrun_worker"]
 
 
 @contextlib.contextmanager
@@ -53,15 +55,13 @@ def reference_train(plan: Plan, microbatches: int = 1, trace: Sequence[str] = ()
     With ``plan.dtype == "bf16"`` the model computes in bf16 and Adam updates an fp32 copy
     (the trainer's policy, on one process). ``grads``: the first step's, after clipping.
     ``microbatches``: backward on that many slices of the batch, accumulated (the same run,
-    summed in another order). ``trace``: parameter names whose clipped gradient of every step
-    and weights before and after every step ``out["trace"][name]`` keeps.
-    """
+    summed in another order). ``trace``: names of parameters whose every clipped gradient and
+    weight (the initial, then each step's) ``out["trace"][name]`` keeps."""
     with _one_thread():
         return _reference_train(plan, microbatches, trace)
 
 
-def _reference_train(plan: Plan, microbatches: int, trace: Sequence[str] = ()
-                     ) -> dict[str, Any]:
+def _reference_train(plan: Plan, microbatches: int, trace: Sequence[str]) -> dict[str, Any]:
     model = build(plan.cfg, plan.seed)
     bf16 = plan.dtype == "bf16"
     if bf16:
@@ -91,10 +91,9 @@ def _reference_train(plan: Plan, microbatches: int, trace: Sequence[str] = ()
             norm = float(torch.nn.utils.clip_grad_norm_(weights, plan.clip))
         if step == 0:
             out["grads"] = {n: w.grad.detach().clone() for n, w in zip(names, weights)}
-        for n, w in traced.items():
-            out["trace"][n]["grads"].append(w.grad.detach().clone())
         opt.step()
-        for n, w in traced.items():
+        for n, w in traced.items():   # the clipped gradient the step used, the weight after it
+            out["trace"][n]["grads"].append(w.grad.detach().clone())
             out["trace"][n]["weights"].append(w.detach().clone())
         if bf16:
             with torch.no_grad():
@@ -122,19 +121,16 @@ def order_drift(plan: Plan, microbatches: int = 4) -> dict[str, Any]:
             "grad": float(a["grads"][name].flatten()[at])}
 
 
-def noise_steps(plan: Plan) -> dict[str, Any]:
-    """Adam's steps on weights whose gradient is only rounding noise: every block's key bias
-    (the middle third of ``qkv.bias``), whose true gradient is 0 (adding it shifts a whole row
-    of scores, which softmax ignores). One process trains ``plan``; over those weights and every
-    step, ``grads``: |gradient| and ``moves``: |step| / lr (a weight's move in one step, over the
-    learning rate), each (steps, weights)."""
-    d = plan.cfg.d_model
-    names = [f"blocks.{i}.qkv.bias" for i in range(plan.cfg.n_layers)]
+def noise_steps(plan: Plan) -> dict[str, torch.Tensor]:
+    """Adam's steps on weights whose gradient is only rounding noise: each block's key bias (the
+    middle third of ``qkv.bias``; its true gradient is 0, as softmax ignores a shift shared by a
+    row of scores), as one process trains ``plan``: ``grads`` |gradient| and ``moves`` each
+    step's |change of the weight| / lr, both (steps, weights)."""
+    d, names = plan.cfg.d_model, [f"blocks.{i}.qkv.bias" for i in range(plan.cfg.n_layers)]
     trace = reference_train(plan, trace=names)["trace"]
-    grads = torch.cat([torch.stack(trace[n]["grads"])[:, d:2 * d] for n in names], 1)
-    weights = torch.cat([torch.stack(trace[n]["weights"])[:, d:2 * d] for n in names], 1)
-    moves = weights.diff(dim=0).abs() / plan.lr                        # (steps, weights)
-    return {"grads": grads.abs(), "moves": moves}
+    grads, weights = (torch.cat([torch.stack(trace[n][k])[:, d:2 * d] for n in names], 1)
+                      for k in ("grads", "weights"))
+    return {"grads": grads.abs(), "moves": weights.diff(dim=0).abs() / plan.lr}
 
 
 def replica_losses(plan: Plan, results: Sequence[dict[str, Any]]) -> list[float]:
@@ -207,21 +203,22 @@ def check_against_reference(plan: Plan, results: Sequence[dict[str, Any]],
     return worst
 
 
-def _stage_numels(plan: Plan, pp_rank: int) -> list[int]:
-    """Sizes of one rank's parameters in backward order, from the sizes alone (a Stage on the
-    meta device holds shapes and no storage)."""
+def _meta_stage(plan: Plan, pp_rank: int) -> Stage:
+    """A stage-``pp_rank`` rank's Stage on the meta device: its shapes, and no storage."""
     with torch.device("meta"):
-        stage = Stage(plan.cfg, pp_rank, plan.pp, plan.tp, vocab_parallel=plan.vocab_parallel,
-                      sp=plan.sp)
-    return [p.numel() for p in stage.parameters()][::-1]
+        return Stage(plan.cfg, pp_rank, plan.pp, plan.tp, vocab_parallel=plan.vocab_parallel,
+                     sp=plan.sp)
+
+
+def _stage_numels(plan: Plan, pp_rank: int) -> list[int]:
+    """Sizes of one rank's parameters in backward order, from the sizes alone."""
+    return [p.numel() for p in _meta_stage(plan, pp_rank).parameters()][::-1]
 
 
 def tp_partial_numel(plan: Plan, pp_rank: int, dp_rank: int) -> int:
     """Elements of the sequence-split parameters (``Stage.tp_partial``) in the DP slices of rank
     (dp_rank, pp_rank, any tp_rank): what its gradient buffer all-reduces over TP per step."""
-    with torch.device("meta"):
-        stage = Stage(plan.cfg, pp_rank, plan.pp, plan.tp, vocab_parallel=plan.vocab_parallel,
-                      sp=plan.sp)
+    stage = _meta_stage(plan, pp_rank)
     params = list(stage.parameters())[::-1]
     partial = {id(p) for p in stage.tp_partial()}
     layout = FlatLayout([p.numel() for p in params], plan.dp, plan.bucket_numel)
@@ -347,29 +344,39 @@ def flops_per_token(cfg: TinyLMConfig) -> dict[str, int]:
 
 def peak_flops(dtype: torch.dtype = torch.float32, n: int = 512, repeats: int = 5) -> float:
     """FLOP/s one thread of this machine's CPU reaches on an (n, n) matmul (the best of
-    ``repeats``): the 100 % of MFU on a CPU, where no datasheet figure applies (on a GPU use the
-    vendor's dense figure, e.g. 989.5e12 bf16 for an H100 SXM, as picotron's ``get_mfu`` does)."""
-    import time
-
+    ``repeats``, torch on one thread): one core's peak, where no datasheet figure applies (on a
+    GPU use the vendor's dense figure, e.g. 989.5e12 bf16 for an H100 SXM, as picotron does)."""
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    a @ b
     best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    with _one_thread():
         a @ b
-        best = min(best, time.perf_counter() - t0)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
     return 2 * n ** 3 / best
+
+
+def peak_units(world_size: int, device: str = "cpu") -> int:
+    """Devices of peak the run can use: a GPU per rank; on a CPU a core (:func:`peak_flops`) per
+    rank of one thread (as :func:`train3d.run` starts them), up to the cores this process may run
+    on (``os.sched_getaffinity``, else ``os.cpu_count()``): 8 ranks on 2 cores use 2, not 8."""
+    if device != "cpu":
+        return world_size
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(world_size, cores or 1)
 
 
 def throughput(plan: Plan, results: Sequence[dict[str, Any]], peak: float,
                skip: int = 1) -> dict[str, float]:
     """Tokens per second of the run (the global batch over the median step of the slowest rank)
-    and MFU: the model FLOPs those tokens need, per second per rank, over ``peak`` FLOP/s."""
+    and MFU: the FLOPs those tokens need per second, over what the hardware the run used could
+    do: ``peak`` FLOP/s per unit times :func:`peak_units` (the ranks' device, from the results)."""
     step_s = max(b["step"] for b in breakdown(results, skip)) / 1e3
-    tokens = plan.batch * plan.cfg.seq_len
-    tps = tokens / step_s
-    return {"step_s": step_s, "tokens_per_s": tps,
-            "mfu": tps * flops_per_token(plan.cfg)["total"] / plan.world_size / peak}
+    tps = plan.batch * plan.cfg.seq_len / step_s
+    units = peak_units(plan.world_size, results[0].get("device", "cpu"))
+    return {"step_s": step_s, "tokens_per_s": tps, "units": units,
+            "mfu": tps * flops_per_token(plan.cfg)["total"] / (units * peak)}
 
 
 MESH_FOR_WORLD = {8: (2, 2, 2), 4: (1, 2, 2), 2: (1, 2, 1)}

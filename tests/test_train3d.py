@@ -113,10 +113,34 @@ def test_step_breakdown_names_each_wait(runs):
 
 def test_throughput_and_mfu_from_the_run(runs):
     plan, results, _ = runs[("fp32", 0)]
+    assert {r["device"] for r in results} == {"cpu"}
     got = train3d_check.throughput(plan, results, peak=1e10)
     assert math.isclose(got["tokens_per_s"], plan.batch * plan.cfg.seq_len / got["step_s"])
     flops = train3d_check.flops_per_token(plan.cfg)["total"]
-    assert math.isclose(got["mfu"], got["tokens_per_s"] * flops / 8 / 1e10)
+    assert got["units"] == train3d_check.peak_units(8, "cpu")
+    assert math.isclose(got["mfu"], got["tokens_per_s"] * flops / got["units"] / 1e10)
+
+
+@pytest.mark.parametrize("cores, units", [(2, 2), (1, 1), (8, 8), (64, 8)])
+def test_mfu_divides_by_the_cores_the_ranks_share(monkeypatch, cores, units):
+    """On a CPU the peak is one core's per rank, up to the cores this process may run on (8
+    ranks on 2 cores: 2 cores' peak, so 4 times the MFU of dividing by 8); on GPUs, one per
+    rank whatever the cores."""
+    plan = train3d.Plan()
+    monkeypatch.setattr(train3d_check.os, "sched_getaffinity", lambda pid: set(range(cores)),
+                        raising=False)
+    monkeypatch.setattr(train3d_check.os, "cpu_count", lambda: 1000)   # not the cores it may use
+    step = {"step": 0.25, "compute": 0.1, "tp": 0.05, "pp_wait": 0.05, "dp": 0.05}
+    results = [{"times": [step] * 3, "device": "cpu"} for _ in range(8)]
+    got = train3d_check.throughput(plan, results, peak=1e9)
+    tokens_per_s = plan.batch * plan.cfg.seq_len / 0.25
+    assert got["units"] == units and math.isclose(got["tokens_per_s"], tokens_per_s)
+    assert math.isclose(got["mfu"], tokens_per_s * 663_552 / (units * 1e9))
+    gpu = train3d_check.throughput(plan, [dict(r, device="cuda") for r in results], peak=1e9)
+    assert gpu["units"] == 8 and math.isclose(gpu["mfu"], got["mfu"] * units / 8)
+    monkeypatch.delattr(train3d_check.os, "sched_getaffinity")        # an OS without it
+    monkeypatch.setattr(train3d_check.os, "cpu_count", lambda: cores)
+    assert train3d_check.peak_units(8) == units
 
 
 # --------------------------------------------------------------- the statements lecture 10 makes

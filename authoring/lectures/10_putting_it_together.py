@@ -370,16 +370,21 @@ print(f"per token: 6N = 6 x {check.matmul_weights(cfg):,} = {f['matmuls']:,}; "
       f"attention 12LTd = {f['attention']:,}; total {f['total']:,}")
 
 # %% [markdown]
-# MFU divides the FLOPs the tokens needed by what the hardware could do in the same time. On a
-# GPU that is the vendor's dense figure (989.5e12 bf16 FLOP/s for an H100 SXM, picotron's
-# default); a CPU has no such figure, so here it is one core's measured matmul rate:
+# MFU divides the FLOPs the tokens needed by what the hardware the run used could do in the
+# same time: one device's peak times the devices the ranks ran on. On GPUs that is one GPU per
+# rank at the vendor's dense figure (989.5e12 bf16 FLOP/s for an H100 SXM, picotron's
+# default). A CPU has no such figure, so here it is one core's measured matmul rate, times the
+# cores the 8 ranks share: min(8, the cores this process may run on), `check.peak_units`. On a
+# machine with fewer cores than ranks, dividing by 8 cores' peak would understate the MFU by
+# 8 / cores (four times, on 2 cores):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 peak = check.peak_flops()
 speed = check.throughput(p, res, peak)
-print(f"one core: {peak / 1e9:.1f} GFLOP/s on a 512 x 512 matmul; the run: "
-      f"{speed['tokens_per_s']:,.0f} tokens/s, MFU {speed['mfu']:.2%}")
+print(f"one core: {peak / 1e9:.1f} GFLOP/s on a 512 x 512 matmul; the 8 ranks ran on "
+      f"{speed['units']} cores: a peak of {speed['units'] * peak / 1e9:.1f} GFLOP/s")
+print(f"the run: {speed['tokens_per_s']:,.0f} tokens/s, MFU {speed['mfu']:.2%}")
 
 # %% [markdown]
 # A tiny model on 8 processes that share a few cores spends its time communicating and
