@@ -128,8 +128,11 @@ def fits(n_bytes: float, device_gb: float) -> bool:
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
+    """(address, bytes) of the memory behind ``t``; None if it has none: an empty storage, or a
+    meta tensor's (``nbytes()`` gives the size it would take, but nothing is allocated)."""
     storage = t.untyped_storage()
-    return (storage.data_ptr(), storage.nbytes()) if storage.nbytes() else None
+    return (storage.data_ptr(), storage.nbytes()) \
+        if storage.nbytes() and storage.device.type != "meta" else None
 
 
 def _tally(tensors: Iterable[torch.Tensor], seen: set) -> int:
@@ -153,8 +156,8 @@ def count_state_bytes(model: torch.nn.Module,
 
     Each storage is counted once (tied weights, views and shared gradient buffers are not
     double-counted; a parameter's ``main_grad``, an fp32 gradient kept beside a low-precision
-    weight, counts as gradient). Returns ``{"weights", "grads", "master", "optimizer", "other",
-    "total"}``:
+    weight, counts as gradient); a meta tensor's not at all (it has a size, no memory). Returns
+    ``{"weights", "grads", "master", "optimizer", "other", "total"}``:
     ``master`` counts fp32 copies a :class:`MixedPrecisionAdam` keeps; ``optimizer`` counts
     optimizer tensors shaped like a parameter (Adam's moments); ``other`` the rest (Adam's
     per-parameter ``step`` counters: 4 bytes each, which a bytes-per-parameter layout ignores).

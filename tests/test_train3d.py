@@ -20,8 +20,8 @@ import weakref
 import pytest
 import torch
 
-from course_utils import (capstone, launch, stage_model, tiny_lm, train3d, train3d_check,
-                          train3d_comms, train3d_torch)
+from course_utils import (capstone, launch, memory, stage_model, tiny_lm, train3d,
+                          train3d_check, train3d_comms, train3d_torch)
 from course_utils.grad_buffer import GradBuffer
 from course_utils.tiny_lm import TinyLMConfig, build
 from rank_jobs import job, run_jobs
@@ -414,6 +414,35 @@ def test_build_stage_never_builds_the_model(monkeypatch):
     bf16 = stage_model.build_stage(cfg, 3, 1, 2, 1, 2, vocab_parallel=True,
                                    dtype=torch.bfloat16)
     assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())
+
+
+def _allocated_while(fn) -> int:
+    """Bytes the CPU allocator handed out while ``fn`` ran (torch's profiler), and fn's value."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    return sum(max(e.cpu_memory_usage, 0) for e in prof.events()), out
+
+
+def test_a_meta_stage_would_take_its_size_and_holds_nothing():
+    """Lecture 10's meta-device cell: a stage-0 rank's Stage built on the meta device would take
+    117,120 bytes (the weights of section 5's memory table) and holds 0, by count_state_bytes
+    and by the allocator, which hands out nothing while it is built (the same Stage on the CPU
+    takes at least its size); to_empty gives it the 117,120 bytes."""
+    cfg = train3d.Plan().cfg
+
+    def stage_on(device):
+        with torch.device(device):
+            return stage_model.Stage(cfg, 0, 2, 2, tp_rank=1, vocab_parallel=True, sp=True)
+    allocated, shell = _allocated_while(lambda: stage_on("meta"))
+    size = sum(p.numel() * p.element_size() for p in shell.parameters())
+    assert size == 117_120 == sum(p.untyped_storage().nbytes() for p in shell.parameters())
+    assert allocated == 0 and memory.count_state_bytes(shell)["total"] == 0
+    assert _allocated_while(lambda: stage_on("cpu"))[0] >= size
+    shell.to_empty(device="cpu")
+    assert memory.count_state_bytes(shell) == {"weights": size, "grads": 0, "master": 0,
+                                               "optimizer": 0, "other": 0, "total": size}
 
 
 @pytest.mark.parametrize("pp", [1, 2, 3, 4])

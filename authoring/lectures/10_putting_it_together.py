@@ -36,7 +36,8 @@
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import stage_model, style, tiny_lm, train3d, train3d_comms, train3d_torch
+from course_utils import (memory, stage_model, style, tiny_lm, train3d, train3d_comms,
+                          train3d_torch)
 from course_utils import train3d_check as check
 
 style.use()
@@ -107,13 +108,19 @@ print(f"summed over the 4 ranks of one replica: {plan.tp * sum(held.values()):,}
 # `to_empty`, then draws TinyLM's tensors one layer at a time, with the same random numbers
 # `tiny_lm.build` draws, keeps its slices and drops the rest (torchtitan builds on the meta
 # device too, then initialises each rank's shards). On a model that does not fit one device,
-# that is the only way to start.
+# that is the only way to start. A meta tensor still reports the bytes it would take
+# (`untyped_storage().nbytes()`, numel x element size); `memory.count_state_bytes` counts only
+# storages with memory behind them (the measured column of section 5's memory table):
 
 # %%
 with torch.device("meta"):
     shell = stage_model.Stage(cfg, 0, 2, 2, tp_rank=1, vocab_parallel=True, sp=True)
-print("on the meta device:", next(shell.parameters()).device, "; bytes held:",
-      sum(p.untyped_storage().nbytes() for p in shell.parameters()))
+size = sum(p.numel() * p.element_size() for p in shell.parameters())
+print(f"on the {next(shell.parameters()).device} device: the parameters would take {size:,} "
+      f"bytes and hold {memory.count_state_bytes(shell)['total']:,}")
+shell.to_empty(device="cpu")
+print(f"after to_empty(device='cpu'): they hold {memory.count_state_bytes(shell)['total']:,} "
+      "bytes (not yet filled)")
 drawn = []
 stage_model.init_tensors(cfg, plan.seed, lambda name, t: drawn.append(name))
 print(f"build_stage draws TinyLM's {len(drawn)} tensors one layer at a time; stage 0 keeps a "
