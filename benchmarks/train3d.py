@@ -2,8 +2,9 @@
 
 For the lecture's mesh (DP 2 x PP 2 x TP 2, 8 gloo ranks) and each layout (embedding and head
 whole; the vocabulary split; the vocabulary split and sequence parallelism; the same in bf16):
-the median step of the slowest rank, its parts, tokens per second and MFU against one core's
-measured matmul rate. Then the bytes one rank writes to its sockets for one ZeRO-1 step of a
+the median step of the slowest rank, its parts, tokens per second and MFU against the cores the
+8 one-thread ranks ran on (``check.peak_units``: min(8, the cores this process may use)) times
+one core's measured matmul rate. Then the bytes one rank writes to its sockets for one ZeRO-1 step of a
 2**18-element parameter, reduce-scatter + all-gather against all-reduce + all-gather, on 2 and
 4 ranks (``tests/test_zero1.py`` asserts them). On a shared machine the times vary 2x or more.
 
@@ -29,7 +30,8 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} logical CPUs")
     peak = check.peak_flops()
-    print(f"one core: {peak / 1e9:.1f} GFLOP/s (512 x 512 fp32 matmul)")
+    print(f"one core: {peak / 1e9:.1f} GFLOP/s (512 x 512 fp32 matmul); MFU against "
+          f"{check.peak_units(8)} cores")
     layouts = {"embedding and head whole": dict(vocab_parallel=False, sp=False),
                "vocabulary split": dict(sp=False), "vocabulary split + SP": {},
                "vocabulary split + SP, bf16": dict(dtype="bf16")}
