@@ -327,6 +327,19 @@ def hidden_cases(rules: ModuleType | None, key: str) -> dict[str, Any]:
                                   for gid, draw in draws.items()}))
 
 
+def prepare(rules: ModuleType | None, cases: dict[str, Any]) -> None:
+    """Let the judge module start what it will need for these hidden cases (its optional
+    ``prepare(cases)``: one-process reference runs, say) on a thread of its own while the
+    kernel runs; a failure there only means the judge computes it when it judges."""
+    start = getattr(rules, "prepare", None)
+    if start is None or not cases:
+        return
+    try:
+        start(cases)
+    except Exception:  # noqa: BLE001 - the judge's own computation will say what is wrong
+        pass
+
+
 def log_path(data: Path, assignment: str, student: str, notebook: str) -> Path:
     """Where the judge's verdicts on one student's notebook are kept (outside every sandbox)."""
     return data / "judge" / assignment / student / f"{Path(notebook).stem}.json"

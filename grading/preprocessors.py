@@ -157,6 +157,7 @@ class RecoveringExecute(Execute):
             key = judge.submission_key(data, assignment, student,
                                        [c.get("source", "") for c in nb.cells])
             self._cases = judge.hidden_cases(self._judge, key)
+            judge.prepare(self._judge, self._cases)
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()

@@ -79,10 +79,12 @@ def _grid(trace: dict) -> str:
     return f"log:{rel:g}"
 
 
-def sealed_table(traces: list[dict]) -> dict[str, checks.Sealed]:
+def sealed_table(traces: list[dict], sealer=checks.seal) -> dict[str, checks.Sealed]:
     """``{check name: Sealed}`` of one test cell, from its reference run's traces: the given
     mistakes and, for numbers, the unit mistakes. A unit mistake that falls next to the
-    answer is left out (it would reject the answer); a given one raises ValueError."""
+    answer is left out (it would reject the answer); a given one raises ValueError.
+    ``sealer(name, grid, mistakes)`` seals one check (default ``checks.seal``; see
+    :func:`committed_sealer`)."""
     given: dict[tuple[str, str], list] = {}
     derived: dict[tuple[str, str], list] = {}
     answers: dict[tuple[str, str], set] = {}
@@ -107,7 +109,7 @@ def sealed_table(traces: list[dict]) -> dict[str, checks.Sealed]:
                              "reference's answer")
         kept = given.get(key, []) + [(w, m) for w, m in derived.get(key, []) if not near(w)]
         if kept:
-            table[name] = checks.seal(name, grid, kept)
+            table[name] = sealer(name, grid, kept)
     return table
 
 
@@ -184,7 +186,7 @@ def _sealed_line(table: dict[str, checks.Sealed]) -> str:
 
 
 def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]],
-                 measured: set[str] | frozenset = frozenset()) -> list[str]:
+                 measured: set[str] | frozenset = frozenset(), sealer=checks.seal) -> list[str]:
     """Seal the visible checks of every graded test cell of ``release`` in place (see the module
     doc); ``traces``: the reference run's ``visible`` record. A cell that checks a ``measured``
     answer (the judge's ``MEASURED``: each student's own timings) is left as it is: its known
@@ -199,7 +201,7 @@ def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]],
         gid = _meta(cell)["grade_id"]
         if any(t["name"].split("[")[0] in measured for t in traces.get(gid, [])):
             continue
-        table = sealed_table(traces.get(gid, []))
+        table = sealed_table(traces.get(gid, []), sealer)
         source = _without_mistakes(cell.source)
         if table:
             source = _sealed_line(table) + source
@@ -208,6 +210,41 @@ def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]],
             cell.metadata["nbgrader"]["checksum"] = compute_checksum(cell)
             done.append(gid)
     return done
+
+
+def sealed_tables(source: str) -> dict[str, checks.Sealed]:
+    """The ``{check name: Sealed}`` table a released test cell registers (nothing run: the
+    literal arguments of its ``Sealed(...)`` calls)."""
+    for stmt in ast.parse(source).body:
+        call = getattr(stmt, "value", None)
+        if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "sealed_mistakes":
+            return {ast.literal_eval(k): checks.Sealed(*map(ast.literal_eval, v.args))
+                    for k, v in zip(call.args[0].keys, call.args[0].values)}
+    return {}
+
+
+def committed_sealer(release: nbformat.NotebookNode):
+    """A ``sealer`` for :func:`seal_release` that checks a release's sealed tables instead of
+    sealing again (the release-in-sync test): a check whose committed table has the grid, the
+    number of entries that sealing makes (one per distinct bin: each mistake's bin and its
+    neighbours) and, in each mistake's own bin, that mistake's message is returned as it is
+    (2 key derivations per mistake instead of 6); any other is sealed anew, so a stale table
+    still differs from the committed one."""
+    committed = {}
+    for cell in release.cells:
+        if is_test_cell(cell):
+            committed.update(sealed_tables(cell.source))
+
+    def sealer(name: str, grid: str, wrongs) -> checks.Sealed:
+        wrongs = list(wrongs)
+        old = committed.get(name)
+        bins = {b for w, _ in wrongs for b in checks._neighbours(checks._seal_bin(w, grid))}
+        if (old is not None and old.grid == grid and len(old.entries) == len(bins)
+                and all(old.message(name, w) == str(m) for w, m in wrongs)):
+            return old
+        return checks.seal(name, grid, wrongs)
+
+    return sealer
 
 
 def seal_release_file(assignment: str, release_dir=None, cache=None) -> list[str]:
@@ -231,4 +268,5 @@ def seal_release_file(assignment: str, release_dir=None, cache=None) -> list[str
     return done
 
 
-__all__ = ["seal_release", "seal_release_file", "sealed_table", "unit_mistakes", "unit_of"]
+__all__ = ["committed_sealer", "seal_release", "seal_release_file", "sealed_table",
+           "sealed_tables", "unit_mistakes", "unit_of"]

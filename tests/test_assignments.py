@@ -64,8 +64,10 @@ def test_release_is_in_sync_with_solutions(name, graded, reference):
     from grading import judge
 
     generated = nbformat.read(graded(name).release / f"{name}.ipynb", as_version=4)
+    # (the committed sealed tables are checked, not made again: visible.committed_sealer)
     visible.seal_release(generated, reference(name)[f"{name}.ipynb"]["visible"],
-                         set(getattr(judge.load(name), "MEASURED", set())))
+                         set(getattr(judge.load(name), "MEASURED", set())),
+                         sealer=visible.committed_sealer(nbformat.read(committed, as_version=4)))
     assert _normalized(committed) == _normalized(generated), (
         f"assignments/{name} is out of date: run scripts/build_notebooks.py {name}")
 

@@ -102,6 +102,23 @@ def test_the_hidden_meshes_each_combine_two_axes():
         assert meshes == [(1, 2, 2), (2, 1, 2), (2, 2, 1)]
 
 
+def test_the_judge_prepares_the_runs_it_will_judge_against():
+    """The grader starts the judge's one-process runs as soon as it draws the hidden cases
+    (``judge.prepare``): exactly the plans Q1 and Q2 diagnose, each equal to
+    ``reference_train`` of that plan; a submission without them prepares nothing."""
+    cases = judge.hidden_cases(JUDGE, "some-submission")
+    judge.prepare(JUDGE, cases)
+    plans = [capstone.plan(dp, pp, tp, seed=seed, m=m) for dp, pp, tp, seed, m in
+             cases["q1_test"]] + [capstone.plan(dp, 1, tp, seed=seed, m=2)
+                                  for seed, dp, tp in cases["q2_test"]]
+    assert sorted(JUDGE._PREPARED) == sorted(repr(p) for p in plans) and len(plans) == 4
+    p = plans[-1]
+    prepared = JUDGE._PREPARED[repr(p)].result(timeout=120)
+    assert prepared["losses"] == reference_train(p)["losses"]
+    judge.prepare(JUDGE, {})
+    assert len(JUDGE._PREPARED) == 4  # (nothing drawn: nothing started, nothing cleared)
+
+
 def _one_process_answer(stage, g, inputs, targets, m, optimizer):
     """A cheat: every rank loads one process's result (computed here from the seed) instead of
     running its stage; the plan's seed is read off the stage's weights by brute force."""

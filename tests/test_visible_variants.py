@@ -17,29 +17,16 @@ of the reference run that built the seals.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from course_utils import assignment_givens, checks, variants
-from grading import expected, integrity, judge
+from grading import expected, integrity, judge, visible
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = sorted(p.stem for p in (ROOT / "authoring" / "assignments").glob("*.py"))
-
-
-def _sealed_tables(source: str) -> dict[str, checks.Sealed]:
-    """The ``{name@variant: Sealed}`` table a released test cell registers (its data only)."""
-    tree = ast.parse(source)
-    for stmt in tree.body:
-        segment = ast.get_source_segment(source, stmt)
-        if "sealed_mistakes" in segment:
-            call = stmt.value
-            return eval(compile(ast.Expression(call.args[0]), "<cell>", "eval"),
-                        {"_checks": checks})
-    return {}
 
 
 def _base(assignment: str) -> variants.Givens:
@@ -64,7 +51,7 @@ def _cells(assignment: str):
                             as_version=4)
     for cell in release.cells:
         if integrity.is_test_cell(cell):
-            table = _sealed_tables(cell.source)
+            table = visible.sealed_tables(cell.source)
             if table:
                 yield integrity._meta(cell)["grade_id"], table
 
@@ -159,3 +146,27 @@ def test_no_visible_check_singles_out_the_answer(name):
                 oracles.append(f"{gid} {vname}: the {end.__name__} value it accepts is the "
                                f"answer, for all {len(rows)} variants")
     assert oracles == [], f"{name}: visible checks that give the answer away: {oracles}"
+
+
+def test_the_committed_sealer_keeps_a_table_only_when_it_is_the_same():
+    """``visible.committed_sealer`` (the release-in-sync test's cheap path) returns a committed
+    table only when sealing would make the same: a changed message, a mistake moved to another
+    bin, a mistake more or a grid changed all give a fresh seal, which then differs."""
+    wrongs = [(26.25 * 1.07, "that is GiB"), (52.5, "that counts the gradients twice")]
+    table = {"q2_gb": checks.seal("q2_gb", "log:0.001", wrongs)}
+    cell = nbformat.v4.new_code_cell(visible._sealed_line(table) + "check(q2_gb)\n")
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "q2_test", "points": 1,
+                                 "locked": True, "solution": False, "schema_version": 3}
+    committed = nbformat.v4.new_notebook(cells=[cell])
+    assert visible.sealed_tables(cell.source)["q2_gb"].entries == table["q2_gb"].entries
+    sealer = visible.committed_sealer(committed)
+    kept = sealer("q2_gb", "log:0.001", wrongs)
+    assert kept.entries == table["q2_gb"].entries
+    for name, grid, changed in [
+            ("q2_gb", "log:0.001", [wrongs[0], (52.5, "that counts the weights twice")]),
+            ("q2_gb", "log:0.001", [wrongs[0], (53.5, wrongs[1][1])]),
+            ("q2_gb", "log:0.001", wrongs + [(13.125, "that is half")]),
+            ("q2_gb", "log:0.01", wrongs), ("q3_gb", "log:0.001", wrongs)]:
+        fresh = sealer(name, grid, changed)
+        assert fresh.entries == checks.seal(name, grid, changed).entries
+        assert fresh.entries != table["q2_gb"].entries

@@ -19,8 +19,9 @@ diagnoses are choices.
 """
 
 import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
 
-from course_utils import capstone, pitfalls
+from course_utils import capstone, pitfalls, train3d_check
 from course_utils.checks import check_choice
 
 HELPERS_NOT_ALLOWED = {
@@ -86,19 +87,47 @@ def _results(value):
     return value
 
 
+def _plans(cases):
+    """The plans of Q1's and Q2's hidden runs, ``cases`` as ``HIDDEN_CASES`` drew them."""
+    return ([capstone.plan(dp, pp, tp, seed=seed, m=m)
+             for dp, pp, tp, seed, m in cases.get("q1_test", [])]
+            + [capstone.plan(dp, 1, tp, seed=seed, m=2)
+               for seed, dp, tp in cases.get("q2_test", [])])
+
+
+_PREPARED: dict[str, Future] = {}  # repr(plan) -> its one-process run, being computed
+
+
+def prepare(cases):
+    """Start the one-process runs Q1 and Q2 are judged against, one after another on a thread
+    of their own: the grader calls this once it has drawn a submission's hidden cases, and
+    they are computed while the kernel runs the notebook (2-3 s off a submission's grading)."""
+    _PREPARED.clear()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="a10-reference")
+    for p in _plans(cases):
+        _PREPARED[repr(p)] = pool.submit(train3d_check.reference_train, p)
+    pool.shutdown(wait=False)
+
+
+def _diagnose(p, results, label):
+    prepared = _PREPARED.get(repr(p))
+    capstone.diagnose(p, results, label=label,
+                      reference=prepared.result() if prepared is not None else None)
+
+
 def q1_test(got, ref):
     for number, (dp, pp, tp, seed, m) in enumerate(got.cases, 1):
         label = f"hidden case {number} (DP {dp} x PP {pp} x TP {tp})"
-        capstone.diagnose(capstone.plan(dp, pp, tp, seed=seed, m=m),
-                          _results(got[f"hidden case {number}"]), label=label)
+        _diagnose(capstone.plan(dp, pp, tp, seed=seed, m=m), _results(got[f"hidden case {number}"]),
+                  label)
 
 
 def q2_test(got, ref):
     for number, (seed, dp, tp) in enumerate(got.cases, 1):
         label = f"hidden case {number}"
         capstone.diagnose_f(_results(got[f"{label} probe"]), seed, label=f"{label}, probe")
-        capstone.diagnose(capstone.plan(dp, 1, tp, seed=seed, m=2),
-                          _results(got[f"{label} run"]), label=f"{label}, DP {dp} x TP {tp}")
+        _diagnose(capstone.plan(dp, 1, tp, seed=seed, m=2), _results(got[f"{label} run"]),
+                  f"{label}, DP {dp} x TP {tp}")
 
 
 # ------------------------------------------------------------------ part 2: debugging a broken run
