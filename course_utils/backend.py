@@ -38,7 +38,7 @@ import torch.distributed as dist
 __all__ = ["BACKENDS", "DIFFERENCES", "resolve_backend", "init_process_group", "device",
            "to_device", "to_cpu", "synchronize", "scaled_sum", "peak_memory_bytes",
            "reset_peak_memory", "new_group", "host_sees_collective_bytes", "reduce_scatter_in_place",
-           "differences_table"]
+           "differences_table", "fake_job", "SIMULATED_DEVICE"]
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -237,6 +237,54 @@ def reduce_scatter_in_place(flat: torch.Tensor, group: dist.ProcessGroup | None 
     if not async_op:
         pending.wait()
     return pending
+
+
+# A fake process group (module 11) simulates ranks in one process: its tensors live on the meta
+# device (shapes only) or under FakeTensorMode, and its meshes are of this device type.
+SIMULATED_DEVICE = "cpu"
+
+
+def fake_job(rank: int, world_size: int, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` as rank ``rank`` of ``world_size`` in PyTorch's fake process group
+    (collectives return at once and move nothing); returns its value.
+
+    It builds meshes, shards models and traces collectives exactly as that rank of a job of
+    any size would, on one CPU. It runs in a thread of its own: DTensor caches its plans by
+    mesh, and meshes compare equal by shape and names, not by their groups, so two ranks' equal
+    meshes would share one rank's groups; a new thread has new caches (the shared ones are
+    cleared too).
+    """
+    import threading
+
+    from torch.distributed.tensor import _collective_utils, _redistribute
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1; got {world_size!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an int from 0 to {world_size - 1}; got {rank!r}")
+    if dist.is_initialized():
+        raise RuntimeError("a process group is already initialized in this process")
+    out: dict[str, Any] = {}
+
+    def body() -> None:
+        _redistribute._planner_cache.clear()
+        _redistribute._gen_transform_infos.cache_clear()
+        _collective_utils.MeshTopoInfo.build_from_mesh.cache_clear()
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+        try:
+            out["value"] = fn(*args)
+        except BaseException as exc:  # re-raised in the caller's thread
+            out["error"] = exc
+        finally:
+            dist.destroy_process_group()
+
+    thread = threading.Thread(target=body, name=f"fake-rank-{rank}")
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 def differences_table() -> str:

@@ -1,0 +1,226 @@
+# %% [markdown]
+# # Module 11: The lesson at its own scale — real PyTorch sharding on 8 to 16,384 ranks
+#
+# The lesson's numbers are about big jobs: a 7B model on 8 GPUs (112 GB per GPU replicated,
+# 38.5 / 26.25 / 14 GB under ZeRO-1 / 2 / 3) and a 70B model on 32 (TP 4 x PP 2 x DP 4,
+# "35 GB per device under ZeRO-3"). The course has so far run at most 8 real ranks with small
+# models. This module runs the lesson's own configurations, and bigger ones, with PyTorch's
+# real sharding code, in one CPU process:
+#
+# * PyTorch's **fake process group** (`init_process_group("fake", ...)`): this process plays
+#   one rank of a job of any size; collectives return at once and move nothing;
+# * Llama-shaped layers on the **meta device** (shapes, no storage: 405B parameters cost
+#   nothing), split into pipeline stages as `torch.distributed.pipelining` splits them;
+# * `init_device_mesh`, DTensor's `parallelize_module` (tensor parallelism) and FSDP2's
+#   `fully_shard` (ZeRO-3) shard them exactly as on a real cluster; each rank's bytes are read
+#   from its sharded tensors and from the state `torch.optim.AdamW` creates;
+# * `FakeTensorMode` and `CommDebugMode` trace the collectives of one forward and backward.
+#
+# Then it checks the simulation against 8 real ranks. The code is in `course_utils`:
+# `llama_shapes.py` (the models), `scale_memory.py` (bytes per rank), `scale_comms.py`
+# (collectives), `scale_check.py` (real ranks), `scale_tables.py` (the tables), and
+# `backend.fake_job` (one rank of a fake job).
+
+# %%
+import warnings
+
+import torch
+
+from course_utils import (llama_shapes, memory, playground, scale_check, scale_comms,
+                          scale_memory, scale_tables, style)
+
+style.use()
+torch.set_num_threads(1)
+warnings.filterwarnings("ignore")   # FSDP2 and DTensor warn that meta and fake tensors are new
+for name in ("7B", "70B", "405B"):
+    print(f"Llama {name}: {llama_shapes.param_count(name):,} parameters")
+
+# %% [markdown]
+# The shapes are the published ones (Llama 2 7B and 70B, Llama 3 405B; sources in
+# `llama_shapes.py`). None has exactly its name's size: 70B has 8 key/value heads
+# (grouped-query attention), so its k and v weights are an eighth of q's.
+#
+# ## 1. The lesson's configurations, measured
+#
+# One rank of a fake 8-rank job, FSDP2 over all 8: rank 3's shards, read from the DTensors.
+
+# %%
+state = scale_memory.rank_state("7B", dp=8, rank=3)
+print(f"rank 3 holds {state['params']:,} parameters ({state['layers']} layers' shards)")
+for part in ("weights", "grads", "optimizer", "total"):
+    print(f"  {part:<10} {state[part] / memory.GB:6.2f} GB")
+print(f"N / 8 = {llama_shapes.param_count('7B') / 8:,.0f}")
+
+# %% [markdown]
+# Exactly N / 8: every weight of Llama 7B divides by 8 along its first dimension. The bytes are
+# 16 per parameter, as the lesson's, split differently: FSDP2 keeps fp32 weights (4), fp32
+# gradients (4) and AdamW's two fp32 moments (8) — the state `AdamW` created in a real `step`
+# on the meta shards — where the lesson's mixed-precision layout has 2 + 2 + 12.
+#
+# The whole table: the lesson's figure (N = 7e9), the course's formula
+# (`memory.zero_state_bytes` with the real N), and the simulated figure, from PyTorch's
+# DDP-style replication and FSDP2, and from the course's own ZeRO-1 and ZeRO-2
+# (`zero.padded_state_bytes`: PyTorch has no ZeRO-1 or 2 wrapper to shard with).
+
+# %%
+lesson = scale_tables.lesson_rows()
+print(scale_tables.lesson_table(lesson))
+
+# %% [markdown]
+# Every difference from the lesson is the parameter count: the lesson rounds 6.74e9 up to 7e9,
+# and 68.98e9 up to 70e9. On the 70B mesh the two pipeline stages are not quite equal:
+
+# %%
+stages = lesson[-1]["stages"]
+print(f"stage 0 (embedding + 40 layers):    {stages[0]:,} bytes")
+print(f"stage 1 (40 layers + norm + head):  {stages[1]:,} bytes")
+print(f"16 N / 32 = {16 * llama_shapes.param_count('70B') / 32:,.0f} bytes")
+print(f"the final norm's DP shard, 8192 / 4 elements x 16 B: {8192 // 4 * 16:,} bytes")
+
+# %% [markdown]
+# Tensor parallelism splits the matrices over its 4 ranks but keeps the RMSNorm weights whole
+# (every TP rank normalizes the full hidden vector), so each rank holds its norms' DP shard
+# only: a little more than 16 N / 32. The last stage has one more norm (the final one): 32,768
+# bytes more. The embedding and the head are the same size here (vocabulary x hidden, split
+# over TP by vocabulary), so the stages balance.
+#
+# **Uneven shards.** FSDP2 splits each weight along dim 0 into DP chunks of ceil(rows / DP)
+# rows; when the rows do not divide, the last ranks get fewer rows, but every rank allocates
+# the padded chunk. On 12 ranks (4096 / 12 does not divide):
+
+# %%
+for rank in (0, 11):
+    s = scale_memory.rank_state("7B", dp=12, rank=rank)
+    print(f"rank {rank:>2}: {s['params']:,} parameters, {s['padded']:,} allocated, "
+          f"{s['total'] / memory.GB:.3f} GB")
+print(f"16 N / 12 = {16 * llama_shapes.param_count('7B') / 12 / memory.GB:.3f} GB")
+
+# %% [markdown]
+# Rank 0 holds more than N / 12 (whole chunks), rank 11 fewer; both allocate the padded size
+# for weights and gradients; AdamW's moments follow the real shard (it makes them with
+# `zeros_like`).
+#
+# ## 2. The collectives of one step at scale
+#
+# Rank 0 of the 70B job, one forward and backward of one 4096-token sequence, traced under
+# `FakeTensorMode` (no data, no compute) with PyTorch's `CommDebugMode` and the course's
+# `CollectiveLog` (which also records each collective's mesh axis and buffer). FSDP2 gathers
+# bf16 weights and reduces bf16 gradients here (`MixedPrecisionPolicy`), as the course's
+# formulas assume. Bytes are what one rank sends with ring algorithms.
+
+# %%
+rows, trace = scale_tables.comm_rows("70B", tp=4, pp=2, dp=4, rank=0)
+print(scale_tables.comm_table(rows))
+print(f"layers on this stage: {trace['layers']}, traced: {trace['layers_traced']} "
+      "(identical layers: one and two traced, the difference extended)")
+
+# %% [markdown]
+# Read it axis by axis:
+#
+# * **DP, reduce-scatter**: equal to the course's ZeRO-3 formula (`zero.expected_comm_bytes`),
+#   once over every gradient.
+# * **DP, all-gather**: 81 gathers, not 82: FSDP2 gathers each layer before its forward and
+#   again before its backward, but keeps the root module's own weights (here the embedding)
+#   gathered from forward to backward. The course's formula gathers everything twice.
+# * **TP, all-reduce**: 281 calls where Megatron's accounting has 4 per layer (160). PyTorch's
+#   plan parallelizes q, k, v, w1 and w3 as separate column-parallel linears: each all-reduces
+#   its input's gradient in backward, 5 per layer instead of Megatron's 2 (its "f" operator
+#   sums once for a fused qkv and once for a fused w1/w3), plus one for the embedding.
+#   Forward matches: 2 per layer.
+# * **PP**: the stage runs alone, so its sends are counted by the course's rule (one
+#   activation per microbatch to the next stage); the framework cannot trace them here.
+#
+# `CommDebugMode` agrees on every count (the trace fails if its total differs from the log's):
+
+# %%
+print({f"{axis} {kind}": v["calls"] for (axis, kind), v in sorted(trace["rows"].items())})
+
+# %% [markdown]
+# ## 3. Checked on real ranks
+#
+# Is the fake job the real one? `scale_check.check` runs a small Llama-shaped model on 8 real
+# gloo ranks (TP 2 x PP 2 x DP 2, 100-word vocabulary so that shards are uneven), records each
+# rank's bytes (the gradients measured after a real backward) and collectives, and compares
+# them, rank by rank, with the fake process group's figures for the same rank.
+
+# %%
+real, simulated, differences = scale_check.check(tp=2, pp=2, dp=2)
+print(f"ranks compared: {len(real)}, differences: {len(differences)}")
+print("rank 0 measured: ", real[0]["rows"])
+print("rank 0 simulated:", simulated[0]["rows"])
+
+# %% [markdown]
+# ## 4. Beyond the lesson: 1,024 and 16,384 ranks
+#
+# Llama 3 405B's published pre-training mesh is TP 8 x PP 16 x DP 128 on 16,384 GPUs (Llama
+# Team 2024, "The Llama 3 Herd of Models", Table 4). Below: the same TP and PP with DP 8, 1,024
+# ranks, and the published mesh itself. Ranks hold the same shards within a stage kind (same ends, same layer
+# count), so one rank per kind stands for them all, plus the last DP and TP coordinate where
+# shards are uneven.
+
+# %%
+jobs = scale_tables.job_rows(scale_tables.PUBLISHED[1:])
+print(scale_tables.job_table(jobs))
+
+# %% [markdown]
+# Why min and max differ: 126 layers do not divide by 16 pipeline stages (stages of 8 and 7
+# layers), the first stage also holds the embedding and the last the head
+# (128,256 x 16,384 each, 2.1e9 parameters), and on DP 128 the vocabulary's TP shard
+# (16,032 rows) does not divide by 128: uneven shards. The course's formula divides evenly.
+# The Llama 3 paper says its stages were made uneven on purpose for this reason (one fewer
+# layer on the first and last stage).
+#
+# On this machine (varies, not compared):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for job in jobs:
+    print(f"{job['label']:<18} {job['ranks']:>6,} ranks: {job['seconds']:.1f} s "
+          f"({len(job['by_rank'])} ranks built)")
+print(f"this kernel's peak memory: {scale_tables.rss_mb():.0f} MB")
+
+# %% [markdown]
+# ## 5. What a simulation cannot tell
+#
+# A fake process group moves no bytes and fake tensors compute nothing. What it gives is
+# exact: the shards, the persistent bytes per rank, which collectives run on which axis and
+# their sizes. What it cannot give:
+#
+# * **time**: how long a collective takes depends on bandwidth, latency and topology (module
+#   7 measures them on real ranks; module 6's playground only counts);
+# * **overlap**: whether FSDP2's prefetch hides the all-gathers behind compute;
+# * **stragglers** and failures (module 12);
+# * **allocator peaks**: activations, the gathered layer, communication buffers, the caching
+#   allocator's fragmentation (`torch.cuda.max_memory_allocated` on a GPU, module 7).
+#
+# Module 6's playground uses the same formula as the course column above:
+
+# %%
+p = playground.plan(model_params_b=llama_shapes.param_count("70B") / 1e9, tp=4, pp=2, dp=4,
+                    zero_stage=3)
+print(f"playground, 70B on TP 4 x PP 2 x DP 4, ZeRO-3: {p.gb['total']:.2f} GB per device")
+print(f"simulated, largest rank:                      "
+      f"{lesson[-1]['simulated'] / memory.GB:.2f} GB")
+
+# %% [markdown]
+# ## Summary
+#
+# | configuration | lesson | course formula | simulated (real PyTorch) | why they differ |
+# | --- | --- | --- | --- | --- |
+# | 7B DDP, 8 ranks | 112 GB | 107.81 GB | 107.81 GB | N = 6.74e9, not 7e9 |
+# | 7B ZeRO-1 | 38.5 GB | 37.06 GB | 37.06 GB (course's ZeRO) | N |
+# | 7B ZeRO-2 | 26.25 GB | 25.27 GB | 25.27 GB (course's ZeRO) | N |
+# | 7B ZeRO-3 / FSDP2 | 14 GB | 13.48 GB | 13.48 GB | N; 4+4+8 bytes, not 2+2+12 |
+# | 70B TP 4 x PP 2 x DP 4 | 35 GB | 34.49 GB | 34.49 GB (largest stage) | N = 68.98e9; norms whole under TP |
+# | 405B TP 8 x PP 16 x DP 8 (1,024 ranks) | — | 6.34 GB | 5.58-6.90 GB | uneven stages, embedding and head |
+# | Llama 3 405B, 16,384 ranks | — | 0.40 GB | 0.35-0.43 GB | and uneven vocabulary shards |
+#
+# One step's traffic on the 70B mesh: DP's reduce-scatter as the formula; DP's all-gather
+# 81 of 82 (the root stays gathered); TP's all-reduces 281, not 160 (q, k, v, w1, w3 unfused).
+# Each job above takes seconds and a few hundred MB on 2 CPU cores; the times are printed
+# above and by `benchmarks/scale_sim.py`.
+#
+# **Next**: assignment `a11_at_scale` (in your workspace under `assignments/a11_at_scale/`),
+# when it is released: predict one rank's bytes and one step's traffic per axis for a mesh and
+# model drawn for you, then check your prediction with the simulated job. Then module 12:
+# checkpoints, resuming, and surviving a lost rank.

@@ -1,0 +1,162 @@
+"""Llama-shaped transformers, built on the meta device: the models module 11 shards at scale.
+
+A :class:`Shape` is a published configuration (vocabulary, hidden size, layers, feed-forward
+size, attention and key/value heads). :func:`build` makes the part of it one pipeline stage
+holds (:func:`stage_layers`: the first stage also holds the embedding, the last the final norm
+and the output head) on the meta device (shapes, no storage: 405B parameters cost nothing), and
+:func:`tp_plans` gives the tensor-parallel plan PyTorch's ``parallelize_module`` applies
+(Megatron's: column-parallel q, k, v, w1, w3; row-parallel o, w2; vocabulary-parallel
+embedding and head; RMSNorm weights replicated).
+
+Sources: Llama 2 7B and 70B (Touvron et al. 2023, Table 1 and the released ``params.json``:
+70B uses 8 key/value heads), Llama 3 405B (Llama Team 2024, "The Llama 3 Herd of Models",
+Table 3: 126 layers, hidden 16,384, FFN 53,248, 128 heads, 8 KV heads, vocabulary 128,256).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from course_utils.validate import check_int
+
+__all__ = ["Shape", "SHAPES", "shape", "param_count", "layer_params", "stage_layers", "Block",
+           "StageModel", "build", "tp_plans"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Llama-style decoder: sizes only."""
+
+    name: str
+    vocab: int
+    hidden: int
+    layers: int
+    ffn: int
+    heads: int
+    kv_heads: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+SHAPES = {s.name: s for s in (
+    Shape("7B", 32000, 4096, 32, 11008, 32, 32),          # Llama 2 7B
+    Shape("70B", 32000, 8192, 80, 28672, 64, 8),          # Llama 2 70B
+    Shape("405B", 128256, 16384, 126, 53248, 128, 8),     # Llama 3 405B
+    Shape("tiny", 100, 32, 4, 48, 4, 2),                  # real ranks on a laptop
+)}
+
+
+def shape(name: str | Shape) -> Shape:
+    """Look a shape up by name (or pass a :class:`Shape` through)."""
+    if isinstance(name, Shape):
+        return name
+    if name not in SHAPES:
+        raise ValueError(f"model must be one of {sorted(SHAPES)}; got {name!r}")
+    return SHAPES[name]
+
+
+def layer_params(s: Shape) -> dict[str, int]:
+    """Parameters of one decoder layer, by weight (no biases, as Llama)."""
+    s = shape(s)
+    kv = s.kv_heads * s.head_dim
+    return {"attn_norm": s.hidden, "q": s.hidden * s.hidden, "k": kv * s.hidden,
+            "v": kv * s.hidden, "o": s.hidden * s.hidden, "ffn_norm": s.hidden,
+            "w1": s.ffn * s.hidden, "w3": s.ffn * s.hidden, "w2": s.hidden * s.ffn}
+
+
+def param_count(s: Shape | str) -> int:
+    """All parameters: embedding, layers, final norm, untied output head."""
+    s = shape(s)
+    return 2 * s.vocab * s.hidden + s.layers * sum(layer_params(s).values()) + s.hidden
+
+
+def stage_layers(n_layers: int, pp: int, stage: int) -> range:
+    """The layers pipeline stage ``stage`` of ``pp`` holds: contiguous, the first
+    ``n_layers % pp`` stages one more (as ``torch.distributed.pipelining``'s even split)."""
+    check_int("n_layers", n_layers, 1)
+    check_int("pp", pp, 1)
+    if pp > n_layers:
+        raise ValueError(f"pp must be at most the number of layers ({n_layers}); got {pp}")
+    if not 0 <= stage < pp:
+        raise ValueError(f"stage must be from 0 to {pp - 1}; got {stage!r}")
+    base, extra = divmod(n_layers, pp)
+    start = stage * base + min(stage, extra)
+    return range(start, start + base + (stage < extra))
+
+
+class Block(nn.Module):
+    """One Llama decoder layer (RMSNorm, grouped-query attention, SwiGLU); no rotary embedding
+    (it has no parameters and sends nothing)."""
+
+    def __init__(self, s: Shape):
+        super().__init__()
+        self.head_dim = s.head_dim
+        kv = s.kv_heads * s.head_dim
+        self.attn_norm = nn.RMSNorm(s.hidden)
+        self.q = nn.Linear(s.hidden, s.hidden, bias=False)
+        self.k = nn.Linear(s.hidden, kv, bias=False)
+        self.v = nn.Linear(s.hidden, kv, bias=False)
+        self.o = nn.Linear(s.hidden, s.hidden, bias=False)
+        self.ffn_norm = nn.RMSNorm(s.hidden)
+        self.w1 = nn.Linear(s.hidden, s.ffn, bias=False)
+        self.w3 = nn.Linear(s.hidden, s.ffn, bias=False)
+        self.w2 = nn.Linear(s.ffn, s.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        h = self.attn_norm(x)
+        q, k, v = (lin(h).view(b, t, -1, self.head_dim).transpose(1, 2)
+                   for lin in (self.q, self.k, self.v))   # -1: the heads this TP rank holds
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
+        h = self.ffn_norm(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class StageModel(nn.Module):
+    """The layers of one pipeline stage; the embedding on the first, norm and head on the last."""
+
+    def __init__(self, s: Shape, layers: range, first: bool, last: bool):
+        super().__init__()
+        self.embed = nn.Embedding(s.vocab, s.hidden) if first else None
+        self.layers = nn.ModuleList(Block(s) for _ in layers)
+        self.norm = nn.RMSNorm(s.hidden) if last else None
+        self.head = nn.Linear(s.hidden, s.vocab, bias=False) if last else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.embed is not None:
+            x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        if self.head is not None:
+            x = self.head(self.norm(x))
+        return x
+
+
+def build(s: Shape | str, pp: int = 1, stage: int = 0, n_layers: int | None = None,
+          device: torch.device | str = "meta") -> StageModel:
+    """Stage ``stage`` of ``pp`` of model ``s`` (``n_layers`` overrides how many layers that
+    stage gets: a trace of 1 or 2 layers stands for all of them, they are identical)."""
+    s = shape(s)
+    layers = stage_layers(s.layers, pp, stage)
+    if n_layers is not None:
+        layers = range(n_layers)
+    with torch.device(device):
+        return StageModel(s, layers, first=stage == 0, last=stage == pp - 1)
+
+
+def tp_plans() -> tuple[dict, dict]:
+    """(plan for a layer, plan for the stage's embedding and head) for ``parallelize_module``."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    layer = {name: ColwiseParallel() for name in ("q", "k", "v", "w1", "w3")}
+    layer.update({name: RowwiseParallel() for name in ("o", "w2")})
+    ends = {"embed": RowwiseParallel(input_layouts=Replicate()), "head": ColwiseParallel()}
+    return layer, ends

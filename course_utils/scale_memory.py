@@ -1,0 +1,192 @@
+"""Each rank's persistent bytes at scale, read from PyTorch's own sharded tensors (module 11).
+
+One CPU process plays one rank of a job of any size: :func:`backend.fake_job` joins
+PyTorch's fake process group (collectives move nothing), ``init_device_mesh`` builds the
+PP x DP x TP mesh, :func:`course_utils.llama_shapes.build` makes that rank's pipeline stage on
+the meta device (shapes, no storage), ``parallelize_module`` applies tensor parallelism and
+``fully_shard`` (FSDP2, ZeRO-3) shards over DP. :func:`rank_state` then reads:
+
+* **weights**: the storage behind each parameter's local shard (FSDP2 pads dim 0 up to a
+  multiple of DP, so every DP rank allocates the largest shard even where its own is smaller);
+* **gradients**: the same shards (FSDP2 reduce-scatters into the padded layout; the real-rank
+  check in ``scale_check.py`` measures them after a backward);
+* **optimizer**: what ``torch.optim.AdamW`` creates in its first ``step`` (``exp_avg`` and
+  ``exp_avg_sq`` like each local shard; the step counters, one scalar per tensor on the host,
+  are left out).
+
+FSDP2 keeps fp32 parameters, fp32 gradients and two fp32 moments: 4 + 4 + 8 = 16 bytes per
+parameter, the lesson's 16 bytes split differently from its 2 + 2 + 12 (bf16 weights and
+gradients, fp32 master copy and moments). With ``strategy="ddp"`` nothing is sharded over DP
+(replicated data parallelism). The course's own ZeRO stages are :func:`course_zero`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from course_utils import backend, llama_shapes, memory, zero
+from course_utils.validate import check_int
+
+__all__ = ["STRATEGIES", "MESH_AXES", "mesh_coords", "shard_stage", "rank_state", "state_bytes",
+           "course_zero", "course_formula", "stage_kinds", "representative_ranks", "job_table"]
+
+STRATEGIES = ("ddp", "fsdp2")
+MESH_AXES = ("pp", "dp", "tp")   # outermost first: TP ranks are neighbours (one node)
+
+
+def mesh_coords(rank: int, tp: int, pp: int, dp: int) -> dict[str, int]:
+    """``{"pp", "dp", "tp"}`` coordinates of ``rank`` on the PP x DP x TP mesh."""
+    for name, value in (("tp", tp), ("pp", pp), ("dp", dp)):
+        check_int(name, value, 1)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp * pp * dp:
+        raise ValueError(f"rank must be an int from 0 to {tp * pp * dp - 1}; got {rank!r}")
+    return {"pp": rank // (dp * tp), "dp": rank // tp % dp, "tp": rank % tp}
+
+
+def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
+                n_layers: int | None = None, mixed: bool = False) -> tuple[Any, Any]:
+    """This rank's stage of ``model``, sharded as a real job shards it; returns (module, mesh).
+
+    Call inside :func:`backend.fake_job` (or a real group) of ``tp * pp * dp`` ranks. ``mixed``: FSDP2 gathers bf16 weights and reduces bf16 gradients
+    (``MixedPrecisionPolicy``), the course's communication formulas' 2-byte elements.
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
+    if dist.get_world_size() != tp * pp * dp:
+        raise ValueError(f"tp x pp x dp = {tp * pp * dp} must equal the world size "
+                         f"{dist.get_world_size()}")
+    fake = dist.get_backend() == "fake"
+    device_type = backend.SIMULATED_DEVICE if fake else backend.device().type
+    mesh = init_device_mesh(device_type, (pp, dp, tp), mesh_dim_names=MESH_AXES)
+    stage = mesh.get_local_rank("pp")
+    on = "meta" if fake else backend.device()
+    module = llama_shapes.build(model, pp=pp, stage=stage, n_layers=n_layers, device=on)
+    layer_plan, end_plan = llama_shapes.tp_plans()
+    if tp > 1:
+        parallelize_module(module, mesh["tp"],
+                           {k: v for k, v in end_plan.items() if getattr(module, k) is not None})
+        for layer in module.layers:
+            parallelize_module(layer, mesh["tp"], layer_plan)
+    if strategy == "fsdp2":
+        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+                  if mixed else MixedPrecisionPolicy())
+        for layer in module.layers:
+            fully_shard(layer, mesh=mesh["dp"], mp_policy=policy)
+        fully_shard(module, mesh=mesh["dp"], mp_policy=policy)
+    return module, mesh
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _optimizer_bytes(module: torch.nn.Module) -> int:
+    """AdamW's state after its first step, as the optimizer creates it (moments only)."""
+    params = [p for p in module.parameters()]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    opt = torch.optim.AdamW(params, foreach=False)
+    opt.step()
+    total = 0
+    for state in opt.state.values():
+        for name in ("exp_avg", "exp_avg_sq"):
+            t = _local(state[name])
+            total += t.numel() * t.element_size()
+    return total
+
+
+def rank_state(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
+               strategy: str = "fsdp2") -> dict[str, Any]:
+    """Persistent bytes of ``rank`` in a simulated ``tp x pp x dp`` job (fake process group).
+
+    Returns ``{"weights", "grads", "optimizer", "total"}`` (bytes), ``"params"`` (elements of
+    this rank's shards, unpadded), ``"padded"`` (elements it allocates), ``"coords"``,
+    ``"layers"`` (this stage's layer count), ``"seconds"`` (to build, shard and count).
+    """
+    start = time.perf_counter()
+    out = backend.fake_job(rank, tp * pp * dp, _count, model, tp, pp, dp, strategy)
+    out.update(coords=mesh_coords(rank, tp, pp, dp), seconds=time.perf_counter() - start)
+    return out
+
+
+def _count(model: str, tp: int, pp: int, dp: int, strategy: str) -> dict[str, Any]:
+    module, _ = shard_stage(model, tp, pp, dp, strategy)
+    return state_bytes(module)
+
+
+def state_bytes(module: torch.nn.Module) -> dict[str, Any]:
+    """Persistent bytes of a sharded module on this rank (see the module docstring)."""
+    local = [_local(p) for p in module.parameters()]
+    padded = sum(t.untyped_storage().nbytes() // t.element_size() for t in local)
+    size = local[0].element_size()
+    out = {"weights": padded * size, "grads": padded * size,
+           "optimizer": _optimizer_bytes(module)}
+    out["total"] = out["weights"] + out["grads"] + out["optimizer"]
+    out.update(params=sum(t.numel() for t in local), padded=padded, layers=len(module.layers))
+    return out
+
+
+def course_zero(model: str, dp: int, stage: int) -> dict[str, int]:
+    """The course's own ZeRO (``zero.padded_state_bytes``, module 3): flat shards padded per
+    parameter tensor, 2 + 2 + 12 bytes per parameter, for ``model`` on ``dp`` ranks."""
+    s = llama_shapes.shape(model)
+    units = [s.vocab * s.hidden] * 2 + [s.hidden]
+    units += list(llama_shapes.layer_params(s).values()) * s.layers
+    return zero.padded_state_bytes(units, dp, stage)
+
+
+def course_formula(model: str, tp: int = 1, pp: int = 1, dp: int = 1,
+                   zero_stage: int = 3) -> float:
+    """The lesson's formula through module 6's playground: 16 N / (TP x PP) bytes, the
+    optimizer (stage >= 1), gradients (>= 2) and weights (3) divided by DP too."""
+    from course_utils import playground
+
+    n = llama_shapes.param_count(model)
+    p = playground.plan(model_params_b=n / 1e9, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage)
+    return p.bytes["total"]
+
+
+def stage_kinds(model: str, pp: int) -> list[int]:
+    """One pipeline stage of each kind: stages with the same ends and layer count hold the
+    same shards, so the first of each kind stands for them all."""
+    s = llama_shapes.shape(model)
+    kinds: dict[tuple, int] = {}
+    for stage in range(pp):
+        key = (stage == 0, stage == pp - 1, len(llama_shapes.stage_layers(s.layers, pp, stage)))
+        kinds.setdefault(key, stage)
+    return sorted(kinds.values())
+
+
+def representative_ranks(model: str, tp: int, pp: int, dp: int) -> list[int]:
+    """Ranks whose bytes cover the job: the first DP and TP coordinate of each stage kind
+    (:func:`stage_kinds`), and the last DP and TP coordinate of the first stage (uneven shards
+    are smallest there); :func:`job_table` adds the others' last coordinates when that one
+    differs."""
+    ranks = [stage * dp * tp for stage in stage_kinds(model, pp)]
+    last = (dp - 1) * tp + tp - 1
+    return ranks + ([last] if last not in ranks else [])
+
+
+def job_table(model: str, tp: int, pp: int, dp: int) -> dict[str, Any]:
+    """Per-rank totals of a whole job from its representative ranks: ``{"ranks": {rank:
+    bytes}, "min", "max", "formula", "seconds"}`` (formula: :func:`course_formula`, ZeRO-3)."""
+    start = time.perf_counter()
+    ranks = {r: rank_state(model, tp, pp, dp, r)["total"]
+             for r in representative_ranks(model, tp, pp, dp)}
+    last = (dp - 1) * tp + tp - 1
+    if last and ranks[last] != ranks[0]:      # uneven shards: every stage's last rank too
+        for stage in stage_kinds(model, pp)[1:]:
+            r = stage * dp * tp + last
+            ranks[r] = rank_state(model, tp, pp, dp, r)["total"]
+    return {"ranks": ranks, "min": min(ranks.values()), "max": max(ranks.values()),
+            "formula": course_formula(model, tp, pp, dp, 3),
+            "seconds": time.perf_counter() - start}

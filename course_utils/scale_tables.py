@@ -1,0 +1,120 @@
+"""Module 11's tables: the lesson's configurations, one step's traffic, whole jobs at scale.
+
+Each function computes its figures (``scale_memory``, ``scale_comms``) and returns them with a
+fixed-width text table the lecture prints; ``tests/test_scale.py`` checks the figures.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+from course_utils import llama_shapes, memory, scale_comms, scale_memory
+
+__all__ = ["LESSON", "PUBLISHED", "lesson_rows", "lesson_table", "comm_rows", "comm_table",
+           "job_rows", "job_table", "rss_mb"]
+
+# The lesson's figures (GB), for N = 7e9 on 8 GPUs and 70e9 on TP 4 x PP 2 x DP 4.
+LESSON = {"DDP": 112.0, "ZeRO-1": 38.5, "ZeRO-2": 26.25, "ZeRO-3": 14.0, "70B 3-D": 35.0}
+
+# Published configurations: (label, model, tp, pp, dp, source).
+PUBLISHED = (
+    ("lesson's 70B", "70B", 4, 2, 4, "the lesson"),
+    ("405B, 1,024 ranks", "405B", 8, 16, 8, "Llama 3's TP and PP, DP 8"),
+    ("Llama 3 405B", "405B", 8, 16, 128,
+     "Llama Team 2024, Table 4: TP 8, PP 16, DP 128 on 16,384 GPUs (8K context)"),
+)
+
+_WHY = {
+    "DDP": "N = 6.74e9, not 7e9",
+    "ZeRO-1": "N = 6.74e9, not 7e9",
+    "ZeRO-2": "N = 6.74e9, not 7e9",
+    "ZeRO-3": "N = 6.74e9; FSDP2 keeps 4+4+8 B, not 2+2+12",
+    "70B 3-D": "N = 68.98e9 (8 KV heads); norms whole under TP",
+}
+
+
+def _gb(n: float) -> str:
+    return f"{n / memory.GB:.2f}"
+
+
+def lesson_rows() -> list[dict[str, Any]]:
+    """One row per lesson configuration: lesson, course formula, simulated (bytes), why."""
+    rows = []
+    zero = {"DDP": 0, "ZeRO-1": 1, "ZeRO-2": 2, "ZeRO-3": 3}
+    for name, stage in zero.items():
+        formula = memory.zero_state_bytes(llama_shapes.param_count("7B"), 8, stage)["total"]
+        if stage in (0, 3):
+            sim = scale_memory.rank_state("7B", 1, 1, 8, 3, "ddp" if stage == 0 else "fsdp2")
+            simulated, how = sim["total"], "DDP" if stage == 0 else "FSDP2"
+        else:
+            simulated, how = scale_memory.course_zero("7B", 8, stage)["total"], "course"
+        rows.append({"config": f"7B {name}, 8 ranks", "key": name, "lesson": LESSON[name],
+                     "formula": formula, "simulated": simulated, "how": how})
+    stages = [scale_memory.rank_state("70B", 4, 2, 4, r) for r in (0, 31)]
+    rows.append({"config": "70B TP4xPP2xDP4", "key": "70B 3-D", "lesson": LESSON["70B 3-D"],
+                 "formula": scale_memory.course_formula("70B", 4, 2, 4, 3),
+                 "simulated": max(s["total"] for s in stages), "how": "FSDP2+TP",
+                 "stages": [s["total"] for s in stages]})
+    for row in rows:
+        row["why"] = _WHY[row["key"]]
+    return rows
+
+
+def lesson_table(rows: list[dict[str, Any]]) -> str:
+    """The closing note's table (GB per rank)."""
+    lines = [f"{'configuration':<20}{'lesson':>8}{'formula':>9}{'simulated':>10}  "
+             f"{'by':<9}why they differ"]
+    for r in rows:
+        lines.append(f"{r['config']:<20}{r['lesson']:>8.2f}{_gb(r['formula']):>9}"
+                     f"{_gb(r['simulated']):>10}  {r['how']:<9}{r['why']}")
+    return "\n".join(lines)
+
+
+def comm_rows(model: str, tp: int, pp: int, dp: int, rank: int = 0, batch: int = 1,
+              seq: int = 4096) -> tuple[list[tuple], dict[str, Any]]:
+    """(axis, kind, calls, simulated GB sent, course GB sent) for ``rank``; and the trace."""
+    trace = scale_comms.trace_step(model, tp, pp, dp, rank, batch, seq)
+    course = scale_comms.course_comms(model, tp, pp, dp, rank, batch, seq)
+    keys = sorted(set(trace["rows"]) | set(course))
+    rows = [(axis, kind, trace["rows"].get((axis, kind), {}).get("calls", 0),
+             trace["rows"].get((axis, kind), {}).get("sent", 0.0) / memory.GB,
+             course.get((axis, kind), 0.0) / memory.GB) for axis, kind in keys]
+    return rows, trace
+
+
+def comm_table(rows: list[tuple]) -> str:
+    lines = [f"{'axis':<5}{'collective':<16}{'calls':>6}{'simulated GB':>14}{'course GB':>11}"]
+    for axis, kind, calls, sim, course in rows:
+        traced = f"{sim:.3f}" if calls else "not traced"
+        lines.append(f"{axis:<5}{kind:<16}{calls:>6}{traced:>14}{course:>11.3f}")
+    return "\n".join(lines)
+
+
+def rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
+
+
+def job_rows(configs=PUBLISHED) -> list[dict[str, Any]]:
+    """Per-rank state of whole jobs: min and max over ranks, the course formula, the time."""
+    rows = []
+    for label, model, tp, pp, dp, source in configs:
+        start = time.perf_counter()
+        job = scale_memory.job_table(model, tp, pp, dp)
+        rows.append({"label": label, "model": model, "mesh": (tp, pp, dp),
+                     "ranks": tp * pp * dp, "min": job["min"], "max": job["max"],
+                     "formula": job["formula"], "by_rank": job["ranks"], "source": source,
+                     "seconds": time.perf_counter() - start})
+    return rows
+
+
+def job_table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'job':<19}{'TPxPPxDP':>11}{'ranks':>7}{'min GB':>8}{'max GB':>8}"
+             f"{'formula':>9}"]
+    for r in rows:
+        mesh = "x".join(str(v) for v in r["mesh"])
+        lines.append(f"{r['label']:<19}{mesh:>11}{r['ranks']:>7,}{_gb(r['min']):>8}"
+                     f"{_gb(r['max']):>8}{_gb(r['formula']):>9}")
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""Module 11: real PyTorch sharding on a fake process group, against the course's formulas,
+against exact counts, and against real gloo ranks; the lecture's stated figures."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils import (backend, llama_shapes, memory, scale_check, scale_comms, scale_memory,
+                          scale_tables, zero)
+
+N7, N70, N405 = (llama_shapes.param_count(m) for m in ("7B", "70B", "405B"))
+
+
+# ------------------------------------------------------------------------------ shapes
+
+
+def test_param_counts_are_the_published_models_and_the_meta_models_agree():
+    assert (N7, N70, N405) == (6_738_415_616, 68_976_648_192, 405_853_388_800)
+    for name in ("7B", "tiny"):
+        assert sum(p.numel() for p in llama_shapes.build(name).parameters()) == \
+            llama_shapes.param_count(name)
+    stages = [llama_shapes.build("70B", pp=2, stage=s) for s in (0, 1)]
+    assert sum(p.numel() for m in stages for p in m.parameters()) == N70
+    assert all(p.is_meta for p in stages[0].parameters())
+
+
+@pytest.mark.parametrize("layers,pp", [(126, 16), (80, 3), (32, 8), (4, 4)])
+def test_stage_layers_cover_every_layer_once_the_first_stages_take_the_extra(layers, pp):
+    stages = [llama_shapes.stage_layers(layers, pp, s) for s in range(pp)]
+    assert [i for r in stages for i in r] == list(range(layers))
+    sizes = [len(r) for r in stages]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    with pytest.raises(ValueError, match="pp"):
+        llama_shapes.stage_layers(4, 5, 0)
+
+
+def test_fake_job_checks_its_arguments_and_reraises():
+    with pytest.raises(ValueError, match="rank"):
+        backend.fake_job(4, 4, print)
+    with pytest.raises(ZeroDivisionError):
+        backend.fake_job(0, 2, lambda: 1 / 0)
+    assert backend.fake_job(1, 2, lambda: torch.distributed.get_rank()) == 1
+    assert not torch.distributed.is_initialized()
+
+
+# ------------------------------------------------------------------------------ memory
+
+
+def test_7b_on_8_ranks_is_16n_over_8_exactly_and_ddp_16n():
+    fsdp = scale_memory.rank_state("7B", dp=8, rank=3)
+    assert fsdp["params"] == fsdp["padded"] == N7 // 8 == 842_301_952
+    assert (fsdp["weights"], fsdp["grads"], fsdp["optimizer"]) == (4 * N7 // 8, 4 * N7 // 8,
+                                                                   8 * N7 // 8)
+    assert fsdp["total"] == memory.zero_state_bytes(N7, 8, 3)["total"]
+    ddp = scale_memory.rank_state("7B", dp=8, rank=3, strategy="ddp")
+    assert ddp["total"] == 16 * N7 == memory.zero_state_bytes(N7, 8, 0)["total"]
+
+
+def test_course_zero_equals_the_formula_when_everything_divides():
+    for stage in (0, 1, 2, 3):
+        assert scale_memory.course_zero("7B", 8, stage)["total"] == \
+            memory.zero_state_bytes(N7, 8, stage)["total"]
+    # 12 ranks: per-tensor padding adds what the ideal formula leaves out
+    assert scale_memory.course_zero("7B", 12, 3)["total"] > memory.zero_state_bytes(N7, 12, 3)["total"]
+
+
+def test_uneven_shards_sum_to_the_model_and_every_rank_allocates_the_padded_chunk():
+    states = [scale_memory.rank_state("tiny", dp=8, rank=r) for r in range(8)]
+    assert sum(s["params"] for s in states) == llama_shapes.param_count("tiny")
+    assert len({s["padded"] for s in states}) == 1
+    assert states[0]["params"] > states[7]["params"]          # vocabulary 100 over 8
+    assert all(s["optimizer"] == 8 * s["params"] for s in states)
+    assert all(s["weights"] == s["grads"] == 4 * s["padded"] for s in states)
+    r0, r11 = (scale_memory.rank_state("7B", dp=12, rank=r) for r in (0, 11))
+    assert r0["padded"] == r11["padded"] == r0["params"] == 562_296_534
+    assert r11["params"] == 553_153_742
+    assert round(r0["total"] / 1e9, 3) == 8.997 and round(r11["total"] / 1e9, 3) == 8.924
+
+
+def test_70b_stages_exceed_16n_over_32_by_the_norms_tp_keeps_whole():
+    s0, s1 = (scale_memory.rank_state("70B", 4, 2, 4, r) for r in (0, 31))
+    assert (s0["coords"]["pp"], s1["coords"]["pp"]) == (0, 1)
+    shape = llama_shapes.shape("70B")
+    h, L = shape.hidden, shape.layers
+    layer = sum(llama_shapes.layer_params(shape).values()) - 2 * h
+    # stage 0: 40 layers' matrices over TP x DP, their 2 norms over DP only, the embedding
+    expect0 = L // 2 * (layer // 16 + 2 * h // 4) + shape.vocab * h // 16
+    assert s0["params"] == expect0 and s1["params"] == expect0 + h // 4
+    assert s1["total"] - s0["total"] == 32_768
+    assert s0["total"] == 34_490_286_080 and 16 * N70 // 32 == 34_488_324_096
+    assert scale_memory.course_formula("70B", 4, 2, 4) == 16 * N70 / 32
+
+
+# ------------------------------------------------------------------------------ collectives
+
+
+@pytest.mark.parametrize("model,tp,pp,dp,rank", [("tiny", 2, 1, 2, 1), ("7B", 2, 8, 1, 15),
+                                                 ("tiny", 1, 2, 2, 0)])
+def test_extending_one_and_two_layers_equals_the_full_trace(model, tp, pp, dp, rank):
+    kw = dict(batch=1, seq=16)
+    full = scale_comms.trace_step(model, tp, pp, dp, rank, full=True, **kw)
+    short = scale_comms.trace_step(model, tp, pp, dp, rank, **kw)
+    assert full["layers_traced"] == full["layers"] and short["layers_traced"] <= 2
+    assert short["rows"] == full["rows"]
+
+
+def test_70b_step_against_the_course_formulas():
+    trace = scale_comms.trace_step("70B", 4, 2, 4, 0)
+    course = scale_comms.course_comms("70B", 4, 2, 4, 0)
+    rows, shape = trace["rows"], llama_shapes.shape("70B")
+    n, act = 40, 4096 * shape.hidden * 2
+    assert rows[("dp", "reduce_scatter")]["sent"] == course[("dp", "reduce_scatter")]
+    assert rows[("dp", "reduce_scatter")]["calls"] == n + 1
+    # FSDP2 keeps the root (the embedding, TP-sharded) gathered from forward to backward
+    root = shape.vocab * shape.hidden // 4
+    assert rows[("dp", "all_gather")]["calls"] == 2 * n + 1
+    assert rows[("dp", "all_gather")]["sent"] == pytest.approx(
+        course[("dp", "all_gather")] - 3 / 4 * root * 2, rel=1e-12)
+    # TP: 2 forward + 5 backward all-reduces per layer, and the embedding's forward one
+    assert rows[("tp", "all_reduce")]["calls"] == 7 * n + 1
+    assert rows[("tp", "all_reduce")]["sent"] == (7 * n + 1) * 2 * 3 / 4 * act
+    assert course[("tp", "all_reduce")] == 4 * n * 2 * 3 / 4 * act
+    assert course[("pp", "send")] == act and ("pp", "send") not in rows
+
+
+def test_ring_bytes_per_rank():
+    assert scale_comms.sent_bytes("all_reduce", 800, 4) == 1200
+    assert scale_comms.sent_bytes("all_gather", 800, 4) == 600
+    assert zero.expected_comm_bytes([8, 8], 2, 3, "fp32")["reduce_scatter"] == 32
+
+
+# ------------------------------------------------------------------------------ real ranks
+
+
+@pytest.mark.parametrize("tp,pp,dp", [(2, 2, 2), (1, 1, 8)])
+def test_real_gloo_ranks_equal_the_simulation(tp, pp, dp):
+    """8 real ranks: each rank's weights, measured gradients, AdamW state and collectives (count
+    and bytes per axis) equal the fake process group's for that rank."""
+    real, sims, differences = scale_check.check(tp, pp, dp)
+    assert differences == []
+    assert len(real) == 8 and all(r["rows"] for r in real)
+    if dp == 8:  # vocabulary 100 over 8 ranks: the last ranks hold less
+        assert real[0]["optimizer"] > real[7]["optimizer"]
+        assert real[0]["weights"] == real[7]["weights"]
+
+
+# ------------------------------------------------------------------------------ the lecture
+
+
+def test_the_lesson_table_the_lecture_states():
+    rows = {r["key"]: r for r in scale_tables.lesson_rows()}
+    gb = {k: (round(r["formula"] / 1e9, 2), round(r["simulated"] / 1e9, 2)) for k, r in rows.items()}
+    assert gb == {"DDP": (107.81, 107.81), "ZeRO-1": (37.06, 37.06), "ZeRO-2": (25.27, 25.27),
+                  "ZeRO-3": (13.48, 13.48), "70B 3-D": (34.49, 34.49)}
+    assert [r["lesson"] for r in rows.values()] == [112, 38.5, 26.25, 14, 35]
+    assert 7e9 * 16 / 1e9 == 112 and (4 + 12 / 8) * 7 == 38.5 and (2 + 14 / 8) * 7 == 26.25
+
+
+def test_the_jobs_the_lecture_states():
+    rows = scale_tables.job_rows(scale_tables.PUBLISHED[1:])
+    got = [(r["ranks"], round(r["min"] / 1e9, 2), round(r["max"] / 1e9, 2),
+            round(r["formula"] / 1e9, 2)) for r in rows]
+    assert got == [(1024, 5.58, 6.90, 6.34), (16384, 0.35, 0.43, 0.40)]
+    # every rank's bytes are one of the representative ranks': check a middle rank directly
+    middle = scale_memory.rank_state("405B", 8, 16, 8, 5 * 64 + 3 * 8 + 5)["total"]
+    assert middle in rows[0]["by_rank"].values()
