@@ -55,7 +55,8 @@ def simulated(rank: int, model: str = "tiny", tp: int = 1, pp: int = 1, dp: int 
     """The same rank's figures from the fake process group (every layer traced, fp32)."""
     state = scale_memory.rank_state(model, tp, pp, dp, rank)
     trace = scale_comms.trace_step(model, tp, pp, dp, rank, batch, seq, full=True, mixed=False)
-    rows = {f"{a} {k}": (v["calls"], int(v["buffer"])) for (a, k), v in sorted(trace["rows"].items())}
+    rows = {f"{a} {k}": (v["calls"], int(v["buffer"]))
+            for (a, k), v in sorted(trace["rows"].items())}
     return {"weights": state["weights"], "grads": state["grads"],
             "optimizer": state["optimizer"], "rows": rows}
 

@@ -50,7 +50,8 @@ def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
                 n_layers: int | None = None, mixed: bool = False) -> tuple[Any, Any]:
     """This rank's stage of ``model``, sharded as a real job shards it; returns (module, mesh).
 
-    Call inside :func:`backend.fake_job` (or a real group) of ``tp * pp * dp`` ranks. ``mixed``: FSDP2 gathers bf16 weights and reduces bf16 gradients
+    Call inside :func:`backend.fake_job` (or a real group) of ``tp * pp * dp`` ranks.
+    ``mixed``: FSDP2 gathers bf16 weights and reduces bf16 gradients
     (``MixedPrecisionPolicy``), the course's communication formulas' 2-byte elements.
     """
     import torch.distributed as dist

@@ -62,7 +62,8 @@ def test_course_zero_equals_the_formula_when_everything_divides():
         assert scale_memory.course_zero("7B", 8, stage)["total"] == \
             memory.zero_state_bytes(N7, 8, stage)["total"]
     # 12 ranks: per-tensor padding adds what the ideal formula leaves out
-    assert scale_memory.course_zero("7B", 12, 3)["total"] > memory.zero_state_bytes(N7, 12, 3)["total"]
+    ideal = memory.zero_state_bytes(N7, 12, 3)["total"]
+    assert scale_memory.course_zero("7B", 12, 3)["total"] > ideal
 
 
 def test_uneven_shards_sum_to_the_model_and_every_rank_allocates_the_padded_chunk():
@@ -150,7 +151,8 @@ def test_real_gloo_ranks_equal_the_simulation(tp, pp, dp):
 
 def test_the_lesson_table_the_lecture_states():
     rows = {r["key"]: r for r in scale_tables.lesson_rows()}
-    gb = {k: (round(r["formula"] / 1e9, 2), round(r["simulated"] / 1e9, 2)) for k, r in rows.items()}
+    gb = {k: (round(r["formula"] / 1e9, 2), round(r["simulated"] / 1e9, 2))
+          for k, r in rows.items()}
     assert gb == {"DDP": (107.81, 107.81), "ZeRO-1": (37.06, 37.06), "ZeRO-2": (25.27, 25.27),
                   "ZeRO-3": (13.48, 13.48), "70B 3-D": (34.49, 34.49)}
     assert [r["lesson"] for r in rows.values()] == [112, 38.5, 26.25, 14, 35]
