@@ -31,6 +31,7 @@ Questions whose givens stay fixed, and why:
   (each student's own timings); Q8 (graded by hand).
 * a8: the practice questions; Q1's specs and Q2's collectives (a layout's collective does
   not depend on the sizes); Q3's function (hidden cases); Q4 (graded by hand).
+* a11: the practice questions; Q2's function (hidden models and meshes drawn per submission).
 * a12: the practice questions; Q3's save and resume (hidden jobs drawn per submission); Q4's
   choice (what an optimizer made before ``fully_shard`` does does not depend on the sizes); Q5
   (graded by hand).
@@ -233,6 +234,17 @@ GIVENS = {
                     (5120, 40, 40, 2048, 8), (4096, 32, 32, 4096, 4), (4096, 32, 32, 2048, 8),
                     (8192, 64, 80, 2048, 8), (5120, 40, 40, 4096, 4), (2560, 32, 32, 4096, 2),
                     (3072, 24, 28, 8192, 4), (8192, 64, 80, 4096, 8), (6144, 48, 44, 4096, 4)),
+    },
+    "a11_at_scale": {
+        # Q1, Q3: (model, TP, PP, DP), meshes the lecture does not show: DP that leaves padded
+        # chunks, PP that does not divide the layers in most; Q3's TP > 1 (its all-reduces); no
+        # answer a lecture prints (70B on TP 8 x PP 3 x DP 6 and 405B on TP 8 x PP 9 x DP 5 were
+        # dropped: lectures 4 and 12 print 7.5156 and 18.283)
+        "q1": given("Q1: (model, TP, PP, DP)", ("70B", 8, 3, 5), ("7B", 4, 3, 5),
+                    ("70B", 4, 6, 3), ("7B", 2, 5, 6), ("70B", 8, 4, 12), ("405B", 8, 12, 10),
+                    ("7B", 8, 3, 7), ("70B", 4, 3, 10)),
+        "q3": given("Q3: (model, TP, PP, DP)", ("70B", 4, 5, 6), ("7B", 8, 6, 3),
+                    ("405B", 8, 7, 3), ("7B", 2, 3, 12)),
     },
     "a12_checkpointing": {
         # Q1: (parameters N, ranks D, GB/s each rank writes): D > 2 so that "divided by D - 1"

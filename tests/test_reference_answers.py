@@ -573,3 +573,85 @@ def test_a12_q4_feedback_names_the_mistake(answer, words):
     with pytest.raises(AssertionError, match=words):
         rules.q4_test({"q4_outcome": answer}, None)
     rules.q4_test({"q4_outcome": "never-trains"}, None)
+
+
+# --------------------------------------------------------------------------- a11: at scale
+
+
+class _Got(dict):
+    """What a judge function receives: submitted values, the student's givens, hidden cases."""
+
+    def __init__(self, values, givens=None, cases=None):
+        super().__init__(values)
+        self.givens, self.cases = givens, cases
+
+
+def test_a11_reference_rank_bytes_equals_the_simulation_on_every_kind_of_mesh():
+    """a11's reference formula against PyTorch's sharding on the fake process group: padded
+    chunks, uneven stages, PP = 1 (embedding and head on one stage), TP = 1."""
+    from course_utils import llama_shapes, scale_memory
+
+    rank_bytes = _answer("a11_at_scale", "q2", "rank_bytes")
+    for model, tp, pp, dp, stage in [("tiny", 2, 1, 3, 0), ("tiny", 1, 3, 5, 1), ("7B", 4, 3, 7, 2),
+                                     ("70B", 8, 6, 5, 0), ("405B", 8, 16, 12, 15)]:
+        want = scale_memory.rank_state(model, tp, pp, dp, stage * dp * tp)["total"]
+        assert rank_bytes(llama_shapes.shape(model), tp, pp, dp, stage) == want
+
+
+def test_a11_hidden_cases_are_meshes_the_model_can_take():
+    import random
+
+    from course_utils import llama_shapes
+    from grading import judge
+
+    rules = judge.load("a11_at_scale")
+    for k in range(200):
+        cases = rules.HIDDEN_CASES["q2_test"](random.Random(k))
+        assert len(cases) == 3 and len({c[0] for c in cases}) == 3
+        for model, tp, pp, dp, stage in cases:
+            s = llama_shapes.shape(model)
+            assert s.kv_heads % tp == 0 and pp <= s.layers and 0 <= stage < pp and dp > 1
+
+
+def test_a11_judge_names_padding_norms_embedding_and_the_even_split():
+    """Q2's judge on one hidden case: the right bytes pass; each typical mistake is named."""
+    from course_utils import llama_shapes
+    from grading import judge
+
+    rules = judge.load("a11_at_scale")
+    case = ["7B", 4, 3, 5, 0]
+    right = rules._params(*case)
+    name = "rank_bytes on hidden case 1"
+    rules.q2_test(_Got({name: 16 * right}, cases=[case]), None)
+    for flags, words in [(dict(pad=False), "not rounded up"), (dict(norms_whole=False), "whole"),
+                         (dict(embedding=False), "embedding is missing"),
+                         (dict(even=True), "even split")]:
+        wrong = int(16 * rules._params(*case, **flags))
+        with pytest.raises(AssertionError, match=words):
+            rules.q2_test(_Got({name: wrong}, cases=[case]), None)
+    with pytest.raises(AssertionError, match="return an int"):
+        rules.q2_test(_Got({name: 16.0 * right}, cases=[case]), None)
+    assert llama_shapes.param_count("7B") > right
+
+
+def test_a11_q3_judge_names_megatrons_count_and_the_root_gathered_twice():
+    from course_utils import variants
+    from grading import judge
+
+    rules = judge.load("a11_at_scale")
+    g = variants.givens("a11_at_scale", student="student001")
+    step = _answer("a11_at_scale", "q3_practice", "step_traffic")
+    from course_utils import llama_shapes
+
+    model, tp, pp, dp = g.q3
+    calls, tp_gb, dp_gb = step(llama_shapes.shape(model), tp, pp, dp)
+    right = {"q3_tp_calls": calls, "q3_tp_gb": tp_gb, "q3_dp_gather_gb": dp_gb}
+    rules.q3_test(_Got(right, givens=g), None)
+    n = len(llama_shapes.stage_layers(llama_shapes.shape(model).layers, pp, 0))
+    root = (dp - 1) * 2 * -(-(llama_shapes.shape(model).vocab // tp) // dp) * \
+        llama_shapes.shape(model).hidden / 1e9
+    for key, value, words in [("q3_tp_calls", 4 * n, "Megatron"),
+                              ("q3_tp_gb", tp_gb / 2, "2\\(g-1\\)/g"),
+                              ("q3_dp_gather_gb", dp_gb + root, "gathered once")]:
+        with pytest.raises(AssertionError, match=words):
+            rules.q3_test(_Got({**right, key: value}, givens=g), None)

@@ -154,9 +154,9 @@ print("rank 0 simulated:", simulated[0]["rows"])
 #
 # Llama 3 405B's published pre-training mesh is TP 8 x PP 16 x DP 128 on 16,384 GPUs (Llama
 # Team 2024, "The Llama 3 Herd of Models", Table 4). Below: the same TP and PP with DP 8, 1,024
-# ranks, and the published mesh itself. Ranks hold the same shards within a stage kind (same ends, same layer
-# count), so one rank per kind stands for them all, plus the last DP and TP coordinate where
-# shards are uneven.
+# ranks, and the published mesh itself. Ranks hold the same shards within a stage kind (same
+# ends, same layer count), so one rank per kind stands for them all, plus the last DP and TP
+# coordinate where shards are uneven.
 
 # %%
 jobs = scale_tables.job_rows(scale_tables.PUBLISHED[1:])
@@ -220,7 +220,8 @@ print(f"simulated, largest rank:                      "
 # Each job above takes seconds and a few hundred MB on 2 CPU cores; the times are printed
 # above and by `benchmarks/scale_sim.py`.
 #
-# **Next**: assignment `a11_at_scale` (in your workspace under `assignments/a11_at_scale/`),
-# when it is released: predict one rank's bytes and one step's traffic per axis for a mesh and
-# model drawn for you, then check your prediction with the simulated job. Then module 12:
+# **Next**: assignment `a11_at_scale` (in your workspace under `assignments/a11_at_scale/`):
+# predict one rank's bytes and one step's traffic per axis for meshes and models drawn for you,
+# then check your prediction with the simulated job; grading compares your figures and your
+# function with PyTorch's sharding on meshes this notebook does not show. Then module 12:
 # checkpoints, resuming, and surviving a lost rank.
