@@ -3,7 +3,8 @@
 #
 # Lecture 11 sharded Llama-shaped models with PyTorch's own APIs on a fake process group and
 # read each rank's bytes and one step's collectives. Here you predict them yourself, for a
-# model and a mesh drawn for you, and check your prediction with the simulated job.
+# model and a mesh drawn for you, check your prediction with the simulated job, and say what
+# the simulation cannot tell (Q4, graded by hand).
 #
 # **The job** (as in the lecture): a Llama-shaped model (`course_utils.llama_shapes.Shape`:
 # `vocab`, `hidden`, `layers`, `ffn`, `heads`, `kv_heads`, `head_dim`; no biases; an untied
@@ -230,3 +231,41 @@ submit("q3_tp_gb", q3_tp_gb)
 submit("q3_dp_gather_gb", q3_dp_gather_gb)
 ### END HIDDEN TESTS
 None
+
+# %% [markdown]
+# ## Q4. What the simulation cannot tell you (2 points, graded by hand)
+#
+# Your Q1 and Q3 figures say what each rank of your job holds and sends. (a) Name two things
+# that decide whether the job fits and how fast it trains that a fake process group cannot
+# measure, and where in the course you would measure each. (b) Your Q1 rank holds its state
+# with room to spare on an 80 GB GPU; give one reason the real job could still run out of
+# memory.
+
+# %% [manual q4_explain points=2]
+# ### BEGIN SOLUTION
+# (a) Time: how long each collective takes (bandwidth, latency, the topology TP and DP groups
+# span), measured on real ranks (module 7: timing with synchronization, bus bandwidth);
+# overlap: whether FSDP2's prefetch hides the all-gathers behind compute (module 9's buckets,
+# the profiler's timeline); stragglers and failures (module 7's per-rank wait, module 12).
+# (b) The simulation counts persistent state only: activations saved for backward (module 9:
+# s b h (34 + 5 a s / h) per layer and microbatch, times the microbatches 1F1B keeps in
+# flight), the gathered layer and the prefetched next one, communication buffers, the
+# caching allocator's fragmentation (the peak from `torch.cuda.max_memory_allocated`).
+#
+# **Rubric** (2 points):
+# * 1 point: two unmeasurable quantities (collective time, overlap, stragglers, real peaks),
+#   each with where the course measures it.
+# * 1 point: one real memory cost beyond persistent state (activations, gathered or prefetched
+#   layers, buffers, fragmentation).
+# * 0 points: says the simulation measures time or peak memory.
+# ### END SOLUTION
+
+# %% [markdown]
+# ## Submitting
+#
+# Save the notebook, then hand in this file itself, **`a11_at_scale.ipynb`**, with its name
+# unchanged (in `make lab` it is `workspace/assignments/a11_at_scale/a11_at_scale.ipynb`), the
+# way your instructor asks. Outputs may be cleared: your instructor runs the whole notebook
+# again, from the top, in a fresh kernel, to grade it, so first check that *Kernel > Restart
+# Kernel and Run All Cells* meets no `NameError`. Learning on your own with the full
+# repository? `make check A=a11_at_scale` grades your copy the same way.
