@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.validate import check_int
+from course_utils.validate import check_int, one_of
 
 __all__ = ["Shape", "SHAPES", "shape", "param_count", "layer_params", "stage_layers", "Block",
            "StageModel", "build", "tp_plans"]
@@ -54,11 +54,7 @@ SHAPES = {s.name: s for s in (
 
 def shape(name: str | Shape) -> Shape:
     """Look a shape up by name (or pass a :class:`Shape` through)."""
-    if isinstance(name, Shape):
-        return name
-    if name not in SHAPES:
-        raise ValueError(f"model must be one of {sorted(SHAPES)}; got {name!r}")
-    return SHAPES[name]
+    return name if isinstance(name, Shape) else one_of("model", name, SHAPES)
 
 
 def layer_params(s: Shape) -> dict[str, int]:

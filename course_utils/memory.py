@@ -11,7 +11,7 @@ from typing import Iterable
 
 import torch
 
-from course_utils import backend
+from course_utils import backend, validate
 
 __all__ = ["Layout", "LAYOUTS", "GB", "GiB", "layout", "state_bytes", "to_gb", "to_gib",
            "format_bytes", "fits", "count_state_bytes", "MixedPrecisionAdam",
@@ -74,11 +74,7 @@ LAYOUTS: dict[str, Layout] = {
 
 def layout(name: str | Layout) -> Layout:
     """Look up a layout by name (or pass a :class:`Layout` through)."""
-    if isinstance(name, Layout):
-        return name
-    if name not in LAYOUTS:
-        raise ValueError(f"layout must be one of {sorted(LAYOUTS)}; got {name!r}")
-    return LAYOUTS[name]
+    return name if isinstance(name, Layout) else validate.one_of("layout", name, LAYOUTS)
 
 
 def _check_count(name: str, value: float, allow_zero: bool = True) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping, TypeVar
 
-__all__ = ["check_int", "check_real"]
+__all__ = ["check_int", "check_real", "one_of"]
+
+T = TypeVar("T")
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -24,3 +26,10 @@ def check_real(name: str, value: Any, minimum: float = 0.0, strict: bool = True)
         raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {minimum:g}; "
                          f"got {value!r}")
     return float(value)
+
+
+def one_of(name: str, value: Any, table: Mapping[str, T]) -> T:
+    """``table[value]``; else ValueError naming ``name`` and the keys allowed."""
+    if value not in table:
+        raise ValueError(f"{name} must be one of {sorted(table)}; got {value!r}")
+    return table[value]
