@@ -89,8 +89,9 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def _optimizer_bytes(module: torch.nn.Module) -> int:
-    """AdamW's state after its first step, as the optimizer creates it (moments only)."""
+def _optimizer_bytes(module: torch.nn.Module, weight: dict[int, int]) -> int:
+    """AdamW's state after its first step, as the optimizer creates it (moments only), each
+    parameter's counted ``weight[id(p)]`` times."""
     params = [p for p in module.parameters()]
     for p in params:
         if p.grad is None:
@@ -98,41 +99,60 @@ def _optimizer_bytes(module: torch.nn.Module) -> int:
     opt = torch.optim.AdamW(params, foreach=False)
     opt.step()
     total = 0
-    for state in opt.state.values():
+    for p in params:
+        state = opt.state[p]
         for name in ("exp_avg", "exp_avg_sq"):
             t = _local(state[name])
-            total += t.numel() * t.element_size()
+            total += weight[id(p)] * t.numel() * t.element_size()
     return total
 
 
 def rank_state(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
-               strategy: str = "fsdp2") -> dict[str, Any]:
+               strategy: str = "fsdp2", full: bool = False) -> dict[str, Any]:
     """Persistent bytes of ``rank`` in a simulated ``tp x pp x dp`` job (fake process group).
 
     Returns ``{"weights", "grads", "optimizer", "total"}`` (bytes), ``"params"`` (elements of
     this rank's shards, unpadded), ``"padded"`` (elements it allocates), ``"coords"``,
     ``"layers"`` (this stage's layer count), ``"seconds"`` (to build, shard and count).
+    The layers of a stage have the same shapes and are sharded alike (each its own FSDP2
+    unit), so one is built and counted once per layer (as ``scale_comms.trace_step`` traces
+    one and two); ``full``: build every layer of the stage (slow for big stages; the tests
+    check that both give the same figures).
     """
     start = time.perf_counter()
-    out = backend.fake_job(rank, tp * pp * dp, _count, model, tp, pp, dp, strategy)
+    out = backend.fake_job(rank, tp * pp * dp, _count, model, tp, pp, dp, strategy, full)
     out.update(coords=mesh_coords(rank, tp, pp, dp), seconds=time.perf_counter() - start)
     return out
 
 
-def _count(model: str, tp: int, pp: int, dp: int, strategy: str) -> dict[str, Any]:
-    module, _ = shard_stage(model, tp, pp, dp, strategy)
-    return state_bytes(module)
+def _count(model: str, tp: int, pp: int, dp: int, strategy: str,
+           full: bool) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    s = llama_shapes.shape(model)
+    stage = dist.get_rank() // (dp * tp)
+    n = len(llama_shapes.stage_layers(s.layers, pp, stage))
+    module, _ = shard_stage(model, tp, pp, dp, strategy, n_layers=None if full else min(n, 1))
+    return state_bytes(module, layers=n)
 
 
-def state_bytes(module: torch.nn.Module) -> dict[str, Any]:
-    """Persistent bytes of a sharded module on this rank (see the module docstring)."""
-    local = [_local(p) for p in module.parameters()]
-    padded = sum(t.untyped_storage().nbytes() // t.element_size() for t in local)
-    size = local[0].element_size()
+def state_bytes(module: torch.nn.Module, layers: int | None = None) -> dict[str, Any]:
+    """Persistent bytes of a sharded module on this rank (see the module docstring).
+    ``layers``: the stage has that many layers like ``module.layers[0]`` (the module was built
+    with one standing for them all)."""
+    built = len(module.layers)
+    layers = built if layers is None else layers
+    if layers != built and built != 1:
+        raise ValueError(f"layers={layers} needs a module built with 1 layer; it has {built}")
+    one = set(map(id, module.layers[0].parameters())) if built else set()
+    weight = {id(p): (layers if id(p) in one and built == 1 else 1) for p in module.parameters()}
+    local = [(_local(p), weight[id(p)]) for p in module.parameters()]
+    padded = sum(k * (t.untyped_storage().nbytes() // t.element_size()) for t, k in local)
+    size = local[0][0].element_size()
     out = {"weights": padded * size, "grads": padded * size,
-           "optimizer": _optimizer_bytes(module)}
+           "optimizer": _optimizer_bytes(module, weight)}
     out["total"] = out["weights"] + out["grads"] + out["optimizer"]
-    out.update(params=sum(t.numel() for t in local), padded=padded, layers=len(module.layers))
+    out.update(params=sum(k * t.numel() for t, k in local), padded=padded, layers=layers)
     return out
 
 

@@ -196,14 +196,26 @@ def kernel_error(cell) -> tuple[str, str] | None:
     return None
 
 
-def load(assignment: str) -> ModuleType:
-    """``authoring/judges/<assignment>.py``: one function ``<grade_id>(got, ref)`` per test cell."""
+_LOADED: dict[tuple[Path, str], ModuleType] = {}
+
+
+def load(assignment: str, fresh: bool = False) -> ModuleType:
+    """``authoring/judges/<assignment>.py``: one function ``<grade_id>(got, ref)`` per test cell.
+
+    Loaded once per process and file content (its functions' caches, such as a11's simulated
+    jobs, then serve every later judgement); ``fresh``: a module of its own (the grader's, one
+    per submission)."""
     path = JUDGES / f"{assignment}.py"
     if not path.exists():
         raise FileNotFoundError(f"no judge for {assignment}: expected {path}")
+    key = (path, hashlib.sha256(path.read_bytes()).hexdigest())
+    if not fresh and key in _LOADED:
+        return _LOADED[key]
     spec = importlib.util.spec_from_file_location(f"course_judge_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if not fresh:
+        _LOADED[key] = module
     return module
 
 

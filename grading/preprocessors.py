@@ -147,7 +147,7 @@ class RecoveringExecute(Execute):
         cache = os.environ.get("COURSE_REFERENCE_CACHE")
         run = reference.reference_run(assignment, data, cache=Path(cache) if cache else None)
         self._reference = run[f"{notebook}.ipynb"]["submissions"]
-        self._judge = judge.load(assignment)
+        self._judge = judge.load(assignment, fresh=True)
         self._ref_cases = judge.hidden_cases(self._judge, judge.REFERENCE_KEY)
         student = info.get("student")
         # the student's own numbers, drawn here from nbgrader's student id (issue 26)

@@ -5,6 +5,11 @@ records what each visible check saw under every variant of the givens it names (
 seals each variant's known mistakes under its own key: ``grading.visible``). The reference must
 pass its own judge, and runs only when the solution and its judge are git's ``HEAD``
 (:func:`check_committed`). Cached by content hash (:func:`reference_cache_path`).
+
+With ``tour=True`` the same kernel then goes on a judge tour (:func:`judge_tour`): the cells
+that follow the givens and the test cells again with 20 other students' numbers, and the test
+cells with hidden inputs on three other keys' draws, their submissions recorded for the tests to
+judge at value level (one kernel per assignment serves the reference and these checks).
 """
 
 from __future__ import annotations
@@ -105,8 +110,12 @@ def check_committed(assignment: str) -> None:
             f"{SOLUTIONS_CHECK_ENV}=off to grade with it anyway")
 
 
+TOUR_ENV = "COURSE_REFERENCE_TOUR"  # "1": reference runs go on the judge tour (the test suite)
+
+
 def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
-                  cache: Path | None = None, committed: bool = True) -> dict[str, dict]:
+                  cache: Path | None = None, committed: bool = True,
+                  tour: bool | None = None) -> dict[str, dict]:
     """Run the reference solution once and record what each test cell submits; cached.
 
     Returns ``{notebook: {"submissions": {grade_id: [[name, value], ...]}, "max_cell_s":
@@ -120,23 +129,41 @@ def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
     ``course_utils`` source and the versions of Python, torch and the kernel: change any of them
     and the reference runs again (``$COURSE_REFERENCE_CACHE``, where set, is the cache when none
     is given: the grading workers and the report share it). ``committed=False`` (building the
-    release from the author's own edits) skips :func:`check_committed`.
+    release from the author's own edits) skips :func:`check_committed`. ``tour``: the run also
+    holds ``"tour"`` (:func:`judge_tour`); default: ``$COURSE_REFERENCE_TOUR`` is "1". Two
+    processes asking for the same run wait for one to make it (a lock beside the cache entry).
     """
     data = data or data_dir()
     shared = os.environ.get(CACHE_ENV)
     cache = cache or (Path(shared) if shared else data / "reference")
+    tour = os.environ.get(TOUR_ENV) == "1" if tour is None else tour
     out = {}
     for name in notebook_names(assignment):
         path = reference_cache_path(assignment, name, cache)
-        if entry_kind(path) == "file":
-            out[name] = json.loads(read_regular(path, MAX_NOTEBOOK_BYTES))
-            continue
-        if committed:
-            check_committed(assignment)
-        out[name] = _run_reference(assignment, name, timeout)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_private(path, json.dumps(out[name], indent=1))  # a reader sees all of it or none
+        with _locked(path.with_suffix(".lock")):
+            if entry_kind(path) == "file":
+                out[name] = json.loads(read_regular(path, MAX_NOTEBOOK_BYTES))
+                if not tour or "tour" in out[name]:
+                    continue
+            if committed:
+                check_committed(assignment)
+            out[name] = _run_reference(assignment, name, timeout, tour)
+            write_private(path, json.dumps(out[name], indent=1))  # a reader: all of it or none
     return out
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Hold an exclusive lock on ``path`` (made if missing) while the block runs."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def sandboxed_client(nb, hidden_cases: dict | None = None, student: str | None = None, **kw):
@@ -180,7 +207,7 @@ def launch_preload(assignment: str) -> str:
     return preload
 
 
-def _run_reference(assignment: str, name: str, timeout: int) -> dict:
+def _run_reference(assignment: str, name: str, timeout: int, tour: bool = False) -> dict:
     """Execute one solution notebook in the sandbox and judge it (see :func:`reference_run`)."""
     rules = judge.load(assignment)
     cases = judge.hidden_cases(rules, judge.REFERENCE_KEY)
@@ -200,6 +227,7 @@ def _run_reference(assignment: str, name: str, timeout: int) -> dict:
                 visible = visible_traces(nb)
                 for gid, traces in variant_traces(client, nb, assignment).items():
                     visible[gid] += traces
+                toured = judge_tour(client, nb, assignment, rules, cases) if tour else None
     subs = submissions_by_cell(nb)
     failed = []
     for cell in nb.cells:
@@ -213,8 +241,11 @@ def _run_reference(assignment: str, name: str, timeout: int) -> dict:
     if failed:
         raise RuntimeError(f"the reference solution of {assignment} fails its judge: "
                            + "; ".join(failed))
-    return {"submissions": subs, "max_cell_s": _max_cell_seconds(nb), "problems": _problems(nb),
-            "visible": visible}
+    out = {"submissions": subs, "max_cell_s": _max_cell_seconds(nb), "problems": _problems(nb),
+           "visible": visible}
+    if toured is not None:
+        out["tour"] = toured
+    return out
 
 
 def variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
@@ -303,6 +334,98 @@ def _variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
         client.execute_cell(nbformat.v4.new_code_cell(
             f"G = G.replaced(**{variants.base(assignment)!r})"), index)
     return out
+
+
+TOUR_STUDENTS = 20  # students with distinct numbers on the judge tour
+TOUR_KEYS = ("student-a", "student-b", "student-c")  # submission keys whose draws it runs
+
+
+def tour_students(assignment: str, n: int = TOUR_STUDENTS) -> list[str]:
+    """The first ``n`` ids ``student000``, ``student001``, ... whose numbers (variants) differ
+    from every earlier one's; [] for an assignment without givens."""
+    from course_utils import variants
+
+    if givens_for(assignment, None) is None:
+        return []
+    out, seen = [], set()
+    for i in range(50 * n):
+        g = variants.givens(assignment, student=f"student{i:03d}")
+        if g.variant not in seen:
+            seen.add(g.variant)
+            out.append(g.student)
+            if len(out) == n:
+                return out
+    raise RuntimeError(f"{assignment}: fewer than {n} distinct variants among {50 * n} ids")
+
+
+def judge_tour(client, nb, assignment: str, rules, cases: dict) -> dict:
+    """In the reference's kernel after its run: ``{"students": {student: {grade_id:
+    [submissions, kernel error]}}, "draws": {key: {grade_id: [submissions, kernel error]}}}``.
+
+    *students* (:func:`tour_students`): ``G`` set to the student's numbers, then every cell
+    that follows the givens (:func:`follows_the_givens`) and every test cell whose inputs are
+    not drawn, run again in order; *draws*: with the base numbers back (and the cells that
+    follow them run again), for each of :data:`TOUR_KEYS` the hidden inputs of that key set in
+    the kernel and each test cell with drawn inputs run again. The reference's own draw
+    (``cases``) is put back after; ``nb`` is left as it was."""
+    saved = list(nb.cells)  # (nbclient puts each cell it runs into nb.cells[index])
+    try:
+        return _judge_tour(client, nb, assignment, rules, cases)
+    finally:
+        nb.cells = saved
+
+
+def _rerun(client, cell, index: int):
+    """A copy of ``cell`` run again at ``index``: the copy, with its outputs."""
+    again = nbformat.from_dict(copy.deepcopy(cell))
+    client.execute_cell(again, index)
+    return again
+
+
+def _recorded(cell) -> list:
+    """``[submissions, kernel error]`` of a test cell that ran."""
+    return [[list(p) for p in judge.submissions(cell)], judge.kernel_error(cell)]
+
+
+def _judge_tour(client, nb, assignment: str, rules, cases: dict) -> dict:
+    def run(code: str) -> None:
+        client.execute_cell(nbformat.v4.new_code_cell(code), 0)
+
+    drawn = set(getattr(rules, "HIDDEN_CASES", {}))
+    out: dict[str, dict] = {"students": {}, "draws": {}}
+    follows = follows_the_givens(nb.cells)
+    cells = [(i, c) for i, c in enumerate(nb.cells)
+             if (follows[i] and not (is_test_cell(c) and _meta(c)["grade_id"] in drawn))
+             or (is_test_cell(c) and _meta(c)["grade_id"] not in drawn)]
+    students = tour_students(assignment)
+    if students:
+        run("_tour_base_G = G")
+    for student in students:
+        run(f"G = variants.givens({assignment!r}, student={student!r})")
+        seen = out["students"][student] = {}
+        for index, cell in cells:
+            again = _rerun(client, cell, index)
+            if is_test_cell(cell):
+                seen[_meta(cell)["grade_id"]] = _recorded(again)
+    if students:  # the base numbers back, and what the cells built from them
+        run("G = _tour_base_G\ndel _tour_base_G")
+        for index, cell in cells:
+            if not is_test_cell(cell):
+                _rerun(client, cell, index)
+    tests = {_meta(c)["grade_id"]: (i, c) for i, c in enumerate(nb.cells) if is_test_cell(c)}
+    for key in TOUR_KEYS if drawn else ():
+        run(_set_cases(judge.hidden_cases(rules, key)))
+        out["draws"][key] = {gid: _recorded(_rerun(client, tests[gid][1], tests[gid][0]))
+                             for gid in sorted(drawn)}
+    if drawn:
+        run(_set_cases(cases))
+    return out
+
+
+def _set_cases(cases: dict) -> str:
+    """Kernel code that makes ``cases`` the hidden inputs its checks read."""
+    return (f"import os as _os\n_os.environ['COURSE_HIDDEN_CASES'] = "
+            f"{json.dumps(json.dumps(cases))}\ndel _os")
 
 
 @contextlib.contextmanager

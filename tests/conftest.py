@@ -8,8 +8,8 @@ reads), so this file gives xdist a scheduler whose groups come from the test id
 (:func:`group_of`):
 
 * the cells of one notebook (nbval runs them in one kernel, in order): group = the notebook;
-* the tests of one assignment in ``test_assignments.py`` and ``test_grading_integrity.py``
-  (they share :func:`graded` and :func:`reference`): group = ``grading-<assignment>``;
+* the tests of one assignment in the grading files (:data:`_GRADING_FILES`; they share
+  :func:`graded`, :func:`valued` and :func:`reference`): group = ``grading-<assignment>``;
 * the tests of a file in :data:`SHARED_FILES` or :data:`HEAVY_FILES` (a module-scoped
   fixture): group = the file.
 
@@ -43,6 +43,9 @@ REFERENCE_CACHE = ROOT / ".cache" / "reference"
 # (everything that runs a reference without naming a cache, the report's copied-answer check
 # among them, finds it there: grading.reference.CACHE_ENV)
 os.environ["COURSE_REFERENCE_CACHE"] = str(REFERENCE_CACHE)
+# Each reference run goes on its judge tour (grading.reference.judge_tour: 20 students'
+# numbers, 3 other draws) in the same kernel: the tests judge what it recorded, no second kernel.
+os.environ["COURSE_REFERENCE_TOUR"] = "1"
 
 # Per-student numbers (course_utils.variants): the tests see the base numbers whatever identity
 # this machine has (a student's `make lab` records one, a hub sets its user), unless a test sets
@@ -62,7 +65,7 @@ SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.p
 # Files whose shared fixture runs for minutes: queued first, with the grading groups.
 HEAVY_FILES = {"tests/test_student_copy.py", "tests/test_grading_host.py", "tests/test_slurm.py"}
 _GRADING_FILES = {"tests/test_assignments.py", "tests/test_grading_integrity.py",
-                  "tests/test_visible_checks.py"}
+                  "tests/test_visible_checks.py", "tests/test_variant_grading.py"}
 _ASSIGNMENT = re.compile(r"\[(a\d+_[a-z_]+?)(?:-|\])")
 # Queue order for parallel runs (lower first): the long groups go out first.
 _COST = {"heavy": 0, "grading": 0, "notebook": 1, "file": 2, "test": 3}

@@ -412,7 +412,11 @@ def test_reference_runs_are_cached_by_content(tmp_path):
     fake = {"submissions": {"q1_test": []}, "max_cell_s": 1.5, "problems": []}
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(fake))
-    assert integrity.reference_run(name, cache=cache) == {f"{name}.ipynb": fake}  # not re-run
+    assert integrity.reference_run(name, cache=cache, tour=False) == {f"{name}.ipynb": fake}
+    # (not re-run); a run asked for with its judge tour is reused only if it holds one
+    toured = dict(fake, tour={"students": {}, "draws": {}})
+    path.write_text(json.dumps(toured))
+    assert integrity.reference_run(name, cache=cache, tour=True) == {f"{name}.ipynb": toured}
     stale = path.with_name(f"{name}.0123456789abcdef.json")
     path.rename(stale)  # what an edit to the solution or to course_utils leaves behind
     assert integrity.reference_cache_path(name, f"{name}.ipynb", cache) != stale
@@ -787,51 +791,36 @@ _DRAWN = [a for a in ASSIGNMENTS if getattr(judge.load(a), "HIDDEN_CASES", None)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _DRAWN)
-def test_the_reference_passes_its_judge_on_every_draw(name):
-    """Hidden inputs drawn per submission (``HIDDEN_CASES``): the reference solution, run once
-    in the sandbox, then its test cells again on the cases of three more keys (as three other
-    students would get them), passes its judge on every draw; the cases differ between keys
-    and no judge message names them."""
+def test_the_reference_passes_its_judge_on_every_draw(name, reference):
+    """Hidden inputs drawn per submission (``HIDDEN_CASES``): the reference solution's run goes
+    on to run its test cells again on the cases of three more keys (as three other students
+    would get them: ``grading.reference.judge_tour``); each passes its judge on every draw,
+    the cases differ between keys, and no submitted name carries them."""
     import json
 
-    import nbformat
+    from grading import reference as ref_run
 
     rules = judge.load(name)
-    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
-    keys = ["student-a", "student-b", "student-c"]
+    keys = list(ref_run.TOUR_KEYS)
     draws = [judge.hidden_cases(rules, k) for k in keys]
     for gid in rules.HIDDEN_CASES:
         assert len({json.dumps(d[gid]) for d in draws}) == len(keys), f"{gid}: the same cases"
-    client = integrity.sandboxed_client(nb, draws[0], timeout=300, kernel_name="python3",
-                                        allow_errors=True,
-                                        resources={"metadata": {"path": str(ROOT)}})
-    with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type == "code":
-                client.execute_cell(cell, index)
-        tests = {integrity._meta(c)["grade_id"]: (i, c) for i, c in enumerate(nb.cells)
-                 if integrity.is_test_cell(c)}
-        names = {}
-        for key, cases in zip(keys, draws):
-            if key != keys[0]:
-                set_env = nbformat.v4.new_code_cell(
-                    f"import os as _os\n_os.environ['COURSE_HIDDEN_CASES'] = "
-                    f"{json.dumps(json.dumps(cases))}")
-                client.execute_cell(set_env, 0)
-            for gid in rules.HIDDEN_CASES:
-                index, cell = tests[gid]
-                again = nbformat.from_dict(cell)
-                client.execute_cell(again, index)
-                subs = judge.submissions(again)
-                # every submission submits the same names as the reference (the judge
-                # requires it): a draw may change values and shapes, not the structure
-                assert [n for n, _ in subs] == names.setdefault(gid, [n for n, _ in subs]), (
-                    f"{name} {gid}: the cases of {key} change the names submitted")
-                verdict = judge.judge_cell(rules, gid, subs, subs, judge.kernel_error(again),
-                                           cases[gid], cases[gid])
-                assert verdict.passed, f"{name} {gid} on the cases of {key}: {verdict.message}"
-                for n, _ in subs:  # names carry no inputs
-                    assert not any(json.dumps(x) in n for x in cases[gid] if x not in (0, 1)), n
+    [run] = reference(name).values()
+    toured = run["tour"]["draws"]
+    assert list(toured) == keys
+    for key, cases in zip(keys, draws):
+        assert set(toured[key]) == set(rules.HIDDEN_CASES)
+        for gid, (subs, error) in toured[key].items():
+            # every submission submits the same names as the reference (the judge requires
+            # it): a draw may change values and shapes, not the structure
+            assert [n for n, _ in subs] == [n for n, _ in run["submissions"][gid]], (
+                f"{name} {gid}: the cases of {key} change the names submitted")
+            subs = [tuple(p) for p in subs]
+            verdict = judge.judge_cell(rules, gid, subs, subs, error and tuple(error),
+                                       cases[gid], cases[gid])
+            assert verdict.passed, f"{name} {gid} on the cases of {key}: {verdict.message}"
+            for n, _ in subs:  # names carry no inputs
+                assert not any(json.dumps(x) in n for x in cases[gid] if x not in (0, 1)), n
 
 
 # ------------------------------------------------------------------ a class with its own numbers

@@ -93,6 +93,19 @@ def test_70b_stages_exceed_16n_over_32_by_the_norms_tp_keeps_whole():
     assert scale_memory.course_formula("70B", 4, 2, 4) == 16 * N70 / 32
 
 
+@pytest.mark.parametrize("model,tp,pp,dp,rank,strategy", [
+    ("tiny", 2, 2, 3, 5, "fsdp2"), ("7B", 1, 1, 8, 3, "ddp"), ("7B", 1, 1, 12, 11, "fsdp2"),
+    ("7B", 2, 4, 5, 37, "fsdp2"), ("70B", 8, 3, 7, 121, "fsdp2"), ("70B", 4, 2, 4, 31, "fsdp2")])
+def test_one_layer_counted_per_layer_equals_the_whole_stage(model, tp, pp, dp, rank, strategy):
+    """rank_state builds one layer of the stage and counts it once per layer: the same bytes,
+    elements and padding as building every layer (uneven stages, padded chunks, TP, DDP)."""
+    short = scale_memory.rank_state(model, tp, pp, dp, rank, strategy)
+    full = scale_memory.rank_state(model, tp, pp, dp, rank, strategy, full=True)
+    for key in ("weights", "grads", "optimizer", "total", "params", "padded", "layers"):
+        assert short[key] == full[key], key
+    assert short["layers"] > 1
+
+
 # ------------------------------------------------------------------------------ collectives
 
 

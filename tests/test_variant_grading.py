@@ -74,62 +74,36 @@ def test_every_variant_keeps_its_mistakes_wrong_and_apart(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", WITH_GIVENS)
-def test_the_reference_passes_its_judge_for_20_students(name):
-    """The reference solution, run once in the sandbox with the base numbers, then every cell
-    that reads the givens (or what a cell built from them) and every test cell of numbers
-    again with each of 20 students' numbers (20 distinct variants, as the grader's kernel draws
-    them), passes its judge for every student: the solution notebook and the judge agree on
-    every variant, and the base numbers' answers are wrong for a student wherever that
-    student's answers differ."""
-    import copy
+def test_the_reference_passes_its_judge_for_20_students(name, reference):
+    """The reference solution's run goes on to 20 students' numbers (20 distinct variants, as
+    the grader's kernel draws them: ``grading.reference.judge_tour``), re-running every cell
+    that reads the givens (or what a cell built from them) and every test cell of numbers; each
+    test cell's values pass its judge for every student: the solution notebook and the judge
+    agree on every variant, and the base numbers' answers are wrong for a student wherever
+    that student's answers differ."""
+    from grading import reference as ref_run
 
-    import nbformat
-
-    from grading import integrity
-
-    nb = nbformat.read(integrity.ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    [run] = reference(name).values()
+    students = run["tour"]["students"]
+    assert list(students) == ref_run.tour_students(name) and len(students) == 20
     rules = judge.load(name)
-    students, seen = [], set()
-    for i in range(200):
-        g = variants.givens(name, student=f"student{i:03d}")
-        if g.variant not in seen:
-            seen.add(g.variant)
-            students.append(g)
-        if len(students) == 20:
-            break
-    assert len(students) == 20
-    client = integrity.sandboxed_client(nb, judge.hidden_cases(rules, judge.REFERENCE_KEY),
-                                        student="", timeout=300, kernel_name="python3",
-                                        allow_errors=True,
-                                        resources={"metadata": {"path": str(integrity.ROOT)}})
-    drawn = set(getattr(rules, "HIDDEN_CASES", {}))  # (functions on hidden cases: not numbers)
-    follows = integrity.follows_the_givens(nb.cells)
-    cells = [(i, c) for i, c in enumerate(nb.cells)
-             if (follows[i] and variants.switch_of(c.source) is None
-                 and not (integrity.is_test_cell(c) and integrity._meta(c)["grade_id"] in drawn))
-             or (integrity.is_test_cell(c) and integrity._meta(c)["grade_id"] not in drawn)]
-    tests = [(i, c) for i, c in cells if integrity.is_test_cell(c)]
-    assert tests, f"{name}: no test cell reads the givens"
-    with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            client.execute_cell(cell, index)
-        base_subs = {integrity._meta(c)["grade_id"]: judge.submissions(c) for _, c in tests}
-        for g in students:
-            client.execute_cell(nbformat.v4.new_code_cell(
-                f"G = variants.givens({name!r}, student={g.student!r})\nprint(G.variant)"), 0)
-            for index, cell in cells:
-                again = copy.deepcopy(cell)
-                client.execute_cell(again, index)
-                if integrity.is_test_cell(again):
-                    gid = integrity._meta(again)["grade_id"]
-                    subs = judge.submissions(again)
-                    verdict = judge.judge_cell(rules, gid, subs, subs, judge.kernel_error(again),
-                                               givens=g)
-                    assert verdict.passed, (g.student, dict(g), gid, verdict.message)
-                    # the base numbers' values are wrong for this student (where they differ)
-                    base = base_subs[gid]
-                    if subs != base:
-                        assert not judge.judge_cell(rules, gid, base, base, givens=g).passed
+    drawn = set(getattr(rules, "HIDDEN_CASES", {}))
+    tested = {g for g in run["submissions"] if g not in drawn}
+    assert tested, f"{name}: no test cell of numbers"
+    changed = 0
+    for student, cells in students.items():
+        g = variants.givens(name, student=student)
+        assert set(cells) == tested, (student, set(cells) ^ tested)
+        for gid, (subs, error) in cells.items():
+            subs = [tuple(p) for p in subs]
+            verdict = judge.judge_cell(rules, gid, subs, subs, error and tuple(error), givens=g)
+            assert verdict.passed, (student, dict(g), gid, verdict.message)
+            base = [tuple(p) for p in run["submissions"][gid]]
+            if subs != base:  # the base numbers' values are wrong for this student
+                changed += 1
+                assert not judge.judge_cell(rules, gid, base, base, givens=g).passed, (
+                    student, gid)
+    assert changed, f"{name}: no student's answers differ from the base numbers'"
 
 
 def test_the_identity_shown_is_read_from_hostile_outputs_without_failing():

@@ -480,8 +480,10 @@ print("PyTorch's parts equal one process (losses, and every rank's gathered weig
 # write the 3-D step yourself, with plain point-to-point calls, the DP average by all-reduce
 # and ZeRO-1's all-gather by hand, and Megatron's "f" operator, both run on real ranks against
 # one process on meshes the notebook does not show; then debug five short data-parallel
-# programs, each broken by a pitfall real training runs have had (one of them hangs). This is
-# the course's last module. After it, take module 7's checklist to a real multi-GPU run (NCCL
+# programs, each broken by a pitfall real training runs have had (one of them hangs). Two modules
+# follow: module 11 sizes the lesson's own configurations (7B to 405B, up to 16,384 ranks) with
+# PyTorch's real sharding on a fake process group, and module 12 saves and resumes this module's
+# trainer. After the course, take module 7's checklist to a real multi-GPU run (NCCL
 # instead of gloo, a synchronize or CUDA events around everything you time,
 # `torch.cuda.max_memory_allocated()` for the peak, the profiler's GPU timeline) and read the
 # papers under *References* in the course README: Megatron-LM's interleaved schedule and
