@@ -8,7 +8,7 @@ pass its own judge, and runs only when the solution and its judge are git's ``HE
 
 With ``tour=True`` the same kernel then goes on a judge tour (:func:`judge_tour`): the cells
 that follow the givens and the test cells again with 20 other students' numbers, and the test
-cells with hidden inputs on three other keys' draws, their submissions recorded for the tests to
+cells with hidden inputs on two other keys' draws, their submissions recorded for the tests to
 judge at value level (one kernel per assignment serves the reference and these checks).
 """
 
@@ -337,7 +337,7 @@ def _variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
 
 
 TOUR_STUDENTS = 20  # students with distinct numbers on the judge tour
-TOUR_KEYS = ("student-a", "student-b", "student-c")  # submission keys whose draws it runs
+TOUR_KEYS = ("student-a", "student-b")  # two more draws beside the reference's own
 
 
 def tour_students(assignment: str, n: int = TOUR_STUDENTS) -> list[str]:

@@ -236,8 +236,8 @@ VALUE_KINDS = ("correct", "wrong", "raises", "fake_values", "uses_helper", "hone
 
 # A class of 24 a1 submissions that meets every path of grading at once (right, wrong, unit and
 # typical mistakes, cheats, attacks on the judge and on the course data, unreadable and missing
-# notebooks, copied answers): the executors are compared on it (tests/test_slurm.py,
-# benchmarks/grading_executors.py).
+# notebooks, copied answers): benchmarks/grading_executors.py times the executors on it, and
+# tests/test_slurm.py grades, both ways, the part of it that meets a Slurm task's surroundings.
 EXECUTOR_CLASS = [
     "correct", "wrong", "unit_gib", "unit_bytes", "raises", "edited_tests", "deleted_tests",
     "fake_values", "patch_isclose", "patch_sys_modules", "patch_builtins", "shadow_course_utils",

@@ -792,10 +792,10 @@ _DRAWN = [a for a in ASSIGNMENTS if getattr(judge.load(a), "HIDDEN_CASES", None)
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _DRAWN)
 def test_the_reference_passes_its_judge_on_every_draw(name, reference):
-    """Hidden inputs drawn per submission (``HIDDEN_CASES``): the reference solution's run goes
-    on to run its test cells again on the cases of three more keys (as three other students
-    would get them: ``grading.reference.judge_tour``); each passes its judge on every draw,
-    the cases differ between keys, and no submitted name carries them."""
+    """Hidden inputs drawn per submission (``HIDDEN_CASES``): the reference solution, run on
+    its own draw, goes on to run its test cells again on the cases of two more keys (as two
+    other students would get them: ``grading.reference.judge_tour``); each passes its judge on
+    every draw, the three draws differ, and no submitted name carries them."""
     import json
 
     from grading import reference as ref_run
@@ -803,8 +803,10 @@ def test_the_reference_passes_its_judge_on_every_draw(name, reference):
     rules = judge.load(name)
     keys = list(ref_run.TOUR_KEYS)
     draws = [judge.hidden_cases(rules, k) for k in keys]
+    own = judge.hidden_cases(rules, judge.REFERENCE_KEY)
     for gid in rules.HIDDEN_CASES:
-        assert len({json.dumps(d[gid]) for d in draws}) == len(keys), f"{gid}: the same cases"
+        assert len({json.dumps(d[gid]) for d in [own, *draws]}) == len(keys) + 1, (
+            f"{gid}: the same cases")
     [run] = reference(name).values()
     toured = run["tour"]["draws"]
     assert list(toured) == keys

@@ -345,14 +345,23 @@ def test_post_validation_equals_the_global_check_in_order(seed):
 
 
 def test_measured_bubble_follows_the_simulation():
-    """The lecture's claims: on real ranks ZB-H1 idles less than 1F1B, neither below the
-    simulation, and each rank holds the activations predicted."""
-    rows = zbp.measure_schedules(2, 4, ("1f1b", "zb-h1"), op_time_s=0.01, steps=2)
+    """The lecture's claims: on real ranks ZB-H1 idles less than 1F1B, no schedule (the V ones,
+    ZB-V and DualPipeV, too) idles less than its simulation on any rank, and each rank holds
+    the activations predicted (a V's last rank, which turns the V, at most that)."""
+    schedules = ("1f1b", "zb-h1", "zbv", "dualpipev")
+    rows = zbp.measure_schedules(2, 4, schedules, op_time_s=0.01, steps=2)
     sim = {s: ps.simulate(s, 2, 4, backward_ratio=2.0) for s in rows}
     assert rows["zb-h1"]["idle"] < rows["1f1b"]["idle"]
     for s, row in rows.items():
         row["timeline"].check()
-        assert row["idle"] >= sim[s].idle_fraction() - 0.03
-        assert row["peak"] == sim[s].peak_activations()
+        assert row["idle"] >= sim[s].idle_fraction() - 0.03, s
+        for measured, simulated in zip(row["rank_idle"], sim[s].rank_idle_fractions()):
+            assert measured >= simulated - 0.03, (s, row["rank_idle"])
+        predicted = sim[s].peak_activations()
+        if s in zbp.TORCH:
+            assert max(row["peak"]) == max(predicted), (s, row["peak"], predicted)
+            assert all(m <= p for m, p in zip(row["peak"], predicted)), (s, row["peak"])
+        else:
+            assert row["peak"] == predicted, (s, row["peak"], predicted)
     with pytest.raises(ValueError, match="schedule must be one of"):
         zbp.measure_schedules(2, 4, ("gpipe",))

@@ -584,8 +584,8 @@ plt.show()
 # microbatch across every rank twice, twice as many messages as ZB-H1, and their ops (a chunk's)
 # are half as long. On a CPU, where a message and a wake-up cost around a millisecond
 # (`benchmarks/zero_bubble.py` prints the excess per op), that can cost them more than the
-# simulation says they save. (`tests/test_zero_bubble.py` asserts that ZB-H1 idles less than
-# 1F1B on real ranks, and that neither idles less than its simulation.)
+# simulation says they save. (`tests/test_zero_bubble.py` asserts, on real ranks, that ZB-H1
+# idles less than 1F1B and that no schedule idles less than its simulation on any rank.)
 #
 # ## What they cost: memory, and the optimizer's global check
 #
