@@ -169,12 +169,12 @@ def reference():
 def graded(tmp_path_factory):
     """``graded(name) -> GradedRun``, made once per assignment per test session.
 
-    One autograde (2 workers) grades, in sandboxed kernels, the kinds only a kernel can show
-    (``synthetic.kernel_kinds``: the reference as a student, the blank release, the typical
-    mistake's own code, the assignment's own attacks, and the attacks on the grader's machinery
-    where ``synthetic.MECHANICS_ON`` says; every kind on ``synthetic.KERNEL_EVERYTHING``); then
-    feedback and the report. The kinds whose point is their values are graded by
-    :func:`valued`. The tests of ``test_assignments.py`` and ``test_grading_integrity.py``
+    One autograde (2 workers; 1 for two submissions) grades, in sandboxed kernels, the kinds
+    only a kernel can show (``synthetic.kernel_kinds``: the reference as a student, the blank
+    release, the typical mistake's own code, the assignment's own attacks, and the attacks on
+    the grader's machinery where ``synthetic.MECHANICS_ON`` says; every kind on
+    ``synthetic.KERNEL_EVERYTHING``); then feedback and the report. The kinds whose point is
+    their values are graded by :func:`valued`. The tests of the grading files
     assert on the shared results.
     """
     from grading import integrity, synthetic, workflow
@@ -197,8 +197,12 @@ def graded(tmp_path_factory):
         workflow.register(name, data, release_dir=release)
         before = _snapshot()
         order = [c.student for c in cases if c.slow] + [c.student for c in cases if not c.slow]
-        run = workflow.autograde(name, workers=2, data=data, students=order, timeout=timeout,
-                                 register_first=False, reference_cache=REFERENCE_CACHE)
+        # (two submissions: one nbgrader process grades both, one import of nbgrader and the
+        # judge fewer; the suite is CPU-bound, and every larger class is graded by two)
+        workers = 1 if len(cases) <= 2 else 2
+        run = workflow.autograde(name, workers=workers, data=data, students=order,
+                                 timeout=timeout, register_first=False,
+                                 reference_cache=REFERENCE_CACHE)
         workflow.feedback(name, data=data)
         after = _snapshot()
         # changed or deleted files, and new files except reference runs (another worker may be
