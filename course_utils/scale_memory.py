@@ -129,9 +129,8 @@ def _count(model: str, tp: int, pp: int, dp: int, strategy: str,
            full: bool) -> dict[str, Any]:
     import torch.distributed as dist
 
-    s = llama_shapes.shape(model)
-    stage = dist.get_rank() // (dp * tp)
-    n = len(llama_shapes.stage_layers(s.layers, pp, stage))
+    stage = mesh_coords(dist.get_rank(), tp, pp, dp)["pp"]
+    n = len(llama_shapes.stage_layers(llama_shapes.shape(model).layers, pp, stage))
     module, _ = shard_stage(model, tp, pp, dp, strategy, n_layers=None if full else min(n, 1))
     return state_bytes(module, layers=n)
 

@@ -326,9 +326,8 @@ def _variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
             setup = nbformat.v4.new_code_cell(f"G = G.replaced(**{values!r})")
             client.execute_cell(setup, index)
             for a in answers_of[gid]:  # (outputs not kept: a copy runs)
-                client.execute_cell(nbformat.from_dict(copy.deepcopy(nb.cells[a])), a)
-            again = nbformat.from_dict(copy.deepcopy(cell))
-            client.execute_cell(again, index)
+                _rerun(client, nb.cells[a], a)
+            again = _rerun(client, cell, index)
             out.setdefault(gid, []).extend(visible_traces(
                 nbformat.v4.new_notebook(cells=[again]))[gid])
         client.execute_cell(nbformat.v4.new_code_cell(

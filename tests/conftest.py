@@ -44,7 +44,7 @@ REFERENCE_CACHE = ROOT / ".cache" / "reference"
 # among them, finds it there: grading.reference.CACHE_ENV)
 os.environ["COURSE_REFERENCE_CACHE"] = str(REFERENCE_CACHE)
 # Each reference run goes on its judge tour (grading.reference.judge_tour: 20 students'
-# numbers, 3 other draws) in the same kernel: the tests judge what it recorded, no second kernel.
+# numbers, 2 more draws of the hidden inputs) in the same kernel: the tests judge what it recorded, no second kernel.
 os.environ["COURSE_REFERENCE_TOUR"] = "1"
 
 # Per-student numbers (course_utils.variants): the tests see the base numbers whatever identity
