@@ -460,13 +460,16 @@ def check(name: str, job: Job, results: Any, label: str = "") -> None:
 
 def demo(name: str, job: Job | None = None, timeout_s: float | None = None) -> list[dict] | None:
     """Run the broken program ``name`` on real ranks and print how it differs from one process;
-    a hang is stopped after ``timeout_s`` (default: 10 s for ``loss_logging``, which hangs,
-    60 s for the others) and the ranks' stacks printed. Returns the ranks' results (or None)."""
+    a hang is stopped after ``timeout_s`` (default: 3 s for ``loss_logging``, which hangs, 60 s
+    for the others) and the ranks' stacks printed. Returns the ranks' results (or None)."""
     from course_utils import launch
 
     fn = _program(name)
     job = JOBS[name] if job is None else job
-    timeout_s = (10.0 if name == "loss_logging" else 60.0) if timeout_s is None else timeout_s
+    hangs = name == "loss_logging"
+    timeout_s = (3.0 if hangs else 60.0) if timeout_s is None else timeout_s
+    if hangs:  # the ranks' first start in a kernel imports torch: not the program's time
+        launch.run(launch.ping, job.world_size, timeout_s=60, show_output=False)
     order = sampler_order(job) if name == "epochs" else None
     want = one_device(job, order=order)
     try:

@@ -128,15 +128,15 @@ def test_the_accumulation_program_all_reduces_every_microbatch():
     assert [r["all_reduces"] for r in fixed] == [[1] * job.steps] * 2
 
 
-def test_the_hang_ends_in_bounded_time_showing_each_ranks_line():
+def test_the_hang_ends_in_bounded_time_showing_each_ranks_line(capsys):
     """loss_logging deadlocks: rank 0 in the metrics group's all-reduce, rank 1 in the
-    gradients'; the timeout names both ranks and shows the program's own lines."""
+    gradients'; the demonstration (its ranks' start warmed first, then 3 s) names both ranks
+    and shows the program's own lines."""
     t0 = time.monotonic()
-    with pytest.raises(launch.LaunchTimeout) as hung:
-        pitfalls.run(pitfalls.PROGRAMS["loss_logging"], pitfalls.JOBS["loss_logging"],
-                     timeout_s=10)
-    assert time.monotonic() - t0 < 25
-    text = str(hung.value)
+    assert pitfalls.demo("loss_logging") is None
+    assert time.monotonic() - t0 < 30
+    text = capsys.readouterr().out
+    assert text.startswith("loss_logging on 2 ranks: no result after 3 s."), text[:300]
     rank0, rank1 = text.split("--- rank 1 ---")
     assert "in log_mean" in rank0 and "dist.all_reduce(t, group=group)" in rank0
     assert "in log_mean" not in rank1 and "dist.all_reduce(p.grad)" in rank1
