@@ -608,7 +608,7 @@ None
 # %% [markdown]
 # ### Q8. A run that hangs (3 points)
 #
-# This one never finishes: the demonstration stops it after 10 seconds and shows where each
+# This one never finishes: the demonstration stops it after 3 seconds and shows where each
 # rank was waiting.
 
 # %%
