@@ -219,12 +219,14 @@ MECHANICS_ON = {"a1_training_state": MECHANICS,
                 "a2_data_parallel": frozenset({"swallows_interrupt", "late_process"})}
 
 # Where each kind is graded in the test suite (issue 35). A kernel shows what only a kernel can:
-# the reference solution and the blank release running, a typical mistake's own code, the
-# attacks an assignment's questions invite (OWN_ATTACKS) and the grader's machinery
-# (MECHANICS_ON). Every other kind's point is its values: it is graded on values alone on every
-# assignment (grading.valuegrade: the same judge, verdicts and report, no kernel), and, on
-# KERNEL_EVERYTHING, in a kernel too (one assignment meets every path end to end).
-KERNEL_EVERYWHERE = frozenset({"correct", "unanswered"})
+# the reference solution running (its own run, on every assignment: grading.reference) and the
+# blank release graded, a typical mistake's own code, the attacks an assignment's questions
+# invite (OWN_ATTACKS) and the grader's machinery (MECHANICS_ON). Every other kind's point is its
+# values, the right answers ("correct": the reference's own values) among them: it is graded on
+# values alone on every assignment (grading.valuegrade: the same judge, verdicts and report, no
+# kernel), and, on KERNEL_EVERYTHING, in a kernel too (one assignment meets every path end to
+# end, the right notebook's full marks in nbgrader's gradebook among them).
+KERNEL_EVERYWHERE = frozenset({"unanswered"})
 # A typical mistake is graded on values (its code run with the student's givens, outside a
 # kernel) except where its code needs the notebook around it:
 TYPICAL_IN_A_KERNEL = {"a7_measuring": "its code reads RUN_A, the table the notebook builds",

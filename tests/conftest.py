@@ -170,8 +170,8 @@ def graded(tmp_path_factory):
     """``graded(name) -> GradedRun``, made once per assignment per test session.
 
     One autograde (2 workers; 1 for two submissions) grades, in sandboxed kernels, the kinds
-    only a kernel can show (``synthetic.kernel_kinds``: the reference as a student, the blank
-    release, the typical mistake's own code, the assignment's own attacks, and the attacks on
+    only a kernel can show (``synthetic.kernel_kinds``: the blank release, the typical
+    mistake's own code, the assignment's own attacks, and the attacks on
     the grader's machinery where ``synthetic.MECHANICS_ON`` says; every kind on
     ``synthetic.KERNEL_EVERYTHING``); then feedback and the report. The kinds whose point is
     their values are graded by :func:`valued`. The tests of the grading files

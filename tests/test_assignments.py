@@ -1,11 +1,13 @@
 """Every assignment: release in sync and free of solutions; the reference passes its own tests;
-an autograde round trip gives the solution full marks and the blank release 0; feedback names
-mistakes without showing hidden tests.
+an autograde round trip gives the blank release 0 (and, where graded in a kernel, the solution
+full marks and a typical mistake partial marks); feedback names mistakes without showing hidden
+tests.
 
 The round trip is the shared autograde of ``conftest.graded`` (the same run the integrity tests
-use): its ``correct``, ``unanswered`` (and, where graded in a kernel, ``typical_mistake``)
-students are the reference, the
-blank release and a typical mistake (``grading.synthetic.TYPICAL_MISTAKES``).
+use): its ``unanswered`` student is the blank release, ``correct`` the reference (in a kernel on
+``synthetic.KERNEL_EVERYTHING``; on values alone everywhere, after the reference's own run in
+the sandbox: tests/test_grading_integrity.py) and ``typical_mistake`` a typical mistake
+(``grading.synthetic.TYPICAL_MISTAKES``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading import judge
+from grading import judge, synthetic
 from grading.synthetic import TYPICAL_MISTAKES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +63,7 @@ def test_release_is_in_sync_with_solutions(name, graded, reference):
     from grading import visible
 
     committed = ROOT / "assignments" / name / f"{name}.ipynb"
-    from grading import judge
+    from grading import judge, synthetic
 
     generated = nbformat.read(graded(name).release / f"{name}.ipynb", as_version=4)
     # (the committed sealed tables are checked, not made again: visible.committed_sealer)
@@ -97,37 +99,38 @@ def test_reference_solution_passes_every_test(name, reference):
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_autograde_round_trip(name, graded):
-    """solution -> full autograded marks; blank release -> 0; a typical mistake graded in a
-    kernel -> partial marks with the mistake named in the feedback; feedback hides hidden
-    tests."""
+    """blank release -> 0; solution -> full autograded marks, and a typical mistake -> partial
+    marks with the mistake named in the feedback, where graded in a kernel; feedback hides
+    hidden tests."""
     from nbgrader.api import Gradebook
 
     g = graded(name)
     data = g.data
     mistake = TYPICAL_MISTAKES.get(name)
-    # (graded in a kernel where its code needs the notebook, and on a1, which grades every kind
-    # in a kernel; elsewhere on values: test_each_value_submission_gets_what_it_deserves)
-    in_kernel = "typical_mistake" in g.cases
+    # (in a kernel on a1, which grades every kind there, and a typical mistake where its code
+    # needs the notebook; elsewhere on values: test_each_value_submission_gets_what_it_deserves)
+    right, typical = "correct" in g.cases, mistake and "typical_mistake" in g.cases
+    assert right or synthetic.kernel_kinds(name) is not None
     with Gradebook(f"sqlite:///{data / 'gradebook.db'}") as gb:
         assignment = gb.find_assignment(name)
         auto_max = sum(c.max_score for nb in assignment.notebooks for c in nb.grade_cells
                        if not c.cell_type == "markdown")
         assert auto_max > 0
-        alice = gb.find_submission(name, "correct")
         bob = gb.find_submission(name, "unanswered")
-        assert alice.code_score == pytest.approx(auto_max), "reference lost autograded points"
         assert bob.code_score == 0, "a blank submission gained points"
-        assert alice.needs_manual_grade  # the explanation question waits for the instructor
-
-        if mistake and in_kernel:
+        if right:
+            alice = gb.find_submission(name, "correct")
+            assert alice.code_score == pytest.approx(auto_max), "reference lost autograded points"
+            assert alice.needs_manual_grade  # the explanation question waits for the instructor
+        if typical:
             carol = gb.find_submission(name, "typical_mistake")
             assert 0 < carol.code_score < auto_max
 
-    if mistake and in_kernel:
+    if typical:
         carol_html = (data / "feedback" / "typical_mistake" / name / f"{name}.html").read_text(
             "utf-8")
         assert mistake[2] in carol_html, "feedback does not name the mistake"
-    if alice.needs_manual_grade:  # feedback before step 5 says so, and gives the automatic part
+    if right:  # feedback before step 5 says so, and gives the automatic part
         page = (data / "feedback" / "correct" / name / f"{name}.html").read_text("utf-8")
         assert "Score: not graded yet /" in page and "written answers: not graded yet" in page
         assert f"Automatic score: {auto_max:.1f} / {auto_max:.1f}" in page
@@ -340,7 +343,7 @@ def test_a5_graded_timelines_are_simulated_and_not_shown_in_lecture_5():
     P and m; the reference answers and the judge agree with the simulation; and no lecture
     prints any of them (lecture 5 prints its own 1F1B timeline, which a student could copy)."""
     from course_utils import pipeline_schedule as ps
-    from grading import judge
+    from grading import judge, synthetic
 
     source = (ROOT / "authoring" / "assignments" / "a5_pipeline.py").read_text(encoding="utf-8")
     q4 = source[source.index("## Q4."):source.index("## Q5.")]
