@@ -39,7 +39,7 @@ bench: setup  ## launcher start-up, notebook run times (module benchmarks: see b
 	$(PY) benchmarks/launch_startup.py
 	$(PY) benchmarks/notebook_times.py
 
-bench-suite: setup  ## the whole suite's wall time and test time by area
+bench-suite: setup  ## the whole suite's wall time, test time by area, and where CPUs sat idle
 	$(PY) benchmarks/test_suite_time.py $(PARALLEL)
 
 clean:
