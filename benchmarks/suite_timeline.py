@@ -23,6 +23,7 @@ import pytest
 
 OUT = Path(os.environ.get("SUITE_TIMELINE", Path(__file__).parent / "results" / "timeline"))
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+_STOP = pytest.StashKey[threading.Event]()  # (the controller's sampler's stop signal)
 
 
 def _cpu() -> tuple[int, int]:
@@ -55,8 +56,6 @@ def pytest_configure(config) -> None:
         threading.Thread(target=_sample, args=(stop,), daemon=True).start()
         config.stash[_STOP] = stop
 
-
-_STOP = pytest.StashKey[threading.Event]()
 
 
 def pytest_unconfigure(config) -> None:

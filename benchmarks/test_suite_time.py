@@ -14,6 +14,7 @@ set-up (a module-scoped fixture is charged to the first test that needs it).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -137,8 +138,6 @@ def main(argv: list[str]) -> int:
         print(timeline(Path(argv[1])))
         return 0
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    import os
-
     import suite_timeline  # (this folder: the plugin the run loads, and where it writes)
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(

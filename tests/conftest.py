@@ -44,7 +44,8 @@ REFERENCE_CACHE = ROOT / ".cache" / "reference"
 # among them, finds it there: grading.reference.CACHE_ENV)
 os.environ["COURSE_REFERENCE_CACHE"] = str(REFERENCE_CACHE)
 # Each reference run goes on its judge tour (grading.reference.judge_tour: 20 students'
-# numbers, 2 more draws of the hidden inputs) in the same kernel: the tests judge what it recorded, no second kernel.
+# numbers, 2 more draws of the hidden inputs) in the same kernel: the tests judge what it
+# recorded, no second kernel.
 os.environ["COURSE_REFERENCE_TOUR"] = "1"
 
 # Per-student numbers (course_utils.variants): the tests see the base numbers whatever identity
@@ -169,7 +170,7 @@ def reference():
 def graded(tmp_path_factory):
     """``graded(name) -> GradedRun``, made once per assignment per test session.
 
-    One autograde (2 workers; 1 for two submissions) grades, in sandboxed kernels, the kinds
+    One autograde (2 workers; 1 for at most two submissions) grades, in sandboxed kernels, the kinds
     only a kernel can show (``synthetic.kernel_kinds``: the blank release, the typical
     mistake's own code, the assignment's own attacks, and the attacks on
     the grader's machinery where ``synthetic.MECHANICS_ON`` says; every kind on
@@ -197,8 +198,8 @@ def graded(tmp_path_factory):
         workflow.register(name, data, release_dir=release)
         before = _snapshot()
         order = [c.student for c in cases if c.slow] + [c.student for c in cases if not c.slow]
-        # (two submissions: one nbgrader process grades both, one import of nbgrader and the
-        # judge fewer; the suite is CPU-bound, and every larger class is graded by two)
+        # (one or two submissions: one nbgrader process grades them, one import of nbgrader
+        # and the judge fewer; the suite is CPU-bound, and every larger class is graded by two)
         workers = 1 if len(cases) <= 2 else 2
         run = workflow.autograde(name, workers=workers, data=data, students=order,
                                  timeout=timeout, register_first=False,

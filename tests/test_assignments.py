@@ -63,7 +63,7 @@ def test_release_is_in_sync_with_solutions(name, graded, reference):
     from grading import visible
 
     committed = ROOT / "assignments" / name / f"{name}.ipynb"
-    from grading import judge, synthetic
+    from grading import judge
 
     generated = nbformat.read(graded(name).release / f"{name}.ipynb", as_version=4)
     # (the committed sealed tables are checked, not made again: visible.committed_sealer)
@@ -343,7 +343,7 @@ def test_a5_graded_timelines_are_simulated_and_not_shown_in_lecture_5():
     P and m; the reference answers and the judge agree with the simulation; and no lecture
     prints any of them (lecture 5 prints its own 1F1B timeline, which a student could copy)."""
     from course_utils import pipeline_schedule as ps
-    from grading import judge, synthetic
+    from grading import judge
 
     source = (ROOT / "authoring" / "assignments" / "a5_pipeline.py").read_text(encoding="utf-8")
     q4 = source[source.index("## Q4."):source.index("## Q5.")]
