@@ -82,6 +82,12 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# The autograded notebook keeps only the metadata later steps read (the kernel's timing marks and
+# anything a student added go; collect has already dropped a submission's unknown metadata).
+c.ClearMetadataPreprocessor.enabled = True
+c.ClearMetadataPreprocessor.preserve_cell_metadata_mask = {"nbgrader", "tags"}
+c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {"kernelspec", "language_info"}
+
 # A student who deletes a test cell gets it back (and is graded by it).
 c.OverwriteCells.add_missing_cells = True
 
@@ -91,12 +97,21 @@ c.OverwriteCells.add_missing_cells = True
 if sys.argv[1:2] and sys.argv[1] in ("autograde", "generate_feedback"):
     c.CourseDirectory.ignore = ["*", ".*"]
 
-# Student content is inert wherever a person opens it (issue 41): the autograded notebook keeps
-# only text and base64 PNG/JPEG outputs, and a written answer's HTML is shown as text
-# (grading.filters.InertStudentContent above); the formgrader and feedback pages, which nbconvert
-# renders from that notebook, also pass every output and markdown cell through nbconvert's HTML
-# sanitizer (bleach), a second layer.
-c.HTMLExporter.sanitize_html = True
+# Student content is inert wherever a person opens it (issues 41, 51): the autograded notebook
+# keeps only text and base64 PNG/JPEG outputs, and a written answer's HTML is shown as text
+# (grading.filters.InertStudentContent above). Every page nbconvert renders (the formgrader's,
+# which loads this file too, and feedback) makes the notebook it reads inert again (InertPage:
+# whatever file that is), bounds what it renders of a student's cells (BoundPageText), renders
+# markdown through grading.inert.markdown2html: nbconvert's renderer, then an allowlist on the
+# rendered HTML (grading.inert.safe_html), and highlights code through
+# grading.inert.highlight_code (and leaves links as safe_html left them:
+# grading.inert.strip_files_prefix). nbconvert's own sanitizer is off: on the rendered cell it keeps
+# bleach's twelve default tags and shows every heading and paragraph as literal tags (issue 50).
+c.HTMLExporter.sanitize_html = False
+c.HTMLExporter.preprocessors = ["grading.filters.InertPage", "grading.filters.BoundPageText"]
+c.HTMLExporter.filters = {"markdown2html": "grading.inert.markdown2html",
+                          "highlight_code": "grading.inert.highlight_code",
+                          "strip_files_prefix": "grading.inert.strip_files_prefix"}
 
 # Feedback shows the student's work and the judge's verdict on each test cell (the judge replaced
 # the cell's outputs while grading), never hidden-test code or a traceback.
@@ -105,7 +120,6 @@ c.GenerateFeedback.preprocessors = [
     "grading.filters.MarkManualPending",
     "nbgrader.preprocessors.ClearHiddenTests",
     "grading.filters.ShowOnlyErrorMessages",
-    "grading.filters.LimitSourceForFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 

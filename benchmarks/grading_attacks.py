@@ -10,7 +10,8 @@ suite's cell timeout (10 s). Prints one row per attack: the attack's score again
 answers deserve, the two classmates' scores against theirs, the side effects (kernel folders
 and cgroups left, the machine's free ``/dev/shm`` inodes at their lowest while grading, a file
 written through the Jupyter API), and the grader's peak memory (the resident set of the
-nbgrader processes, their kernels apart, sampled every 20 ms). Results also go to
+nbgrader processes, their kernels apart, sampled every 20 ms) and CPU seconds (the kernels'
+and their relays' apart; each notebook's own share is in its judge log). Results also go to
 ``benchmarks/results/grading_attacks.json``.
 """
 
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)
 
-from grading import attacks, cgroups, integrity, synthetic, workflow  # noqa: E402
+from grading import attacks, cgroups, integrity, judge, synthetic, workflow  # noqa: E402
 
 A = "a1_training_state"
 HONEST = ["correct", "slow_honest"]
@@ -61,9 +62,10 @@ def one(kind: str, memory_gb: float = 2.0) -> dict:
         honest = [(c, f) for c, f in synthetic.cases_for(A, refs) if c.kind == "correct"]
         attack = [(c, f) for c, f in attacks.host_cases_for(A, host, data, memory_gb)
                   if c.kind in (kind, "slow_honest")]
-        cases = {c.kind: c for c in synthetic.write(honest + attack, data / "submitted", A)}
+        cases = {c.kind: c for c in synthetic.hand_in(honest + attack, data, A)}
         workflow.register(A, data)
         peak, low_inodes, stop = [0], [os.statvfs("/dev/shm").f_ffree], threading.Event()
+        cpu: dict[int, float] = {}  # CPU seconds of each grading process, as last sampled
 
         def sample():
             me = psutil.Process()
@@ -73,6 +75,8 @@ def one(kind: str, memory_gb: float = 2.0) -> dict:
                     try:
                         if "autograde" in p.cmdline():
                             rss = max(rss, p.memory_info().rss)
+                            t = p.cpu_times()
+                            cpu[p.pid] = t.user + t.system
                     except psutil.Error:
                         pass
                 peak[0] = max(peak[0], rss)
@@ -96,11 +100,20 @@ def one(kind: str, memory_gb: float = 2.0) -> dict:
                "limits": by[kind].limits, "left_behind": _leftovers(start),
                "shm_inodes_taken_at_most": inodes_before - low_inodes[0],
                "file_written_by_script": [str(p) for p in pwned],
-               "grader_peak_rss_mb": round(peak[0] / 1e6), "seconds": round(run.seconds, 1)}
-        print(f"{kind:15s} score {by[kind].score:g}/{cases[kind].deserved:g}  classmates "
-              + ", ".join(f"{s} {by[s].score:g}/{cases[s].deserved:g}" for s in HONEST)
+               "grader_peak_rss_mb": round(peak[0] / 1e6), "seconds": round(run.seconds, 1),
+               "grader_cpu_s": round(sum(cpu.values()), 1),
+               "grader_cost": {s: getattr(judge, "read_grader_cost", lambda _: {})(
+                   judge.log_path(data, A, s, A)) for s in (kind, *HONEST)
+                   if by[s].status == "graded"}}
+        def score(s):
+            return f"{by[s].score:g}" if by[s].score is not None else by[s].status
+
+        print(f"{kind:15s} score {score(kind)}/{cases[kind].deserved:g}  classmates "
+              + ", ".join(f"{s} {score(s)}/{cases[s].deserved:g}" for s in HONEST)
               + f"  left {len(row['left_behind'])}  /dev/shm inodes -{row['shm_inodes_taken_at_most']}"
-              f"  grader {row['grader_peak_rss_mb']} MB  {run.seconds:.0f} s"
+              f"  grader {row['grader_peak_rss_mb']} MB, {row['grader_cpu_s']:g} CPU-s "
+              f"({row['grader_cost'].get(kind, {}).get('cpu_s', float('nan')):g} for it)"
+              f"  {run.seconds:.0f} s"
               + (f"  said: {by[kind].limits[0][:60]!r}" if by[kind].limits else ""), flush=True)
         return row
     finally:

@@ -224,7 +224,9 @@ def _visible_passed(name: str, mistakes: bool) -> None:
 def checked_line(names: Sequence[str], mistakes: bool) -> str:
     """What a cell's passed visible checks say (the same whatever the values are)."""
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    what = "type and the known mistakes" if mistakes else "type (one of the allowed values)"
+    # ("some": a cell seals the mistakes its own checks list; the judge names more, issue 50)
+    what = ("type and some known mistakes (grading names more)" if mistakes
+            else "type (one of the allowed values)")
     value = "the values are" if len(names) > 1 else "the value is"
     return f"checked {shown}: {what}; {value} checked when graded"
 

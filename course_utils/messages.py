@@ -69,8 +69,10 @@ def _is_notebook_code(frame, shell) -> bool:
 # ------------------------------------------------------------------------------- the notebook
 
 
-def _code_cells(path: str | None = None) -> list[dict]:
-    """The code cells of the session's notebook (``[]`` if there is none to read)."""
+def _code_cells(path: str | None = None) -> list[tuple[int, dict]]:
+    """``(n, cell)`` of each code cell of the session's notebook, ``n`` its place among all
+    its cells counted from 1, as JupyterLab numbers them ("Cell 17/20" in its status bar);
+    ``[]`` if there is none to read."""
     path = path or os.environ.get("JPY_SESSION_NAME")
     if not path or not os.path.isfile(path) or not path.endswith(".ipynb"):
         return []
@@ -79,7 +81,8 @@ def _code_cells(path: str | None = None) -> list[dict]:
             cells = json.load(f).get("cells", [])
     except (OSError, ValueError, AttributeError):
         return []
-    return [c for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"]
+    return [(n, c) for n, c in enumerate(cells, 1)
+            if isinstance(c, dict) and c.get("cell_type") == "code"]
 
 
 def _source(cell: dict) -> str:
@@ -88,9 +91,9 @@ def _source(cell: dict) -> str:
 
 
 def defining_cell(name: str, path: str | None = None) -> tuple[int, str] | None:
-    """``(n, line)`` of the first code cell (counted from 1) of the session's notebook that
-    assigns, imports or defines ``name``, and the line that does, or None."""
-    for n, cell in enumerate(_code_cells(path), 1):
+    """``(n, line)`` of the first code cell of the session's notebook (``n`` as JupyterLab
+    numbers it) that assigns, imports or defines ``name``, and the line that does, or None."""
+    for n, cell in _code_cells(path):
         source = _source(cell)
         try:
             tree = ast.parse(source)
@@ -127,14 +130,13 @@ def _placeholder_cell(path: str | None = None, at: tuple | None = None) -> tuple
     question when it is a test cell (grade id ``q4`` for ``q4_test``), else the nearest one
     above it; the first one when ``at`` is not in the notebook; None if none."""
     cells = _code_cells(path)
-    stubs = [(n, c) for n, c in enumerate(cells, 1) if PLACEHOLDER in _source(c)]
+    stubs = [(n, c) for n, c in cells if PLACEHOLDER in _source(c)]
     cell_id, source = at or (None, None)
-    here = next((n for n, c in enumerate(cells, 1) if cell_id is not None
+    here = next((n for n, c in cells if cell_id is not None
                  and c.get("id") == cell_id), None) or next(
-        (n for n, c in enumerate(cells, 1) if source and _source(c).strip() == source.strip()),
-        None)
+        (n for n, c in cells if source and _source(c).strip() == source.strip()), None)
     if here is not None:
-        grade_id = str((cells[here - 1].get("metadata") or {}).get("nbgrader", {}).get(
+        grade_id = str((dict(cells)[here].get("metadata") or {}).get("nbgrader", {}).get(
             "grade_id") or "")
         mine = [(n, c) for n, c in stubs if grade_id.endswith("_test") and (
             c.get("metadata") or {}).get("nbgrader", {}).get("grade_id") == grade_id[:-5]]
@@ -148,7 +150,7 @@ def _frame_cell(filename: str) -> tuple[int, str] | None:
     import linecache
 
     source = "".join(linecache.getlines(filename)).strip()
-    for n, cell in enumerate(_code_cells(), 1):
+    for n, cell in _code_cells():
         if source and _source(cell).strip() == source:
             return n, source.splitlines()[0]
     return None
@@ -156,7 +158,7 @@ def _frame_cell(filename: str) -> tuple[int, str] | None:
 
 def _not_answered(where: tuple[int, str] | None, what: str = "") -> str:
     """The line for nbgrader's placeholder still in code cell ``where`` (``(n, first line)``)."""
-    cell = f"code cell {where[0]} (`{where[1][:60]}`)" if where else "its answer cell"
+    cell = f"cell {where[0]} (`{where[1][:60]}`)" if where else "its answer cell"
     return (f"{_RED}Not answered yet{_RESET}: {what}{cell} still holds the placeholder "
             f"`raise NotImplementedError()`: replace it with your answer, then run that cell.")
 
@@ -167,12 +169,12 @@ def _missing_name(name: str, shell) -> str | None:
     found = defining_cell(name)
     if found is not None:
         n, line = found
-        source = _source(_code_cells()[n - 1]).strip()
+        source = _source(dict(_code_cells())[n]).strip()
         if PLACEHOLDER in source:  # (a10's `class CopyToTP`, its body the placeholder)
             return _not_answered((n, source.splitlines()[0]), f"`{name}` is not defined: ")
         if source in {str(text).strip() for text in shell.user_ns.get("_ih", [])}:
             return None  # (it ran: something else is wrong, the traceback says what)
-        return (f"{_RED}NameError{_RESET}: `{name}` is not defined in this kernel: code cell {n} "
+        return (f"{_RED}NameError{_RESET}: `{name}` is not defined in this kernel: cell {n} "
                 f"(`{line[:60]}`) defines it and has not run since the kernel started: "
                 f"{_RUN_ABOVE}.")
     stub = _placeholder_cell(at=getattr(shell, "_course_cell", None))

@@ -20,6 +20,7 @@ import nbformat
 
 from grading import judge, snippets
 from grading.course import ROOT, _meta, is_test_cell
+from grading.grader_attacks import GRADER_ATTACKS, grader_cases
 from grading.synthetic import (Case, _answer_codes, _apply, _first_answer, _notebook,
                                assigned_names, load)
 
@@ -222,9 +223,13 @@ _SCRIPT_OUTPUTS = textwrap.dedent('''
 ''')
 _SCRIPT_ANSWER = ("My explanation. <script>{js}</script><img src=x onerror=\"{js}\"> "
                   "[see this](javascript:{js}) <a href=\"javascript:{js}\">{marker}</a> "
+                  "[escaped](javascript\\:{link}) [entity](jav&#x61;script:{link}) "
+                  "[html](data:text/html,{link}) [files](files/javascript:{link}) "
+                  "[by reference][ref] "
                   "<iframe srcdoc=\"<script>{js}</script>\"></iframe> "
                   "<svg onload=\"{js}\"></svg> <form action=\"javascript:{js}\">"
-                  "<button>{marker}</button></form>")
+                  "<button>{marker}</button></form>\n\n[ref]: javascript&#58;{link}\n")
+LINK_JS = "window.top.__course_pwned=1"  # (a link's script: no space, quote or parenthesis)
 _SHM_INODES = textwrap.dedent('''
     # Every inode of the folder the grader's sockets live in (the machine's /dev/shm on a grader
     # without its own tmpfs per kernel: 3 million inodes that every kernel's folder needs), then
@@ -357,16 +362,18 @@ def _edit_metadata(nb: nbformat.NotebookNode, *, points: float | None = None,
 HOST_ATTACKS = ["cpu_hog", "slow_honest", "reads_host", "links_in_its_folder", "socket_folder",
                 "tmp_flood", "big_file", "huge_prints", "deep_display", "deep_code",
                 "edits_metadata", "inflates_points", "uses_helper_computed", "script_outputs",
-                "shm_inodes", "deep_leftovers", "huge_shapes", "type_names", "forged_report"]
+                "shm_inodes", "deep_leftovers", "huge_shapes", "type_names", "forged_report",
+                *GRADER_ATTACKS]
 # (cpu_hog and slow_honest first: graded at the same time, one in each of two workers)
 
 
-def host_cases_for(assignment: str, host: Host, data: Path,
-                   memory_gb: float = 6.0) -> list[tuple[Case, dict]]:
+def host_cases_for(assignment: str, host: Host, data: Path, memory_gb: float = 6.0,
+                   flood_s: float = 12.0) -> list[tuple[Case, dict]]:
     """The attacks on the instructor's machine and on the grader around the judge (issue 23),
     each with the score it deserves: the answers it comes with (wrong ones, or right ones with
     the attack in a cell of its own), nothing more. ``data``: the course data folder graded;
-    ``memory_gb``: the kernels' memory limit (the /tmp flood writes 1 GiB more)."""
+    ``memory_gb``: the kernels' memory limit (the /tmp flood writes 1 GiB more); ``flood_s``:
+    how long ``message_flood`` sends (``grading.grader_attacks``)."""
     from grading import sandbox
 
     [model] = load(assignment)
@@ -417,7 +424,8 @@ def host_cases_for(assignment: str, host: Host, data: Path,
         js=SCRIPT_JS, marker=SCRIPT_MARKER))
     for cell in scripted.cells:  # every written answer is a page of script too
         if cell.cell_type == "markdown" and _meta(cell).get("solution"):
-            cell.source = _SCRIPT_ANSWER.format(js=SCRIPT_JS, marker=SCRIPT_MARKER)
+            cell.source = _SCRIPT_ANSWER.format(js=SCRIPT_JS, marker=SCRIPT_MARKER,
+                                                link=LINK_JS)
     add("script_outputs", full, scripted)
     add("shm_inodes", full, _added_cell(_notebook(model, correct),
                                         _SHM_INODES.format(seconds=20, files=20_000)))
@@ -434,6 +442,8 @@ def host_cases_for(assignment: str, host: Host, data: Path,
     test.metadata["nbgrader"]["x\nr5_ghost: 10 / 10\x1b[2K"] = True  # a key that is a line
     add("forged_report", full - model.points[_meta(test)["grade_id"]], forged,
         flags=["nbgrader metadata edited"])
+    grader_cases(lambda answers: _notebook(model, answers), full, correct, wrong, add,
+                 SCRIPT_JS, flood_s=flood_s)
     not_allowed = getattr(judge.load(assignment), "HELPERS_NOT_ALLOWED", {})
     if not_allowed:
         gid = next(g for g in correct if g in not_allowed)

@@ -225,14 +225,20 @@ class KernelCgroups:
     # ---------------------------------------------------------------- what a cell leaves
 
     def record_kernel(self, launcher_pid: int) -> None:
-        """Remember the sandbox's own processes (``launcher_pid``: bwrap, as the grader started
-        it; its child, bwrap's init in the sandbox; that one's child, the kernel) right after
-        the kernel is ready, before any student code runs."""
+        """Remember the sandbox's own processes (``launcher_pid``: what the grader started, the
+        kernel's relay; its child bwrap; bwrap's init in the sandbox; that one's child, the
+        kernel: the chain from ``launcher_pid`` down, whatever its length) right after the
+        kernel is ready, before any student code runs. The kernel is the chain's end."""
         parents = {p: _ppid(p) for p in self.pids()}
-        init = {p for p, parent in parents.items() if parent == launcher_pid}
-        kernel = {p for p, parent in parents.items() if parent in init}
-        self.kernel_pids = {launcher_pid} | init | kernel
-        self.kernel_pid = min(kernel) if len(kernel) == 1 else None
+        chain, pid = {launcher_pid}, launcher_pid
+        while True:
+            children = [p for p, parent in parents.items() if parent == pid]
+            if len(children) != 1:
+                break
+            pid = children[0]
+            chain.add(pid)
+        self.kernel_pids = chain
+        self.kernel_pid = pid if pid != launcher_pid else None
 
     def strays(self) -> list[int]:
         """Processes in the groups that are not the sandbox's own (:meth:`record_kernel`) nor

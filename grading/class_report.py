@@ -214,27 +214,35 @@ def render_text(summary: ClassSummary) -> str:
     for q in s.questions:
         lines.append(f"  {q.grade_id} ({_points(q.max_score)}): {_pct(q.right, q.graded)} right")
         for m in q.mistakes:
-            lines.append(f"    {_pct(len(m.students), q.graded):>5s}  {m.text[:160]}"
+            lines.append(f"    {_pct(len(m.students), q.graded):>5s}  {_clip(m.text, 160)}"
                          f"  [{_names(m.students)}]")
     if s.flags:
         lines.append("")
         lines.append("flags (evidence to look at, never a score):")
         for text, students in s.flags:
-            lines.append(f"  {len(students):>3d} x {text[:160]}  [{_names(students)}]")
+            lines.append(f"  {len(students):>3d} x {_clip(text, 160)}  [{_names(students)}]")
     if s.slowest:
         lines.append("")
         lines.append("slowest submissions (seconds to run and judge):")
         for student, seconds, limits in s.slowest:
-            lines.append(f"  {seconds:7.1f} s  {student}" + (f"  (LIMIT {'; '.join(limits)[:120]})"
-                                                           if limits else ""))
+            lines.append(f"  {seconds:7.1f} s  {student}"
+                         + (f"  (LIMIT {_clip('; '.join(limits), 120)})" if limits else ""))
     if s.not_graded:
         lines.append("")
         lines.append("not graded:")
         for student, why in s.not_graded:
-            lines.append(f"  {student}: {why[:300]}")
+            lines.append(f"  {student}: {_clip(why, 300)}")
     from grading.inert import lines as inert_lines
 
     return inert_lines("\n".join(lines)) + "\n"
+
+
+def _clip(text: str, most: int) -> str:
+    """``text`` cut to at most ``most`` characters at a word's end, with " ..." when cut."""
+    if len(text) <= most:
+        return text
+    head = text[:most - 4]
+    return (head.rsplit(" ", 1)[0] if " " in head else head) + " ..."
 
 
 def figure_png(summary: ClassSummary) -> bytes:
@@ -281,7 +289,7 @@ def render_html(summary: ClassSummary, results: list, isolation: str = "") -> st
            "padding:.2em .6em;text-align:left;vertical-align:top;overflow-wrap:break-word}"
            # (a student id or a header whole on its line: "anywhere" let the table squeeze
            # columns until ids broke letter by letter, "am / arti / n")
-           "th,.id{white-space:nowrap}"
+           "th,.id,.share{white-space:nowrap}"
            ".bar{background:#dd8452;"
            "height:.8em;display:inline-block}.who{color:#555;font-size:90%}</style></head><body>",
            f"<h1>{e(s.assignment)}: class report</h1>",
@@ -297,7 +305,7 @@ def render_html(summary: ClassSummary, results: list, isolation: str = "") -> st
             out.append("<table><tr><th>share</th><th>mistake</th><th>students</th></tr>")
             for m in q.mistakes:
                 share = len(m.students) / q.graded if q.graded else 0
-                out.append(f"<tr><td>{_pct(len(m.students), q.graded)} "
+                out.append(f"<tr><td class='share'>{_pct(len(m.students), q.graded)} "
                            f"<span class='bar' style='width:{round(6 * share, 2)}em'></span></td>"
                            f"<td>{e(m.text)}</td><td class='who'>{e(_names(m.students))}</td>"
                            "</tr>")

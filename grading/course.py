@@ -14,6 +14,7 @@ import copy
 import csv
 import io
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -70,6 +71,108 @@ def read_notebook(path: Path):
     """An nbformat notebook from a regular file of at most ``MAX_NOTEBOOK_BYTES`` (a link, a
     named pipe or a huge file is refused: ``grading.files.NotRegular``)."""
     return nbformat.reads(read_regular(path, MAX_NOTEBOOK_BYTES).decode("utf-8"), as_version=4)
+
+
+MAX_NOTEBOOK_ITEMS = 200_000  # JSON items of a submitted notebook (the course's: 800-4,000)
+MAX_COLLECTED_ITEMS = 5_000_000  # what collect parses to drop unknown metadata (at most 210 MB)
+# the metadata a submitted notebook keeps (everything else is dropped at collect: a key of a
+# million empty objects costs every later reader gigabytes)
+NOTEBOOK_METADATA = ("kernelspec", "language_info")
+CELL_METADATA = ("nbgrader", "tags", "editable", "deletable", "collapsed", "scrolled",
+                 "jupyter")
+
+
+class NotebookTooComplex(ValueError):
+    """A submitted notebook with more JSON items than the grader parses."""
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # (unrolled: linear, runs matched in C)
+
+
+def json_items(raw: bytes) -> int:
+    """JSON items in ``raw``, counted without parsing it: its commas and brackets outside
+    strings (an over-count of at most twice: ``{},`` counts 2)."""
+    bare = _JSON_STRING.sub(b'""', raw)
+    return bare.count(b",") + bare.count(b"[") + bare.count(b"{")
+
+
+def check_items(raw: bytes, most: int = MAX_NOTEBOOK_ITEMS) -> None:
+    """Raise :class:`NotebookTooComplex` if a notebook's bytes hold more than ``most`` JSON
+    items (:func:`json_items`)."""
+    items = json_items(raw)
+    if items > most:
+        raise NotebookTooComplex(f"a notebook of {items:,} JSON items (the grader reads at "
+                                 f"most {most:,}; the course's have 800-4,000)")
+
+
+def submitted_notebook(raw: bytes) -> bytes:
+    """What collect keeps of a submitted notebook's bytes: every metadata key but
+    :data:`NOTEBOOK_METADATA` and :data:`CELL_METADATA` dropped, then refused
+    (:class:`NotebookTooComplex`) if what is left has more than ``MAX_NOTEBOOK_ITEMS`` JSON
+    items, the number every later step parses. Items are counted on the bytes
+    (:func:`json_items`); a file of more than
+    ``MAX_COLLECTED_ITEMS`` is refused before it is parsed. A file that is not a notebook's JSON
+    is kept as it is, within the same limit (grading says what is wrong with it)."""
+    import json
+
+    check_items(raw, MAX_COLLECTED_ITEMS)
+    try:
+        nb = json.loads(raw)
+    except (ValueError, RecursionError):
+        nb = None
+    if isinstance(nb, dict) and isinstance(nb.get("cells"), list):
+        holders = [(nb, NOTEBOOK_METADATA)] + [(c, CELL_METADATA) for c in nb["cells"]
+                                               if isinstance(c, dict)]
+        unknown = [(h, keys) for h, keys in holders if isinstance(h.get("metadata"), dict)
+                   and set(h["metadata"]) - set(keys)]
+        for holder, keys in unknown:
+            holder["metadata"] = {k: v for k, v in holder["metadata"].items() if k in keys}
+        if unknown:  # (an honest notebook is kept byte for byte)
+            raw = json.dumps(nb, ensure_ascii=False, indent=1).encode("utf-8")
+    check_items(raw)
+    return raw
+
+
+def bound_names(source: str) -> list[str]:
+    """The names a cell binds at its top level, imports included, in order (none if it is not
+    Python)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out: list[str] = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [stmt.name]
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            names = [a.asname or a.name.split(".")[0] for a in stmt.names]
+        else:
+            names = [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                     and isinstance(n.ctx, ast.Store)]
+        out += [n for n in names if n not in out]
+    return out
+
+
+def unreadable(path: Path, err: Exception) -> str:
+    """Why a submitted notebook cannot be read, for the report: for JSON that is invalid or cut
+    short, where it goes wrong and how long the file is (nbformat says only that it "does not
+    appear to be JSON")."""
+    import json
+
+    if type(err).__name__ == "NotJSONError":
+        try:
+            text = read_regular(path, MAX_NOTEBOOK_BYTES).decode("utf-8", "replace")
+            json.loads(text)
+        except json.JSONDecodeError as bad:
+            end = "truncated JSON: it ends" if bad.pos >= len(text.rstrip()) else \
+                "invalid JSON"
+            return (f"{end} at line {bad.lineno}, column {bad.colno} (character "
+                    f"{bad.pos:,} of {len(text):,}): {bad.msg}")
+        except Exception:  # noqa: BLE001 - what nbformat said, then
+            pass
+    return one_line(err, 80)
 
 
 def release_notebook(assignment: str | None, notebook: str | None):

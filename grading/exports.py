@@ -11,7 +11,11 @@
   ``Section``, then one column per assignment; Moodle maps any column to a user field), each
   assignment's total (automatic and manual points) where it is final; a cell is left empty
   where the student was not graded or written answers wait for the instructor, and
-  ``grades_lms_notes.csv`` says why, per student and assignment.
+  ``grades_lms_notes.csv`` says why, per student and assignment (and, where a total is there,
+  which written answers were left blank and counted 0).
+
+Every student of the roster, or that collect found a folder of, has a row in each, with their
+status ("not graded: no submission (notebook a1.ipynb missing (found Untitled.ipynb))").
 
 The students' names come from ``$COURSE_DATA/roster.csv`` where it exists
 (``grading.course.roster``).
@@ -48,7 +52,7 @@ def export(data: Path | None = None) -> dict[str, Path]:
     workflow.nbgrader("export", f"--to={raw}", data=data)
     results = {}
     for a in workflow.all_assignments():
-        if workflow.submitted_students(a, data):
+        if workflow.collected(a, data):
             results[a] = {r.student: r for r in report.report(a, data)[0]}
     status = {(a, s): r.status for a, rs in results.items() for s, r in rs.items()}
     # nbgrader's export, with the status; scores empty where the student was not graded
@@ -64,6 +68,11 @@ def export(data: Path | None = None) -> dict[str, Path]:
                 if key in row:
                     row[key] = ""
         out_rows.append([*(row[k] for k in header), st])
+    # a student nbgrader never saw (on the roster, nothing collected): a row all the same
+    seen = {(row.get("assignment"), row.get("student_id")) for row in rows}
+    for (a, s), st in sorted(status.items()):
+        if (a, s) not in seen:
+            out_rows.append([{"assignment": a, "student_id": s}.get(k, "") for k in header] + [st])
     out_rows.sort(key=lambda r: (r[header.index("assignment")], r[header.index("student_id")]))
     paths = {"grades.csv": _write_csv(data / "grades.csv", [*header, "status"], out_rows)}
     verified = [[a, s, r.status, "" if r.score is None else f"{r.score:g}",
@@ -77,6 +86,7 @@ def export(data: Path | None = None) -> dict[str, Path]:
     names = roster(data)
     totals: dict[tuple[str, str], float] = {}
     pending: set[tuple[str, str]] = set()
+    blank: dict[tuple[str, str], list[str]] = {}  # written answers left blank (nbgrader: 0)
     with Gradebook(f"sqlite:///{data / 'gradebook.db'}") as gb:
         maxima = {a: gb.find_assignment(a).max_score for a in results}
         for a, rs in results.items():
@@ -85,6 +95,10 @@ def export(data: Path | None = None) -> dict[str, Path]:
                     sub = gb.find_submission(a, s)
                     if sub.needs_manual_grade:
                         pending.add((a, s))
+                    blank[(a, s)] = sorted(
+                        g.name for nb in sub.notebooks for g in nb.grades
+                        if g.cell_type == "markdown" and g.manual_score is None
+                        and not g.needs_manual_grade and not g.auto_score)
                     # the judge's automatic points, and the points given by hand
                     totals[(a, s)] = (r.score or 0.0) + max(0.0, sub.score - sub.code_score)
     students = sorted({s for rs in results.values() for s in rs})
@@ -107,12 +121,16 @@ def export(data: Path | None = None) -> dict[str, Path]:
                                     f"automatic part is {r.score:g}"])
             else:
                 row.append(f"{totals[(a, s)]:g}")
+                if blank.get((a, s)):
+                    notes.append([s, a, f"written answers left blank, counted 0 (nbgrader "
+                                        f"grades a blank answer itself): "
+                                        f"{', '.join(blank[(a, s)])}"])
         lms.append(row)
     paths["grades_lms.csv"] = _write_csv(
         data / "grades_lms.csv", ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
         + [f"{a} ({maxima[a]:g} points)" for a in sorted(results)], lms)
     paths["grades_lms_notes.csv"] = _write_csv(data / "grades_lms_notes.csv",
-                                               ["student", "assignment", "why empty"], notes)
+                                               ["student", "assignment", "note"], notes)
     return paths
 
 

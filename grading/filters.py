@@ -10,13 +10,14 @@
 * :class:`LimitOutputBytes` cuts every kept output to ``max_bytes`` (a 50 MB print would
   otherwise become a 50 MB autograded notebook and feedback page).
 * :class:`InertStudentContent` leaves only text and pictures in what a person will open
-  (``grading.inert``).
+  (``grading.inert``); :class:`InertPage` does it again in every page nbconvert renders
+  (``HTMLExporter.preprocessors``: the formgrader's and feedback's), whatever file it reads,
+  and :class:`BoundPageText` bounds what such a page renders of a student's cells.
 * :class:`StderrToStdout` moves stderr text in *test* cells to stdout before the grades are
   saved: nbgrader scores any test cell that wrote to stderr 0, so a correct student whose code
   logs a warning would lose the points. Errors are still errors (an ``error`` output).
 * :class:`ShowOnlyErrorMessages` (feedback) keeps each error's one-line message and drops
-  tracebacks and submission outputs; :class:`LimitSourceForFeedback` bounds the source a
-  feedback page renders (a crafted cell can take nbconvert minutes).
+  tracebacks and submission outputs.
 
 Running the notebook is ``grading.preprocessors.RecoveringExecute``.
 """
@@ -32,7 +33,8 @@ from traitlets import Bool, Int
 
 from course_utils.checks import SUBMIT_MIME
 from grading import course
-from grading.inert import SAFE_IMAGES, inert_markdown, inert_output, is_base64
+from grading.inert import (PLAIN, PLAIN_NOTE, SAFE_IMAGES, drop_attachment_references,
+                           inert_markdown, inert_output, is_base64, prompt_number)
 
 
 def _is_test(cell) -> bool:
@@ -55,16 +57,16 @@ class RestoreReleaseMetadata(NbGraderPreprocessor):
 
 
 class InertStudentContent(Preprocessor):
-    """Autograde and feedback: every output made inert (:func:`inert_output`), every markdown
-    cell that is not exactly one of the release's shown as text (:func:`inert_markdown`: a
-    written answer, a cell the student added or edited), attachments kept only as base64
-    PNG/JPEG."""
+    """Autograde and every page: every output made inert (:func:`inert_output`), every
+    markdown cell that is not exactly one of the release's shown as text (:func:`inert_markdown`:
+    a written answer, a cell the student added or edited; ``escape_markdown``), attachments kept
+    only as base64 PNG/JPEG and references to the others removed, prompts numbers."""
 
     enabled = Bool(True).tag(config=True)  # nbgrader registers preprocessors as not enabled
+    escape_markdown = True
 
     def preprocess(self, nb, resources):
-        info = (resources or {}).get("nbgrader", {})
-        release = course.release_notebook(info.get("assignment"), info.get("notebook"))
+        release = course.release_notebook(*_assignment_notebook(resources))
         self._course_markdown = {c.source for c in release.cells
                                  if c.cell_type == "markdown"} if release is not None else set()
         return super().preprocess(nb, resources)
@@ -72,22 +74,42 @@ class InertStudentContent(Preprocessor):
     def preprocess_cell(self, cell, resources, index):
         """Make one cell inert."""
         if "outputs" in cell:
-            cell["outputs"] = [nbformat.from_dict(inert_output(o))
+            cell["outputs"] = [nbformat.from_dict(inert_output(o, self.escape_markdown))
                                for o in cell.get("outputs", []) if isinstance(o, dict)]
+        if "execution_count" in cell:
+            cell["execution_count"] = prompt_number(cell.get("execution_count"))
         source = cell.get("source", "")
         source = source if isinstance(source, str) else "".join(source)
-        if cell.get("cell_type") == "markdown" and \
+        if self.escape_markdown and cell.get("cell_type") == "markdown" and \
                 source not in getattr(self, "_course_markdown", set()):
-            cell["source"], _ = inert_markdown(source)
+            source, _ = inert_markdown(source)
+        safe = {}
+        for name, bundle in (cell.get("attachments") or {}).items():
+            images = {m: v for m, v in (bundle or {}).items()
+                      if m in SAFE_IMAGES and is_base64(v)} if isinstance(bundle, dict) else {}
+            if images and re.fullmatch(r"[\w.-]{1,100}", str(name)):
+                safe[name] = images
         if "attachments" in cell:
-            safe = {}
-            for name, bundle in (cell.get("attachments") or {}).items():
-                images = {m: v for m, v in (bundle or {}).items()
-                          if m in SAFE_IMAGES and is_base64(v)}
-                if images and re.fullmatch(r"[\w.-]{1,100}", str(name)):
-                    safe[name] = images
             cell["attachments"] = nbformat.from_dict(safe)
+        if cell.get("cell_type") == "markdown":
+            source = drop_attachment_references(source, set(safe))
+        cell["source"] = source
         return cell, resources
+
+
+class InertPage(InertStudentContent):
+    """The same, for a page (``HTMLExporter.preprocessors``: the formgrader's and feedback's),
+    whatever notebook it renders; a written answer is not escaped again (autograde did, and
+    :func:`grading.inert.safe_html` keeps any page's markdown to its allowlist)."""
+
+    escape_markdown = False
+
+
+def _assignment_notebook(resources) -> tuple[str | None, str | None]:
+    """(assignment, notebook) of nbgrader's resources, or of the formgrader's page."""
+    info = (resources or {}).get("nbgrader", {})
+    return (info.get("assignment") or (resources or {}).get("assignment_id"),
+            info.get("notebook") or (resources or {}).get("notebook_id"))
 
 
 class StderrToStdout(Preprocessor):
@@ -133,33 +155,53 @@ class LimitOutputBytes(Preprocessor):
                 + f"\n[... {len(text) - self.max_bytes} more characters cut by the grader]\n")
 
 
-class LimitSourceForFeedback(Preprocessor):
-    """Feedback: the source the student wrote (answer cells and added cells) is cut to
-    ``max_cell_chars`` per cell and ``max_notebook_chars`` in all; cells past that say they were
-    left out. nbconvert spends about 0.3-0.5 ms per token rendering code to HTML (pygments,
-    then bleach), so one crafted cell of 200,000 characters took a feedback run 12 minutes;
-    within these limits a page takes seconds, whatever the submission."""
+class BoundPageText(Preprocessor):
+    """Every page (``HTMLExporter.preprocessors``): what a page spends on the cells a student
+    wrote (answer cells, added or edited cells: any cell whose text is not one of the
+    release's) is bounded before it renders. Rendering is the cost: pygments spends 0.3-0.5 ms
+    a token on code, and mistune's rules grow with the square of some texts' length (20,000
+    ``[`` took 3.5 s, 270 kB of ``\\begin{a}`` 38 s). So a student's cells are rendered up to
+    ``rendered_code_chars`` of code and ``rendered_markdown_chars`` of markdown per page (a cell
+    over ``rendered_cell_chars`` never), and shown as plain text past that (linear time,
+    nothing lost); each cell shows at most ``max_cell_chars`` and the page
+    ``max_notebook_chars`` in all, the rest cut with a note saying how much."""
 
     enabled = Bool(True).tag(config=True)
-    max_cell_chars = Int(5_000, config=True, help="student source shown per cell")
-    max_notebook_chars = Int(20_000, config=True, help="student source shown per notebook")
+    rendered_code_chars = Int(6_000, config=True, help="student code highlighted per page")
+    rendered_markdown_chars = Int(20_000, config=True,
+                                  help="student markdown rendered per page")
+    rendered_cell_chars = Int(10_000, config=True, help="largest student cell rendered")
+    max_cell_chars = Int(100_000, config=True, help="student text shown per cell")
+    max_notebook_chars = Int(400_000, config=True, help="student text shown per page")
 
     def preprocess(self, nb, resources):
+        release = course.release_notebook(*_assignment_notebook(resources))
+        own = {c.source for c in release.cells} if release is not None else set()
+        rendered = {"code": 0, "markdown": 0}
         shown = 0
         for cell in nb.cells:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if meta.get("grade_id") and not meta.get("solution"):
-                continue  # the release's own cells (restored by the grader)
             source = cell.get("source", "")
-            if shown + min(len(source), self.max_cell_chars) > self.max_notebook_chars:
-                cell["source"] = (f"[{len(source):,} characters of this cell not shown: the "
-                                  f"feedback shows {self.max_notebook_chars:,} characters of "
-                                  f"your code in all]")
-            elif len(source) > self.max_cell_chars:
-                cell["source"] = (source[:self.max_cell_chars]
-                                  + f"\n[... {len(source) - self.max_cell_chars:,} more "
-                                    f"characters cut by the grader]")
-            shown += len(cell["source"])
+            source = source if isinstance(source, str) else "".join(source)
+            kind = cell.get("cell_type")
+            cell.get("metadata", {}).pop(PLAIN, None)  # (the grader's mark, never a student's)
+            if source in own or kind not in rendered:
+                continue
+            if shown >= self.max_notebook_chars:
+                source = (f"[{len(source):,} characters not shown: a page shows "
+                          f"{self.max_notebook_chars:,} characters of a student's cells]")
+            elif len(source) > min(self.max_cell_chars, self.max_notebook_chars - shown):
+                keep = min(self.max_cell_chars, self.max_notebook_chars - shown)
+                source = (source[:keep] + f"\n[... {len(source) - keep:,} more characters "
+                                          f"cut by the grader]")
+            shown += len(source)
+            budget = self.rendered_code_chars if kind == "code" else \
+                self.rendered_markdown_chars
+            if len(source) > self.rendered_cell_chars or rendered[kind] + len(source) > budget:
+                cell.setdefault("metadata", {})[PLAIN] = PLAIN_NOTE.format(
+                    n=len(source), limit=budget)
+            else:
+                rendered[kind] += len(source)
+            cell["source"] = source
         return nb, resources
 
 
@@ -215,6 +257,6 @@ class MarkManualPending(NbGraderPreprocessor):
         return nb, resources
 
 
-__all__ = ["InertStudentContent", "LimitOutputBytes", "LimitSourceForFeedback",
+__all__ = ["BoundPageText", "InertPage", "InertStudentContent", "LimitOutputBytes",
            "MarkManualPending",
            "RestoreReleaseMetadata", "ShowOnlyErrorMessages", "StderrToStdout"]

@@ -362,20 +362,23 @@ MAX_LOGGED_VALUES = 20_000  # bytes of JSON kept per failed cell, for the copied
 
 def write_log(path: Path, verdicts: list[Verdict], isolation: str,
               limits: list[str] | None = None, values: dict | None = None,
-              variant: str | None = None, seconds: float | None = None) -> None:
+              variant: str | None = None, seconds: float | None = None,
+              grader: dict | None = None) -> None:
     """Write the judge log of one notebook (atomic replace): the verdicts, how the kernel was
     isolated, each limit that fired while it ran (``limits``: one line each), and, for the
     report's copied-answer evidence (issue 26), the student's ``variant`` and the values of
     each failed cell (``values``: ``{grade_id: [(name, encoded value)]}``, a cell's kept only
     up to ``MAX_LOGGED_VALUES`` bytes); ``seconds``: how long running and judging the notebook
-    took, kernel start-ups included (the class report's slowest submissions)."""
+    took, kernel start-ups included (the class report's slowest submissions); ``grader``: what
+    it cost the grading process itself (``cpu_s``, ``peak_mb``: :func:`read_grader_cost`)."""
     kept = {gid: pairs for gid, pairs in (values or {}).items()
             if len(json.dumps(pairs)) <= MAX_LOGGED_VALUES}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_private(path, json.dumps({"isolation": isolation, "limits": list(limits or []),
                                     "cells": [v.as_dict() for v in verdicts],
                                     "variant": variant, "values": kept,
-                                    "seconds": None if seconds is None else round(seconds, 2)},
+                                    "seconds": None if seconds is None else round(seconds, 2),
+                                    "grader": grader or {}},
                                    indent=1))
 
 
@@ -394,6 +397,15 @@ def read_values(path: Path) -> tuple[str | None, dict[str, list[tuple[str, Any]]
     return log.get("variant"), {str(g): [tuple(p) for p in pairs if isinstance(p, list)
                                          and len(p) == 2 and isinstance(p[0], str)]
                                 for g, pairs in values.items() if isinstance(pairs, list)}
+
+
+def read_grader_cost(path: Path) -> dict[str, float]:
+    """What grading the notebook of this judge log cost the grading process: ``cpu_s`` (its
+    own CPU seconds, the kernel's not counted) and ``peak_mb`` (the process's peak resident
+    memory when the notebook was done); empty if not recorded."""
+    cost = _log(path).get("grader")
+    return {k: float(v) for k, v in (cost or {}).items() if k in ("cpu_s", "peak_mb")
+            and isinstance(v, (int, float))} if isinstance(cost, dict) else {}
 
 
 def read_seconds(path: Path) -> float | None:

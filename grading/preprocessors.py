@@ -27,6 +27,7 @@ The preprocessors that rewrite a notebook without running it are in ``grading.fi
 from __future__ import annotations
 
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -39,6 +40,8 @@ from traitlets import Float, Int
 
 from course_utils.checks import SUBMIT_MIME
 from grading import course, judge, reference
+from grading.inert import one_line
+from grading.relay import RELAY_NOTE
 from grading.sandbox import SandboxedKernelManager, description
 
 LIMIT_ENAME = "GradingLimit"  # the error name of a cell stopped by a limit (the report names it)
@@ -46,11 +49,16 @@ _OUTPUT_MESSAGES = {"stream", "display_data", "execute_result", "error", "update
 _EFBIG = "[Errno 27] File too large"
 
 
+CONTAINER_BYTES = 64  # what a kept list or object costs at least (an empty dict: 64 B + its node)
+
+
 def payload_size(content, max_depth: int, limit: int | None = None) -> int | None:
-    """Bytes of text in a message's content (strings and keys; 8 per other item), or None if
-    it is nested more than ``max_depth`` deep. With ``limit``, counting stops once the size
-    passes it (the result is then just over ``limit``). Iterative, one iterator per level of
-    nesting: neither a deep structure nor a wide one (15 million zeros) costs memory here."""
+    """What keeping a message's content costs, in bytes: its text (strings and keys), 8 per
+    other value and ``CONTAINER_BYTES`` per list or object (490,000 empty objects are 31 MB,
+    not 0.5); None if it is nested more than ``max_depth`` deep. With ``limit``, counting
+    stops once the size passes it (the result is then just over ``limit``). Iterative, one
+    iterator per level of nesting: neither a deep structure nor a wide one (15 million zeros)
+    costs memory here."""
     total, stack = 0, [iter((content,))]
     while stack:
         if limit is not None and total > limit:
@@ -64,6 +72,7 @@ def payload_size(content, max_depth: int, limit: int | None = None) -> int | Non
         elif isinstance(obj, (dict, list)):
             if len(stack) > max_depth:
                 return None
+            total += CONTAINER_BYTES
             if isinstance(obj, dict):
                 total += sum(len(k) for k in obj if isinstance(k, str))
                 stack.append(iter(obj.values()))
@@ -76,6 +85,20 @@ def payload_size(content, max_depth: int, limit: int | None = None) -> int | Non
 
 
 _END = object()
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory, bytes: Linux's ``VmHWM`` (``ru_maxrss`` would do
+    elsewhere, but on Linux it keeps the peak of the process that forked this one before its
+    ``exec``: a grader started from a 745 MB test process reported 745 MB)."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    scale = 1 if os.uname().sysname == "Darwin" else 1024  # (bytes on macOS, KiB elsewhere)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def _is_test(cell) -> bool:
@@ -123,15 +146,19 @@ class RecoveringExecute(Execute):
         self._oom_seen = 0
         self._monitors: list = []
         self._setup_judge(nb, resources or {})
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         try:
             out = super().preprocess(nb, resources, km)
         finally:
             self._unwatch()
         if self._log is not None:
+            # what grading this notebook cost the grader itself (not the kernel): its CPU
+            # seconds, and its process's peak memory so far
             judge.write_log(self._log, self._verdicts, description(), self._limits,
                             self._values, getattr(self._givens, "variant", None),
-                            seconds=time.monotonic() - started)
+                            seconds=time.monotonic() - started,
+                            grader={"cpu_s": round(time.process_time() - cpu, 2),
+                                    "peak_mb": round(peak_rss() / 1e6, 1)})
         return out
 
     def _setup_judge(self, nb, resources: dict) -> None:
@@ -227,8 +254,6 @@ class RecoveringExecute(Execute):
         path = os.environ.get("COURSE_PROGRESS_FILE")
         if not path:
             return
-        from grading.inert import one_line
-
         what = "right" if verdict.passed else one_line(
             verdict.message or (error and f"{error[0]}: {error[1]}") or "not right", 300)
         try:
@@ -428,6 +453,13 @@ class RecoveringExecute(Execute):
         kind = msg.get("msg_type", "")
         if kind.startswith("comm"):
             return None
+        relayed = (msg.get("metadata") or {}).get(RELAY_NOTE) if kind == "stream" else None
+        if isinstance(relayed, str):  # the kernel's relay dropped this cell's messages
+            self._limit(cell, cell_index, one_line(relayed, 300))
+        content = msg.get("content")
+        if isinstance(content, dict) and "execution_count" in content:
+            # the prompt is the grader's own count, whatever the kernel says (a page prints it)
+            content["execution_count"] = self.code_cells_executed + 1
         if kind in _OUTPUT_MESSAGES:
             content = msg.get("content")
             size = payload_size(content, self.max_output_depth,

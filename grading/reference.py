@@ -30,11 +30,13 @@ from grading.course import (
     MAX_NOTEBOOK_BYTES,
     ROOT,
     _meta,
+    bound_names,
     data_dir,
     givens_for,
     is_answer_cell,
     is_test_cell,
     notebook_names,
+    release_notebook,
     visible_traces,
 )
 from grading.files import entry_kind, read_regular, write_private
@@ -144,8 +146,9 @@ def reference_run(assignment: str, data: Path | None = None, timeout: int = 600,
         with _locked(path.with_suffix(".lock")):
             if entry_kind(path) == "file":
                 out[name] = json.loads(read_regular(path, MAX_NOTEBOOK_BYTES))
-                if not tour or "tour" in out[name]:
-                    continue
+                toured = out[name].get("tour", {})
+                if not tour or toured.get("release") == _release_digest(assignment, name):
+                    continue  # (a tour is of the release as it is: its leak scan runs its cells)
             if committed:
                 check_committed(assignment)
             out[name] = _run_reference(assignment, name, timeout, tour)
@@ -227,7 +230,8 @@ def _run_reference(assignment: str, name: str, timeout: int, tour: bool = False)
                 visible = visible_traces(nb)
                 for gid, traces in variant_traces(client, nb, assignment).items():
                     visible[gid] += traces
-                toured = judge_tour(client, nb, assignment, rules, cases) if tour else None
+                toured = (judge_tour(client, nb, assignment, rules, cases, notebook=name)
+                          if tour else None)
     subs = submissions_by_cell(nb)
     failed = []
     for cell in nb.cells:
@@ -357,19 +361,23 @@ def tour_students(assignment: str, n: int = TOUR_STUDENTS) -> list[str]:
     raise RuntimeError(f"{assignment}: fewer than {n} distinct variants among {50 * n} ids")
 
 
-def judge_tour(client, nb, assignment: str, rules, cases: dict) -> dict:
+def judge_tour(client, nb, assignment: str, rules, cases: dict,
+               notebook: str | None = None) -> dict:
     """In the reference's kernel after its run: ``{"students": {student: {grade_id:
-    [submissions, kernel error]}}, "draws": {key: {grade_id: [submissions, kernel error]}}}``.
+    [submissions, kernel error]}}, "draws": {key: {grade_id: [submissions, kernel error]}},
+    "left": {student or "": {grade_id: {name: numbers}}}}``.
 
     *students* (:func:`tour_students`): ``G`` set to the student's numbers, then every cell
     that follows the givens (:func:`follows_the_givens`) and every test cell whose inputs are
     not drawn, run again in order; *draws*: with the base numbers back (and the cells that
     follow them run again), for each of :data:`TOUR_KEYS` the hidden inputs of that key set in
     the kernel and each test cell with drawn inputs run again. The reference's own draw
-    (``cases``) is put back after; ``nb`` is left as it was."""
+    (``cases``) is put back after; ``nb`` is left as it was. *left*: after the base run and
+    each student's, each released test cell of numbers of ``notebook`` run with its answers
+    made wrong, and the numbers its own names then hold (:func:`_left`, for the leak scan)."""
     saved = list(nb.cells)  # (nbclient puts each cell it runs into nb.cells[index])
     try:
-        return _judge_tour(client, nb, assignment, rules, cases)
+        return _judge_tour(client, nb, assignment, rules, cases, notebook)
     finally:
         nb.cells = saved
 
@@ -386,7 +394,8 @@ def _recorded(cell) -> list:
     return [[list(p) for p in judge.submissions(cell)], judge.kernel_error(cell)]
 
 
-def _judge_tour(client, nb, assignment: str, rules, cases: dict) -> dict:
+def _judge_tour(client, nb, assignment: str, rules, cases: dict,
+                notebook: str | None = None) -> dict:
     def run(code: str) -> None:
         client.execute_cell(nbformat.v4.new_code_cell(code), 0)
 
@@ -397,6 +406,11 @@ def _judge_tour(client, nb, assignment: str, rules, cases: dict) -> dict:
              if (follows[i] and not (is_test_cell(c) and _meta(c)["grade_id"] in drawn))
              or (is_test_cell(c) and _meta(c)["grade_id"] not in drawn)]
     students = tour_students(assignment)
+    released = _released_tests(assignment, notebook or notebook_names(assignment)[0])
+    answers = {_meta(c)["grade_id"]: [n for n, _ in judge.submissions(c)]
+               for _, c in cells if is_test_cell(c)}  # (the tests of numbers, not drawn)
+    out["left"] = {"": _left(client, released, answers)}
+    out["release"] = _release_digest(assignment, notebook or notebook_names(assignment)[0])
     if students:
         run("_tour_base_G = G")
     for student in students:
@@ -406,6 +420,7 @@ def _judge_tour(client, nb, assignment: str, rules, cases: dict) -> dict:
             again = _rerun(client, cell, index)
             if is_test_cell(cell):
                 seen[_meta(cell)["grade_id"]] = _recorded(again)
+        out["left"][student] = _left(client, released, answers)
     if students:  # the base numbers back, and what the cells built from them
         run("G = _tour_base_G\ndel _tour_base_G")
         for index, cell in cells:
@@ -418,6 +433,73 @@ def _judge_tour(client, nb, assignment: str, rules, cases: dict) -> dict:
                              for gid in sorted(drawn)}
     if drawn:
         run(_set_cases(cases))
+    return out
+
+
+def _release_digest(assignment: str, notebook: str) -> str:
+    """A short hash of the release's test cells of this notebook ("" before the first)."""
+    h = hashlib.sha256()
+    for gid, source in sorted(_released_tests(assignment, notebook).items()):
+        h.update(f"{gid}\0{source}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def _released_tests(assignment: str, notebook: str) -> dict[str, str]:
+    """``{grade_id: source}`` of the release's test cells of this notebook (none before the
+    first release)."""
+    release = release_notebook(assignment, notebook)
+    return {_meta(c)["grade_id"]: c.source for c in (release.cells if release else [])
+            if is_test_cell(c)}
+
+
+_LEFT = """import json as _course_json
+def _course_numbers(v):
+    if isinstance(v, bool):
+        return []
+    if isinstance(v, (int, float)):
+        return [float(v)]
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
+        return _course_numbers(v.item())
+    if isinstance(v, (list, tuple)) and len(v) <= 64:
+        return [x for e in v if not isinstance(e, (list, tuple)) for x in _course_numbers(e)]
+    return []
+def _course_wrong(v):
+    if isinstance(v, (list, tuple)):
+        return type(v)(_course_wrong(e) for e in v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    return type(v)(v * 37 + 11) if isinstance(v, int) else v * 1.37 + 0.11
+_course_saved = {n: globals()[n] for n in %(answers)r if n in globals()}
+globals().update({n: _course_wrong(v) for n, v in _course_saved.items()})
+try:
+    exec(compile(%(source)r, "<released test cell>", "exec"), globals())
+except Exception:
+    pass
+print("COURSE-LEFT " + _course_json.dumps({n: _course_numbers(globals()[n]) for n in %(names)r
+                                           if n in globals()}))
+globals().update(_course_saved)
+del _course_json, _course_numbers, _course_wrong, _course_saved
+"""
+
+
+def _left(client, released: dict[str, str], answers: dict[str, list[str]]) -> dict:
+    """``{grade_id: {name: numbers}}``: each released test cell run in the kernel now with its
+    answers made wrong (``answers``: the names it checks), and the numbers then held by the
+    names it binds (an int or float, a 0-d array, a short list of them). A value that equals a
+    right answer there came from the cell, not from the student: the leak scan of
+    ``tests/test_variant_grading.py``. The answers are put back after."""
+    out = {}
+    for gid, source in released.items():
+        if gid not in answers:
+            continue
+        cell = nbformat.v4.new_code_cell(_LEFT % {
+            "answers": answers[gid], "source": source,
+            "names": [n for n in bound_names(source) if n.startswith("_")]})
+        client.execute_cell(cell, 0)
+        for output in cell.get("outputs", []):
+            for line in str(output.get("text", "")).splitlines():
+                if line.startswith("COURSE-LEFT "):
+                    out[gid] = json.loads(line[len("COURSE-LEFT "):])
     return out
 
 

@@ -7,7 +7,8 @@ interpreter needs (:data:`HOST_PATHS`, read-only), no environment variable but t
 own Jupyter sockets (below). ``SandboxedKernelManager`` starts each kernel as
 
     sh -c 'join the kernel's cgroups' --                  # pids, memory, cpu, freezer
-    bwrap --unshare-all --cap-drop ALL --die-with-parent  # own PID/network/IPC/UTS/user ns
+    python -I grading/relay.py ... --                     # the grader's side of its sockets
+    bwrap --unshare-... --cap-drop ALL --die-with-parent  # own PID/network/IPC/UTS(/user) ns
           --clearenv --setenv <ENVIRONMENT> ...           # nothing of the grader's environment
           --tmpfs /  ... --remount-ro /                   # an empty, read-only root
           --ro-bind <HOST_PATHS> ...                      # /usr, the loader's cache, fonts
@@ -17,6 +18,7 @@ own Jupyter sockets (below). ``SandboxedKernelManager`` starts each kernel as
           --tmpfs /tmp --tmpfs /home/student --tmpfs /submission   # RAM, counted in its memory
           --bind <its socket folder> ...                  # Jupyter's ipc sockets
           --chdir /submission
+          setpriv --reuid <its own uid> ...               # (a root grader's kernel: not root)
           prlimit --as --fsize --core python -m ipykernel_launcher -f /run/jupyter/kernel.json
 
 What the kernel sees, and why each piece is there, is :func:`allowlist` (the instructor's guide
@@ -25,15 +27,11 @@ collect inbox, ``$COURSE_DATA`` (gradebook, reference runs, other students), thi
 apart from ``course_utils``, the grader's environment variables. Its own notebook is not there
 either: nbclient sends it the cells as messages, and it needs no file of the submission.
 
-What the kernel can write: ``/tmp``, ``/home/student`` and its working folder ``/submission``,
-three tmpfs that exist only inside the sandbox (they vanish with it; the grader never reads
-them), and its socket folder, which the grader makes per kernel under ``/dev/shm`` and, as
-root, mounts as a tmpfs of its own (:class:`KernelFolder`: a few files, a few hundred KiB), so
-what a kernel writes there is neither the instructor's disk nor the machine's ``/dev/shm``
-inodes that other kernels need. The grader only connects to the sockets in that folder and
-removes it afterwards (an unmount, then ``rm -rf`` in a subprocess: no link followed, no depth
-too deep); the files the grader writes for the kernel (``hosts``, ``passwd``, the connection
-file) live in a folder of the grader's beside it, bound read-only.
+What the kernel can write: ``/tmp``, ``/home/student`` and its working folder ``/submission``
+(tmpfs that vanish with it; the grader never reads them), and its socket folder
+(:class:`KernelFolder`), whose sockets only its relay connects to, by descriptor. Who it is:
+never host root (:func:`_namespaces`); what it holds open: no file of the host (the relay gives
+it /dev/null and a pipe).
 
 Limits (each named in the report when it fires, :func:`describe_limits`):
 
@@ -49,9 +47,11 @@ Limits (each named in the report when it fires, :func:`describe_limits`):
 * **CPU**: the kernel and everything it starts are one entity of the CPU scheduler (a ``cpu``
   cgroup; ``max_cpus`` caps it too), and after each cell the processes it left running are
   ended (:meth:`SandboxedKernelManager.end_strays`; ``grading/cgroups.py``).
-* **Messages**: the grader's sockets refuse any single message over ``max_message_mb``
-  (``ZMQ_MAXMSGSIZE``), so one print cannot make the grader hold gigabytes, and any message
-  with more than ``max_message_items`` items before it is parsed (:func:`guarded_unpack`);
+* **Messages**: the kernel's relay (:mod:`grading.relay`, in the kernel's cgroups) forwards
+  no message over ``max_message_mb`` in all its frames or ``max_message_items`` items, one
+  reply per request and output within ``max_cell_messages_mb`` / ``max_notebook_messages_mb``;
+  the grader's own sockets refuse a frame over the size too and queue two messages
+  (:func:`grading.relay.bound_sockets`, :func:`grading.relay.guarded_unpack`);
   ``grading.preprocessors.RecoveringExecute`` caps what it keeps per cell and per notebook.
 
 Where ``bwrap`` is missing (macOS, or a Linux without the package) :func:`require` refuses to
@@ -61,6 +61,7 @@ report then says that grading was not isolated.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -74,7 +75,8 @@ import zmq
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Float, Int
 
-from grading import cgroups
+from course_utils.checks import SUBMIT_MIME
+from grading import cgroups, relay
 from grading.files import write_private
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,8 +142,25 @@ def enabled() -> bool:
     return os.environ.get(SANDBOX_ENV, "on").lower() not in ("off", "0", "no")
 
 
+SETPRIV = "/usr/bin/setpriv"  # (util-linux) drops a root grader's kernel to its own uid
+
+
 def require() -> None:
     """Raise :class:`SandboxUnavailable` unless kernels can be sandboxed or isolation is off."""
+    if enabled() and os.geteuid() == 0 and not os.access(SETPRIV, os.X_OK):
+        raise SandboxUnavailable(
+            f"grading runs as root, and its kernels must not: {SETPRIV} (util-linux) drops "
+            f"each to a uid of its own, and it is not installed. Install util-linux, or grade "
+            f"as an ordinary user.")
+    if enabled() and os.geteuid() == 0:
+        unreadable = [str(p) for p in [*_environment_roots(), ROOT / "course_utils",
+                                       Path(sys.executable).resolve()]
+                      if not os.stat(p).st_mode & 0o004]
+        if unreadable:
+            raise SandboxUnavailable(
+                f"grading kernels run as a uid of their own, which must read the Python "
+                f"environment and course_utils: {', '.join(unreadable)} cannot be read by "
+                f"others (a umask of 077?). Run chmod -R o+rX on them.")
     if enabled() and bwrap_path() is None:
         raise SandboxUnavailable(
             "grading kernels run in a bubblewrap sandbox, but `bwrap` is not installed "
@@ -202,13 +221,13 @@ def allowlist() -> list[tuple[str, str]]:
     return rows
 
 
-def _host_binds() -> list[str]:
+def _host_binds(made: set[str]) -> list[str]:
     args: list[str] = []
     for path in HOST_PATHS:
         if os.path.islink(path):  # merged /usr: /bin -> usr/bin
             args += ["--symlink", os.readlink(path), path]
         elif os.path.exists(path):
-            args += ["--ro-bind", path, path]
+            args += [*_way_to(Path(path), made), "--ro-bind", path, path]
     return args
 
 
@@ -229,35 +248,47 @@ def environment(hidden_cases: str | None = None, student: str | None = None) -> 
 
 class KernelFolder:
     """The grader's folder for one kernel, under ``/dev/shm`` where it can be (RAM):
-    ``etc/`` (files the kernel reads, bound read-only) and ``sockets/`` (the only folder of the
-    host the kernel can write; the grader connects to sockets there and never reads a file).
+    ``etc/`` (files the kernel reads, bound read-only), ``relay/`` (the sockets the grader
+    connects to, served by the kernel's relay, :mod:`grading.relay`; never inside the sandbox)
+    and ``sockets/`` (the only folder of the host the kernel can write: its own sockets, which
+    only the relay connects to, by file descriptor).
 
-    Where the grader runs as root, ``sockets/`` is a tmpfs of its own with ``SOCKET_FS_KIB`` of
-    bytes and ``SOCKET_FS_INODES`` files (the kernel's five sockets need five): a kernel that
-    fills it fills only it, never the machine's ``/dev/shm`` that every other kernel's folder
-    lives in. :meth:`remove` unmounts it (whatever is inside goes with it, however deep) and
-    removes the rest with ``rm -rf`` in a subprocess (no recursion limit, no link followed).
-    The folder is named after the grading process, so a folder whose grader was killed is
-    removed by the next kernel (:func:`sweep_orphan_folders`)."""
+    Where the grader runs as root, the kernel runs as ``uid``, an unprivileged uid of its own
+    (``KERNEL_UIDS``: no file of the host belongs to it), and ``sockets/`` is a tmpfs of its own
+    with ``SOCKET_FS_KIB`` of bytes and ``SOCKET_FS_INODES`` files (the kernel's five sockets
+    need five), owned by that uid: a kernel that fills it fills only it, never the machine's
+    ``/dev/shm`` that every other kernel's folder lives in. :meth:`remove` unmounts it
+    (whatever is inside goes with it, however deep) and removes the rest with ``rm -rf`` in a
+    subprocess (no recursion limit, no link followed). The folder is named after the grading
+    process, so a folder whose grader was killed is removed by the next kernel
+    (:func:`sweep_orphan_folders`)."""
 
     SOCKET_FS_KIB = 256
     SOCKET_FS_INODES = 64
+    KERNEL_UIDS = (2_100_000_000, 2**24)  # (first, how many): one drawn per kernel
 
     def __init__(self):
+        import secrets
+
         base = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None
         sweep_orphan_folders(Path(base or tempfile.gettempdir()))
         self.path = Path(tempfile.mkdtemp(prefix=f"{cgroups.CGROUP_PREFIX}{os.getpid()}-",
                                           dir=base))  # 0700
-        self.etc = self.path / "etc"
+        if os.geteuid() == 0:
+            self.uid = self.gid = self.KERNEL_UIDS[0] + secrets.randbelow(self.KERNEL_UIDS[1])
+        else:
+            self.uid, self.gid = os.getuid(), os.getgid()
+        self.etc, self.relay = self.path / "etc", self.path / "relay"
         self.sockets = self.path / "sockets"
-        self.etc.mkdir(mode=0o700)
-        self.sockets.mkdir(mode=0o700)
-        self.own_fs = _mount_tmpfs(self.sockets, self.SOCKET_FS_KIB, self.SOCKET_FS_INODES)
+        for folder in (self.etc, self.relay, self.sockets):
+            folder.mkdir(mode=0o700)
+        self.own_fs = _mount_tmpfs(self.sockets, self.SOCKET_FS_KIB, self.SOCKET_FS_INODES,
+                                   self.uid, self.gid)
         for name, text in (("hosts", f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n"
                                      "::ffff:127.0.0.1 localhost\n"),
-                           ("passwd", f"student:x:{os.getuid()}:{os.getgid()}:student:{HOME}:"
+                           ("passwd", f"student:x:{self.uid}:{self.gid}:student:{HOME}:"
                                       "/bin/sh\n"),
-                           ("group", f"student:x:{os.getgid()}:\n")):
+                           ("group", f"student:x:{self.gid}:\n")):
             write_private(self.etc / name, text, mode=0o644)
 
     def remove(self) -> None:
@@ -265,13 +296,15 @@ class KernelFolder:
         _remove_tree(self.path, self.sockets if self.own_fs else None)
 
 
-def _mount_tmpfs(path: Path, kib: int, inodes: int) -> bool:
-    """Mount a tmpfs of ``kib`` KiB and ``inodes`` files on ``path`` (root only); mounted?"""
+def _mount_tmpfs(path: Path, kib: int, inodes: int, uid: int, gid: int) -> bool:
+    """Mount a tmpfs of ``kib`` KiB and ``inodes`` files owned by ``uid`` on ``path`` (root
+    only); mounted?"""
     if os.geteuid() != 0 or shutil.which("mount") is None:
         return False
     done = subprocess.run(["mount", "-t", "tmpfs", "-o",
-                           f"size={int(kib)}k,nr_inodes={int(inodes)},mode=0700,nosuid,nodev,"
-                           "noexec", "tmpfs", str(path)], capture_output=True, timeout=30)
+                           f"size={int(kib)}k,nr_inodes={int(inodes)},mode=0700,uid={uid},"
+                           f"gid={gid},nosuid,nodev,noexec", "tmpfs", str(path)],
+                          capture_output=True, timeout=30)
     return done.returncode == 0
 
 
@@ -327,33 +360,79 @@ def command(cmd: list[str], folder: KernelFolder, connection_file: Path, memory_
     # could unmount or remount what the sandbox is made of.
     # (no --new-session: jupyter_client already starts bwrap in a session of its own, without a
     # controlling terminal, and the grader's interrupt must reach the kernel's process group)
-    args = [bwrap_path() or "bwrap", "--unshare-all", "--hostname", HOSTNAME, "--cap-drop", "ALL",
+    args = [bwrap_path() or "bwrap", *_namespaces(), "--hostname", HOSTNAME,
             "--die-with-parent", "--clearenv"]
     for key, value in (env or environment()).items():
         args += ["--setenv", key, value]
     # the private tmpfs folders first: a bind made after them may lie inside one (a checkout or
-    # its .venv under /tmp, a user called "student"); made before, the tmpfs would hide it
+    # its .venv under /tmp, a user called "student"); made before, the tmpfs would hide it.
+    # (mode 1777: the kernel's own uid, not bwrap's, writes them)
     args += ["--unsetenv", "JPY_PARENT_PID",  # (already gone: its parent is not in the PID ns)
-             "--tmpfs", "/", "--tmpfs", "/tmp", "--tmpfs", HOME, "--tmpfs", WORKDIR,
-             *_host_binds()]
+             "--tmpfs", "/"]
+    for path in ("/tmp", HOME, WORKDIR):
+        args += ["--perms", "01777", "--tmpfs", path]
+    made: set[str] = set()
+    args += _host_binds(made)
     for path in [*_environment_roots(), ROOT / "course_utils"]:
-        args += ["--ro-bind", str(path), str(path)]
+        args += [*_way_to(path, made), "--ro-bind", str(path), str(path)]
     for name in ("hosts", "passwd", "group"):
         args += ["--ro-bind", str(folder.etc / name), f"/etc/{name}"]
-    args += ["--ro-bind", str(connection_file), CONNECTION_FILE,
-             "--dev", "/dev", "--proc", "/proc",
-             "--bind", str(folder.sockets), str(folder.sockets),
+    args += [*_way_to(Path(CONNECTION_FILE), made), "--ro-bind", str(connection_file),
+             CONNECTION_FILE,
+             "--dev", "/dev", "--proc", "/proc"]
+    # the kernel's settings (/proc/sys: core_pattern, drop_caches, ...) read-only, whoever it is
+    args += ["--ro-bind", "/proc/sys", "/proc/sys",
+             "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
+             *_way_to(folder.sockets, made), "--bind", str(folder.sockets), str(folder.sockets),
              "--chdir", WORKDIR, "--remount-ro", "/"]
     inner = [CONNECTION_FILE if a == str(connection_file) else a for a in cmd]
     if "ipykernel_launcher" in inner:  # (no "To connect another client" banner on the grader's
         inner.append("--IPKernelApp.log_level=CRITICAL")  # terminal: its parent pid is unseen)
+    if os.geteuid() == 0:  # the kernel's own unprivileged uid, no capability, no way back
+        args += [SETPRIV, f"--reuid={folder.uid}", f"--regid={folder.gid}", "--clear-groups",
+                 "--inh-caps=-all", "--no-new-privs", "--"]
     args += ["prlimit", f"--as={int(memory_gb * 2**30)}",
              f"--fsize={int(max_file_mb * 2**20)}", "--core=0", "--", *inner]
-    if groups is not None and groups.groups:  # join the kernel's cgroups first: all it
-        join = ('for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; '
-                'shift; done; shift; exec "$@"')
-        args = ["sh", "-c", join, "sh", *map(str, groups.procs_files()), "--", *args]
+    return _join_cgroups(args, groups)
+
+
+def _way_to(path: Path, made: set[str]) -> list[str]:
+    """bwrap options that make the folders on the way to ``path`` (not ``path`` itself) as
+    mode 0755, so the kernel's own uid can pass (bwrap makes them 0700, as root's own); a
+    folder bound whole, a private tmpfs, ``/dev`` and those in ``made`` are left as they are."""
+    whole = [h for h in HOST_PATHS if os.path.isdir(h) and not os.path.islink(h)]
+    kept = {"/", "/dev", "/tmp", HOME, WORKDIR}
+    args = []
+    for parent in reversed(Path(path).parents):
+        where = str(parent)
+        if where in kept or where in made or any(where == h or where.startswith(h + "/")
+                                                 for h in whole):
+            continue
+        made.add(where)
+        args += ["--perms", "0755", "--dir", where]
     return args
+
+
+def _namespaces() -> list[str]:
+    """bwrap's namespace and capability options. As root, bwrap's user namespace would map the
+    kernel to host uid 0 (``0 0 1``), and /proc/sys checks the uid, not capabilities: so no
+    user namespace, and the kernel drops to its own uid with ``setpriv`` (bwrap keeps only the
+    two capabilities that needs; setuid clears them). Not root: bwrap's user namespace maps the
+    kernel to the grader's own unprivileged uid."""
+    if os.geteuid() != 0:
+        return ["--unshare-all", "--cap-drop", "ALL"]
+    return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
+            "--cap-add", "CAP_SETGID"]
+
+
+def _join_cgroups(args: list[str], groups: cgroups.KernelCgroups | None) -> list[str]:
+    """``args`` run after joining the kernel's cgroups (all it starts is in them too)."""
+    if groups is None or not groups.groups:
+        return args
+    join = ('for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; '
+            'shift; done; shift; exec "$@"')
+    return ["sh", "-c", join, "sh", *map(str, groups.procs_files()), "--", *args]
 
 
 def describe_limits(memory_gb: float, max_tasks: int, max_file_mb: float,
@@ -387,28 +466,6 @@ def description() -> str:
             f"a clean environment, own PID/network namespaces; {limits})")
 
 
-class MessageTooComplex(ValueError):
-    """A kernel's message holds more items than the grader parses (:func:`guarded_unpack`)."""
-
-
-def guarded_unpack(unpack, max_items: int):
-    """``unpack`` (the session's JSON parser) refusing a message with more than ``max_items``
-    items before parsing it: a parsed item costs the grader 10-70 bytes (measured: 28 MiB of
-    empty lists parse into 704 MB, of two-letter strings into 434 MB), so one message under the
-    size limit could otherwise take gigabytes. Items are counted from the raw bytes (commas and
-    brackets, those inside strings too: an over-count, never an under-count)."""
-    def guarded(data):
-        raw = data.tobytes() if isinstance(data, memoryview) else data
-        if isinstance(raw, bytes):
-            items = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
-            if items > max_items:
-                raise MessageTooComplex(f"a message of {items:,} items (at most {max_items:,})")
-        return unpack(data)
-
-    guarded.course_guarded = True
-    return guarded
-
-
 class SandboxedKernelManager(AsyncKernelManager):
     """An ``AsyncKernelManager`` whose kernel runs in the bubblewrap sandbox.
 
@@ -429,6 +486,12 @@ class SandboxedKernelManager(AsyncKernelManager):
                                             "before it is parsed", config=True)
     max_cpus = Float(0.0, help="cores the kernel and its children may use at most (0: no cap; "
                                "they always share the CPU as one entity)", config=True)
+    max_cell_messages_mb = Float(8.0, help="output messages the relay passes to the grader "
+                                           "per cell (MB, as sent); the rest is dropped "
+                                           "before the grader reads it", config=True)
+    max_notebook_messages_mb = Float(48.0, help="output messages the relay passes to the "
+                                                "grader per kernel, test submissions aside "
+                                                "(MB, as sent)", config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -436,14 +499,15 @@ class SandboxedKernelManager(AsyncKernelManager):
         self.student: str | None = None  # COURSE_STUDENT inside (None: not set)
         self._folder: KernelFolder | None = None
         self.cgroups: cgroups.KernelCgroups | None = None
-        self.context.setsockopt(zmq.MAXMSGSIZE, int(self.max_message_mb * 2**20))
-        self.session.unpack = guarded_unpack(self.session.unpack, self.max_message_items)
+        relay.bound_sockets(self.context, self.max_message_mb)
+        self.session.unpack = relay.guarded_unpack(self.session.unpack, self.max_message_items)
         if enabled():
             require()
-            # Jupyter's ipc transport: Unix sockets in a folder the sandbox can reach
+            # Jupyter's ipc transport: Unix sockets of the kernel's relay, in a folder of the
+            # grader's that the sandbox does not see
             self._folder = KernelFolder()
             self.transport = "ipc"
-            self.ip = str(self._folder.sockets / f"k-{uuid.uuid4().hex[:8]}")
+            self.ip = str(self._folder.relay / f"g-{uuid.uuid4().hex[:8]}")
             # bwrap --die-with-parent keeps a SIGINT sent to the process group from reaching
             # the kernel: interrupt it with a control message instead (the kernel then signals
             # itself, inside the sandbox)
@@ -453,7 +517,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     def client(self, **kwargs):
         """A client whose sockets refuse messages over ``max_message_mb`` too."""
         kc = super().client(**kwargs)
-        kc.context.setsockopt(zmq.MAXMSGSIZE, int(self.max_message_mb * 2**20))
+        relay.bound_sockets(kc.context, self.max_message_mb)
         return kc
 
     def oom_kills(self) -> int:
@@ -467,14 +531,32 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self.cgroups is None:
             self.cgroups = cgroups.KernelCgroups(self.max_tasks, int(self.memory_gb * 2**30),
                                                  self.max_cpus)
-        return command(cmd, self._folder, Path(self.connection_file).resolve(), self.memory_gb,
-                       self.max_file_mb, self.cgroups,
-                       environment(self.hidden_cases, self.student))
+        folder = self._folder
+        kernel_file = folder.etc / "kernel.json"  # (written by the relay: the kernel's sockets)
+        cmd = [str(kernel_file) if a == self.connection_file else a for a in cmd]
+        sandboxed = command(cmd, folder, kernel_file, self.memory_gb, self.max_file_mb, None,
+                            environment(self.hidden_cases, self.student))
+        limits = {"max_bytes": int(self.max_message_mb * 2**20),
+                  "max_items": self.max_message_items,
+                  "cell_bytes": int(self.max_cell_messages_mb * 1e6),
+                  "notebook_bytes": int(self.max_notebook_messages_mb * 1e6),
+                  "submit_mime": SUBMIT_MIME, "kernel_sockets": str(folder.sockets),
+                  "memory_bytes": 0 if has_memory_cgroup() else int(self.memory_gb * 2**30),
+                  "start_s": 120}
+        write_private(folder.etc / "relay.json", json.dumps(limits), mode=0o600)
+        relayed = [sys.executable, "-I", relay.__file__, str(Path(self.connection_file).resolve()),
+                   str(kernel_file), str(folder.etc / "relay.json"), "--"]
+        return _join_cgroups(relayed + sandboxed, self.cgroups)
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
-        # the kernel gets only ENVIRONMENT (bwrap --clearenv); sh and bwrap get the grader's
-        if self._folder is not None and "env" in kw:
-            kw["env"] = {k: v for k, v in kw["env"].items() if k in ("PATH", "LANG")}
+        # the kernel gets only ENVIRONMENT (bwrap --clearenv); sh, the relay and bwrap get the
+        # grader's PATH and LANG. No file of the grader's is the kernel's stdin or stdout (the
+        # relay gives the sandbox /dev/null and a pipe of its own for stderr; the relay's own
+        # stderr, its few lines, is the grader's log)
+        if self._folder is not None:
+            kw["env"] = {k: v for k, v in kw.get("env", os.environ).items()
+                         if k in ("PATH", "LANG")}
+            kw["stdin"] = kw["stdout"] = subprocess.DEVNULL
         await super()._async_launch_kernel(kernel_cmd, **kw)
 
     def record_kernel(self) -> None:

@@ -41,6 +41,7 @@ class Case:
     feedback: list[str] = field(default_factory=list)  # substrings the feedback must show
     slow: bool = False              # costs a cell timeout
     side_effects: bool = False      # attacks files or processes outside its own notebook
+    inbox: bool = False             # handed in through collect (an inbox), not written in place
     limits: list[str] = field(default_factory=list)  # substrings the report's LIMIT lines show
 
 
@@ -433,6 +434,21 @@ def write(cases: list[tuple[Case, dict]], submitted: Path, assignment: str,
                 nbformat.write(content, target / rel)
         written.append(case)
     return written
+
+
+def hand_in(cases: list[tuple[Case, dict]], data: Path, assignment: str) -> list[Case]:
+    """Write each case where grading finds it: in ``data/submitted`` (:func:`write`), or, for a
+    case handed in through collect (``Case.inbox``), into an inbox that
+    :func:`grading.workflow.collect` copies from, as an instructor's collect does."""
+    from grading import workflow
+
+    inbox = data / "inbox"
+    written = write([c for c in cases if not c[0].inbox], data / "submitted", assignment)
+    through = write([c for c in cases if c[0].inbox], inbox, assignment)
+    if through:
+        workflow.collect(inbox, assignment, data)
+        shutil.rmtree(inbox)
+    return written + through
 
 
 def mechanics_of(assignment: str) -> frozenset:

@@ -16,7 +16,8 @@ from pathlib import Path
 import nbformat
 
 from grading import judge
-from grading.course import ROOT, _meta, data_dir, is_test_cell, notebook_names, read_notebook
+from grading.course import (ROOT, _meta, data_dir, is_test_cell, notebook_names, read_notebook,
+                            roster, unreadable)
 from grading.digests import not_graded_reasons
 from grading.files import entry_kind, read_regular
 from grading.inert import one_line
@@ -79,7 +80,11 @@ def verify_cell(cell, verdict: judge.Verdict | None) -> CellResult:
 
 
 def _roster(assignment: str, data: Path) -> list[str]:
+    """Everyone a report lists: the students with a submitted folder, the gradebook's, the
+    roster's (``$COURSE_DATA/roster.csv``) and those collect found nothing of this assignment
+    for (a misnamed notebook): nobody on the roster vanishes from a report or an export."""
     students = {p.name for p in (data / "submitted").glob("*") if entry_kind(p) == "dir"}
+    students |= set(roster(data)) | set(collect_log(assignment, data))
     db = data / "gradebook.db"
     if db.exists():
         from nbgrader.api import Gradebook
@@ -132,7 +137,8 @@ def _verify_student(assignment: str, student: str, data: Path) -> StudentResult:
     auto = data / "autograded" / student / assignment
     result = StudentResult(student, "graded")
     if entry_kind(sub) != "dir":
-        result.status = "not graded: no submission"
+        why = collect_log(assignment, data).get(student, [])
+        result.status = "not graded: no submission" + (f" ({why[0]})" if why else "")
         return result
     result.flags += scan_files(sub, names)
     result.flags += [f"collect skipped {line}" for line in
@@ -148,7 +154,8 @@ def _verify_student(assignment: str, student: str, data: Path) -> StudentResult:
         try:
             submitted = read_notebook(sub / name)
         except Exception as err:  # malformed JSON, not a notebook, not a regular file
-            result.status = f"not graded: {name} is not a valid notebook ({str(err)[:80]})"
+            why = unreadable(sub / name, err)
+            result.status = f"not graded: {name} is not a valid notebook ({why})"
             return result
         result.flags += scan_notebook(submitted, release,
                                       getattr(rules, "HELPERS_NOT_ALLOWED", {}))

@@ -156,6 +156,57 @@ def _without_mistakes(source: str) -> str:
     return source
 
 
+def _reads(node) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)}
+
+
+_PURE_CALLS = {"len", "abs", "min", "max", "sum", "float", "int", "round"}
+_PURE_MODULES = {"math", "llama_shapes"}  # (the standard library's math; course_utils' tables)
+
+
+def _pure(expr) -> bool:
+    """Does computing ``expr`` do nothing but compute it (arithmetic, names, attributes, and
+    calls of :data:`_PURE_CALLS` and of :data:`_PURE_MODULES`' functions only)?"""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            root = fn
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if not ((isinstance(fn, ast.Name) and fn.id in _PURE_CALLS)
+                    or (isinstance(fn, ast.Attribute) and isinstance(root, ast.Name)
+                        and root.id in _PURE_MODULES)):
+                return False
+        elif isinstance(node, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr, ast.Lambda)):
+            return False
+    return True
+
+
+def without_dead_names(source: str) -> str:
+    """``source`` without each top-level assignment of private names (``_tau = ...``) that
+    nothing after it reads and whose value is only computed (:func:`_pure`): once its
+    ``mistakes=`` are sealed, a visible check's helper value is dead, and left in the released
+    cell it stays in the student's kernel (a12's ``_tau``: ``_tau / 60`` was the graded
+    interval). Repeated until none is left."""
+    while True:
+        tree = ast.parse(source)
+        dead = None
+        for i, stmt in enumerate(tree.body):
+            if not isinstance(stmt, ast.Assign):
+                continue
+            names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            later = set().union(*(_reads(s) for s in tree.body[i + 1:]))
+            if names and all(n.startswith("_") for n in names) and not names & later \
+                    and _pure(stmt.value):
+                dead = stmt
+                break
+        if dead is None:
+            return source
+        lines = source.split("\n")
+        source = "\n".join(lines[:dead.lineno - 1] + lines[dead.end_lineno:])
+
+
 SEALED_WIDTH = 72  # hex characters of a sealed entry per line of the released cell
 
 
@@ -202,7 +253,7 @@ def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]],
         if any(t["name"].split("[")[0] in measured for t in traces.get(gid, [])):
             continue
         table = sealed_table(traces.get(gid, []), sealer)
-        source = _without_mistakes(cell.source)
+        source = without_dead_names(_without_mistakes(cell.source))
         if table:
             source = _sealed_line(table) + source
         if source != cell.source:
@@ -269,4 +320,4 @@ def seal_release_file(assignment: str, release_dir=None, cache=None) -> list[str
 
 
 __all__ = ["committed_sealer", "seal_release", "seal_release_file", "sealed_table",
-           "sealed_tables", "unit_mistakes", "unit_of"]
+           "sealed_tables", "unit_mistakes", "unit_of", "without_dead_names"]

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from grading import judge, sandbox
 from grading.files import NotRegular, entry_kind, read_regular, write_private
-from grading.course import ROOT, VARIANTS_ENV, data_dir, name_students, notebook_names
+from grading.course import (ROOT, VARIANTS_ENV, NotebookTooComplex, check_items, data_dir,
+                            name_students, notebook_names, roster, submitted_notebook)
 from grading.digests import record_digests, record_not_graded
 from grading.reference import _environ, check_committed, launch_preload, reference_run
 from grading.report import report
@@ -103,11 +104,15 @@ _STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")
 
 
 class Collected(dict):
-    """``{assignment: [students collected]}``; ``skipped``: ``{student or entry: [why]}``."""
+    """``{assignment: [students collected]}``; ``skipped``: ``{student or entry: [why]}``;
+    ``missing``: ``{assignment: {student: why}}`` for each student of the inbox or the roster
+    with nothing collected for it (a misnamed notebook: "notebook a1.ipynb missing (found
+    Untitled.ipynb)"; a roster student with no folder: "no submission")."""
 
     def __init__(self):
         super().__init__()
         self.skipped: dict[str, list[str]] = {}
+        self.missing: dict[str, dict[str, str]] = {}
 
 
 def _plain_name(name: str) -> bool:
@@ -121,7 +126,9 @@ def _copy_regular(src: Path, dst: Path, budget: list[int]) -> str | None:
     why it was skipped, or None."""
     try:
         data = read_regular(src, min(MAX_FILE_BYTES, budget[0]))
-    except NotRegular as err:
+        if src.suffix == ".ipynb":
+            data = submitted_notebook(data)
+    except (NotRegular, NotebookTooComplex) as err:
         return str(err)
     budget[0] -= len(data)
     budget[1] -= 1
@@ -211,6 +218,12 @@ def collect(source: Path, assignment: str, data: Path | None = None) -> Collecte
                                         [MAX_SUBMISSION_BYTES, MAX_FILES])
                     skipped = [] if why is None else [f"{single.name}: {why}"]
                 else:
+                    others = _other_notebooks(Path(entry.path))
+                    if others:  # (a student's folder with only other notebooks in it)
+                        why = (f"notebook {' or '.join(names)} missing (found "
+                               f"{', '.join(others)})")
+                        log[student] = [why]
+                        got.missing.setdefault(a, {})[student] = why
                     continue
             except OSError as err:  # a folder that cannot be read: this student only
                 skipped = [f"could not be collected ({err})"]
@@ -218,10 +231,32 @@ def collect(source: Path, assignment: str, data: Path | None = None) -> Collecte
             if skipped:
                 log[student] = skipped
                 got.skipped.setdefault(student, []).extend(skipped)
+        for student in sorted(roster(data)):
+            if student not in got.get(a, []) and student not in got.missing.get(a, {}):
+                got.missing.setdefault(a, {})[student] = "no submission"
         (data / "logs").mkdir(parents=True, exist_ok=True)
         write_private(data / "logs" / f"collect-{a}.json", json.dumps(log, indent=1),
                       mode=0o644)
     return got
+
+
+def _other_notebooks(folder: Path, most: int = 5) -> list[str]:
+    """The plain-named notebooks in a student's folder (at most ``most``, then "..."), as the
+    folder holds them (a misnamed submission: ``Untitled.ipynb``)."""
+    try:
+        with os.scandir(folder) as it:
+            found = sorted(e.name for e in it if e.name.endswith(".ipynb")
+                           and _plain_name(e.name))
+    except OSError:
+        return []
+    return [ascii(n)[1:-1] for n in found[:most]] + (["..."] if len(found) > most else [])
+
+
+def collected(assignment: str, data: Path | None = None) -> bool:
+    """Has ``assignment`` been collected (a collect log, or a submitted folder)?"""
+    data = data or data_dir()
+    return (entry_kind(data / "logs" / f"collect-{assignment}.json") == "file"
+            or bool(submitted_students(assignment, data)))
 
 
 def submitted_students(assignment: str, data: Path | None = None) -> list[str]:
@@ -297,8 +332,10 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
     cache = prepare(assignment, data, register_first, reference_cache)
     everyone = submitted_students(assignment, data)
     chosen = list(dict.fromkeys(students)) if students is not None else everyone
+    refused = _too_complex(assignment, data, chosen)
     start = time.perf_counter()
-    shards = [chosen[i::workers] for i in range(workers)]
+    graded = [s for s in chosen if s not in refused]
+    shards = [graded[i::workers] for i in range(workers)]
     shards = [s for s in shards if s]
     procs, logs = [], []
     env = dict(os.environ, COURSE_DATA=str(data), COURSE_REFERENCE_CACHE=str(cache),
@@ -331,12 +368,30 @@ def autograde(assignment: str, workers: int = 2, data: Path | None = None,
     why = {s: (f"its grading worker ran past its time limit "
                f"({worker_time_limit(len(shards[k])):.0f} s for {len(shards[k])} "
                f"submission(s)) and was stopped; see {logs[k]}")
-           for k in timed_out for s in shards[k]}
+           for k in timed_out for s in shards[k]} | refused
     record_not_graded(assignment, data, {s: why.get(s) for s in chosen})
     name_students(data, chosen)  # the formgrader lists them by name, not "None, None"
-    record_digests(assignment, chosen, data, finished=[s for s in chosen if s not in stopped])
+    record_digests(assignment, chosen, data,
+                   finished=[s for s in chosen if s not in stopped and s not in refused])
     return AutogradeRun(assignment, len(chosen), len(shards), time.perf_counter() - start,
                         codes, logs, timed_out)
+
+
+def _too_complex(assignment: str, data: Path, students: list[str]) -> dict[str, str]:
+    """``{student: why}`` for each submission no grading process should parse: a notebook
+    past ``grading.course.MAX_NOTEBOOK_ITEMS`` JSON items (collect refuses one; this stops one
+    put into the submitted folder by other means), counted on its bytes."""
+    out = {}
+    for student in students:
+        for name in notebook_names(assignment):
+            path = data / "submitted" / student / assignment / name
+            try:
+                check_items(read_regular(path, MAX_FILE_BYTES))
+            except NotebookTooComplex as err:
+                out[student] = f"not graded: {err}"
+            except OSError:
+                pass  # (missing or not a file: nbgrader says so)
+    return out
 
 
 CHECK_CACHE = ROOT / ".cache" / "check"  # make check's registered gradebooks, per release
@@ -420,20 +475,23 @@ def self_check(assignment: str, notebook: Path | None = None, progress=None):
 def feedback(assignment: str, data: Path | None = None) -> Path:
     """HTML feedback per student in ``$COURSE_DATA/feedback/<student>/<assignment>/``.
 
-    Raises RuntimeError naming every autograded student who got no feedback page (nbgrader
-    can fail for one notebook and still carry on, or fail entirely and say little).
-    Feedback holds the HTML pages only: nbgrader copies no other file (``nbgrader_config.py``
-    ignores every other file for this step), and anything else found there is removed.
+    Every autograded student gets a page: one that nbgrader could not render (nbgrader goes on
+    with the others) gets a short page of the course's own instead, with the scores from the
+    gradebook and a line saying the full page could not be made; :data:`FEEDBACK_FALLBACKS`
+    names them, and so does the step's output. Feedback holds the HTML pages only: nbgrader
+    copies no other file (``nbgrader_config.py`` ignores every other file for this step), and
+    anything else found there is removed. Raises RuntimeError only if nbgrader ran past its time.
     """
     data = data or data_dir()
+    FEEDBACK_FALLBACKS.clear()
     for a in expand(assignment):
         log = data / "logs" / f"feedback-{a}.log"
         graded = sorted(p.parent.name for p in (data / "autograded").glob(f"*/{a}")
                         if entry_kind(p) == "dir")
-        limit = 120 + 30 * len(graded)  # a page renders in seconds (LimitSourceForFeedback)
+        limit = 120 + 30 * len(graded)  # a page renders in seconds (BoundPageText)
         try:
-            out = nbgrader("generate_feedback", a, "--force", data=data, log=log, check=False,
-                           timeout=limit)
+            nbgrader("generate_feedback", a, "--force", data=data, log=log, check=False,
+                     timeout=limit)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"nbgrader generate_feedback {a} ran past {limit} s; see "
                                f"{log}") from None
@@ -443,11 +501,41 @@ def feedback(assignment: str, data: Path | None = None) -> Path:
                 if entry.name not in pages or not entry.is_file(follow_symlinks=False):
                     path = Path(entry.path)
                     shutil.rmtree(path) if entry_kind(path) == "dir" else path.unlink()
-        missing = [s for s in graded for n in notebook_names(a)
-                   if entry_kind(data / "feedback" / s / a / n.replace(".ipynb", ".html"))
-                   != "file"]
-        if missing:
-            raise RuntimeError(
-                f"nbgrader generate_feedback {a} (exit {out.returncode}) wrote no feedback for "
-                f"{', '.join(sorted(set(missing)))}:\n{log.read_text()[-3000:]}")
+        for student in graded:
+            for name in notebook_names(a):
+                page = data / "feedback" / student / a / name.replace(".ipynb", ".html")
+                if entry_kind(page) != "file":
+                    _fallback_page(a, student, name, data, page)
+                    FEEDBACK_FALLBACKS.append((a, student, name))
     return data / "feedback"
+
+
+FEEDBACK_FALLBACKS: list[tuple[str, str, str]] = []  # (assignment, student, notebook) of the
+# last feedback run whose page nbgrader could not render (the course's short page instead)
+
+
+def _fallback_page(assignment: str, student: str, notebook: str, data: Path, page: Path) -> None:
+    """A feedback page of the course's own for one notebook nbgrader could not render: the
+    automatic points per question from the gradebook, escaped, nothing of the submission."""
+    import html
+
+    from nbgrader.api import Gradebook
+
+    rows = []
+    try:
+        with Gradebook(f"sqlite:///{data / 'gradebook.db'}") as gb:
+            nb = gb.find_submission_notebook(Path(notebook).stem, assignment, student)
+            for grade in sorted(nb.grades, key=lambda g: g.name):
+                score = "not graded yet" if grade.score is None else f"{grade.score:g}"
+                rows.append(f"<tr><td>{html.escape(grade.name)}</td><td>{score} / "
+                            f"{grade.max_score:g}</td></tr>")
+    except Exception:  # noqa: BLE001 - no gradebook entry: the page says so
+        rows.append("<tr><td colspan=2>no grades recorded</td></tr>")
+    title = html.escape(f"{assignment}: {Path(notebook).stem}")
+    page.parent.mkdir(parents=True, exist_ok=True)
+    write_private(page, (
+        f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}"
+        f"</title></head><body><h1>{title}</h1><p>Your full feedback page could not be made; "
+        f"your instructor has been told. Your points so far:</p><table><thead><tr>"
+        f"<th>question</th><th>points</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"</body></html>\n"), mode=0o644)

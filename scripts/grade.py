@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)
 
 from grading import integrity, workflow  # noqa: E402
+from grading.inert import one_line  # noqa: E402
 
 
 def _summary(assignment: str) -> None:
@@ -148,8 +149,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"released {path.relative_to(ROOT)}")
         elif args.step == "collect":
             got = workflow.collect(args.source, args.assignment)
-            for a, students in got.items():
-                print(f"{a}: collected {len(students)} submission(s) into {data / 'submitted'}")
+            for a in sorted(set(got) | set(got.missing)):
+                print(f"{a}: collected {len(got.get(a, []))} submission(s) into "
+                      f"{data / 'submitted'}")
+                for student, why in sorted(got.missing.get(a, {}).items()):
+                    print(f"  {student}: {why}")
+            for who, lines in sorted(got.skipped.items()):
+                for line in lines:
+                    print(f"  {who}: skipped {one_line(line, 200)}")
             if not got:
                 print(f"nothing found for {args.assignment} in {args.source}")
                 return 1
@@ -181,9 +188,19 @@ def main(argv: list[str] | None = None) -> int:
         elif args.step == "feedback":
             out = workflow.feedback(args.assignment)
             print(f"feedback in {out}/<student>/<assignment>/")
+            for a, student, name in workflow.FEEDBACK_FALLBACKS:
+                print(f"  {a} {student} {name}: nbgrader could not render this page; a short "
+                      f"page with the points was written instead (see "
+                      f"logs/feedback-{a}.log)")
         elif args.step == "report":
-            for a in workflow.expand(args.assignment):
-                _summary(a)
+            chosen = workflow.expand(args.assignment)
+            for a in chosen:  # (all: only the assignments collected so far)
+                if workflow.collected(a):
+                    _summary(a)
+                elif args.assignment != "all":
+                    print(f"{a}: nothing collected yet (run collect first)")
+            if args.assignment == "all" and not any(map(workflow.collected, chosen)):
+                print("nothing collected yet (run collect first)")
         elif args.step == "export":
             from grading import exports
 

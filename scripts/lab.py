@@ -208,11 +208,20 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)
         if proc is None:
             return 128 + (why.signum if isinstance(why, Stopped) else signal.SIGINT)
-        try:
-            print(f"lab: {name}: stopping JupyterLab and its kernels ...", flush=True)
-        except OSError:  # (a closed terminal)
-            pass
-        return stop(proc)
+        _say(f"lab: {name}: stopping JupyterLab and its kernels ...")
+        started = time.monotonic()
+        code = stop(proc)
+        _say(f"lab: stopped in {time.monotonic() - started:.1f} s: no JupyterLab server or "
+             f"kernel of this session is left running; `make lab` starts it again")
+        return code
+
+
+def _say(line: str) -> None:
+    """Print ``line`` if the terminal is still there (a closed one: nothing)."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

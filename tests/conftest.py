@@ -59,6 +59,7 @@ os.environ["COURSE_IDENTITY_FILE"] = str(ROOT / ".cache" / "tests-have-no-identi
 SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.py",
                 "tests/test_browser_widgets.py", "tests/test_capstone.py",
                 "tests/test_checkpoint.py", "tests/test_data_parallel.py", "tests/test_fsdp.py",
+                "tests/test_grading_pages.py",
                 "tests/test_jax_sharding.py", "tests/test_launch.py", "tests/test_measure.py",
                 "tests/test_pipeline_parallel.py", "tests/test_sequence_parallel.py",
                 "tests/test_site.py", "tests/test_train3d.py", "tests/test_zero.py",
@@ -144,6 +145,17 @@ class GradedRun:
     release: Path  # the release nbgrader generated from solutions/ while registering
     reference: dict  # grading.integrity.reference_run() of the solution
     changed: list  # files outside the submissions that grading changed (must stay empty)
+
+
+def numbers_in(value) -> list[float]:
+    """The numbers in a value: a number, or a list or tuple of them, nested (not bools)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in numbers_in(v)]
+    return []
 
 
 def _snapshot() -> dict[Path, str]:

@@ -336,16 +336,18 @@ def _run_cell(page, index: int, timeout_s: float = 120) -> str:
 
 def test_after_a_restart_a_helper_s_missing_name_says_which_cell_defines_it(lab_page):  # noqa: F811
     """a10 Q1's test cell run after a kernel restart (Kernel > Restart Kernel): its helper
-    `_q1_practice` uses `capstone`, which code cell 1 imports. One line names that cell (it was
-    a bare 'NameError: capstone' with a traceback: the hint came only for a name used in the
-    cell itself)."""
+    `_q1_practice` uses `capstone`, which the first code cell imports. One line names that
+    cell as JupyterLab numbers it, markdown cells counted (it was a bare 'NameError: capstone'
+    with a traceback: the hint came only for a name used in the cell itself; then "code cell
+    1", which JupyterLab does not show: issue 50)."""
     require_chromium()
     page = lab_page
     server = WorkspaceLab()
     copy = Path("assignments") / "a10_capstone" / "a10_capstone.ipynb"
     with server:
-        code = [c for c in nbformat.read(server.root_dir / copy, as_version=4).cells
-                if c.cell_type == "code"]
+        cells = nbformat.read(server.root_dir / copy, as_version=4).cells
+        code = [c for c in cells if c.cell_type == "code"]
+        first = next(n for n, c in enumerate(cells, 1) if c.cell_type == "code")
         q1 = next(i for i, c in enumerate(code)
                   if c.metadata.get("nbgrader", {}).get("grade_id") == "q1_test")
         open_notebook(page, server, copy.as_posix())
@@ -359,7 +361,7 @@ def test_after_a_restart_a_helper_s_missing_name_says_which_cell_defines_it(lab_
         wait_kernel_ready(page, server, copy.as_posix())
         out = _run_cell(page, q1)
         screenshot(page, "course-restart-hint")
-        assert "`capstone` is not defined in this kernel: code cell 1 (`from course_utils " \
+        assert f"`capstone` is not defined in this kernel: cell {first} (`from course_utils " \
             "import capstone, checks`)" in out, out
         assert "Run All Above" in out and "Traceback" not in out
         assert len(out.strip().splitlines()) == 1, out

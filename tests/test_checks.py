@@ -120,12 +120,13 @@ def notebook_shell(tmp_path, monkeypatch):
     monkeypatch.setenv("JPY_SESSION_NAME", str(path))
 
     def run(code: str, cells: list = (), at: int = 99) -> list[str] | None:
-        """(a cell: its source, or (source, nbgrader grade id); ``at``: the running cell's
-        index in ``cells``, 99 for one not in the notebook)"""
+        """(a cell: its source, (source, nbgrader grade id), or (None, markdown); ``at``: the
+        running cell's index in ``cells``, 99 for one not in the notebook)"""
         import json
 
         path.write_text(json.dumps({"cells": [
             {"cell_type": "code", "id": f"c{i}", "source": c} if isinstance(c, str) else
+            {"cell_type": "markdown", "id": f"c{i}", "source": c[1]} if c[0] is None else
             {"cell_type": "code", "id": f"c{i}", "source": c[0],
              "metadata": {"nbgrader": {"grade_id": c[1]}}} for i, c in enumerate(cells)]}))
         shown.clear()
@@ -165,7 +166,7 @@ def test_a_name_a_cell_defines_says_which_cell_after_a_restart(notebook_shell):
     for code in ("print(capstone)",
                  "def _practice():\n    return capstone.plan(1, 1, 2, seed=1)\n_practice()"):
         [line] = run(code, cells)
-        assert "`capstone` is not defined in this kernel: code cell 1" in line, line
+        assert "`capstone` is not defined in this kernel: cell 1" in line, line
         assert "from course_utils import capstone, checks" in line and "Run All Above" in line
     assert len(run("print(unrelated)", cells)) > 1       # (a local name of a function: no cell)
     run("import math", cells)                            # cell 1's import ran ...
@@ -173,6 +174,16 @@ def test_a_name_a_cell_defines_says_which_cell_after_a_restart(notebook_shell):
     assert len(ran) > 1 and "Hint" not in ran[-1]        # ... so something else is wrong
     typo = run("print(capstnoe)", cells)                 # no cell defines it: a typo, or ...
     assert len(typo) > 1 and "if a cell above defines `capstnoe`" in typo[-1]
+
+
+def test_a_cell_is_named_as_jupyterlab_numbers_it(notebook_shell):
+    """Issue 50, finding 11: JupyterLab numbers every cell, markdown included ("Cell 3/4" in
+    its status bar): the cell named is the third, not the second code cell."""
+    run = notebook_shell
+    cells = [(None, "# Assignment"), "from course_utils import capstone", (None, "Text"),
+             "print(capstone)"]
+    [line] = run("print(capstone)", cells, at=3)
+    assert "`capstone` is not defined in this kernel: cell 2 (`from course_utils import" in line
 
 
 def test_an_unanswered_question_says_not_answered(notebook_shell):
@@ -186,29 +197,29 @@ def test_an_unanswered_question_says_not_answered(notebook_shell):
     cells = ["from course_utils import checks", (stub, "q4"), (function, "q5"), "print(1)",
              (test, "q4_test"), test]
     [line] = run(stub, cells, at=1)
-    assert line.startswith("Not answered yet: code cell 2 (`# YOUR CODE HERE`) still holds the "
+    assert line.startswith("Not answered yet: cell 2 (`# YOUR CODE HERE`) still holds the "
                            "placeholder `raise NotImplementedError()`"), line
     run(cells[0], cells, at=0)
     run(function, cells, at=2)
     [line] = run("zero_gb(1, 2, 3)", cells)
-    assert "`zero_gb` raises NotImplementedError: code cell 3 (`def zero_gb(n, dp, stage):`)" \
+    assert "`zero_gb` raises NotImplementedError: cell 3 (`def zero_gb(n, dp, stage):`)" \
         in line, line
     for at in (4, 99):  # its question's answer cell; (not in the notebook yet: the first)
         [line] = run(test, cells, at=at)
-        assert line.startswith("Not answered yet: `q4_answer` is not defined: code cell 2"), line
+        assert line.startswith("Not answered yet: `q4_answer` is not defined: cell 2"), line
     [line] = run(test, cells, at=5)                      # (no grade id: the nearest above)
-    assert line.startswith("Not answered yet: `q4_answer` is not defined: code cell 3"), line
+    assert line.startswith("Not answered yet: `q4_answer` is not defined: cell 3"), line
     by_name = "for _name in ('q4_answer',):\n    checks.check_number(_name, globals()[_name])"
     [line] = run(by_name, cells, at=4)                   # a3 Q5's test: KeyError, before
-    assert line.startswith("Not answered yet: `q4_answer` is not defined: code cell 2"), line
+    assert line.startswith("Not answered yet: `q4_answer` is not defined: cell 2"), line
     assert len(run("{}['q4_answer']", cells, at=4)) > 1  # any other KeyError: its traceback
     klass = ("class CopyToTP:\n    \"\"\"Megatron's f.\"\"\"\n\n    # YOUR CODE HERE\n"
              "    raise NotImplementedError()")                   # (a10 Q2's answer cell)
     cells = [klass, "CopyToTP.apply"]
     assert run(klass, cells, at=0)[0].startswith("Not answered yet: `CopyToTP` raises "
-                                                 "NotImplementedError: code cell 1")
+                                                 "NotImplementedError: cell 1")
     [line] = run(cells[1], cells, at=1)
-    assert line.startswith("Not answered yet: `CopyToTP` is not defined: code cell 1"), line
+    assert line.startswith("Not answered yet: `CopyToTP` is not defined: cell 1"), line
 
 
 def test_a_rank_that_fails_shows_its_error_not_the_launcher(notebook_shell):
@@ -233,11 +244,11 @@ def test_a_rank_that_fails_shows_its_error_not_the_launcher(notebook_shell):
     stub = {"type": "NotImplementedError", "message": "", "raised_in": None, "name": None,
             "frame": (filename, 3, "fixed")}
     [line] = raised(stub)
-    assert line.startswith("Not answered yet: `fixed` raises NotImplementedError on rank 1: code "
+    assert line.startswith("Not answered yet: `fixed` raises NotImplementedError on rank 1: "
                            "cell 2"), line
     [line] = raised({"type": "NameError", "message": "name 'capstone' is not defined",
                      "raised_in": None, "name": "capstone", "frame": (filename, 3, "fixed")})
-    assert "`capstone` is not defined in this kernel: code cell 1" in line
+    assert "`capstone` is not defined in this kernel: cell 1" in line
     [line] = raised({"type": "AssertionError", "message": "rank (0, 1, 0): D times too large",
                      "raised_in": "course_utils.capstone", "name": None, "frame": None})
     assert line == "Not right yet: rank 1: rank (0, 1, 0): D times too large"
@@ -260,7 +271,8 @@ def test_a_visible_check_says_what_it_checked_not_whether_it_is_right(notebook_s
         capsys.readouterr()
         assert run(f"check_number('zero2_gb', {value}, mistakes=[(14.0, 'that is ZeRO-3')])\n"
                    "check_choice('fits', True, None, [True, False])") is None
-        assert capsys.readouterr().out == ("checked zero2_gb, fits: type and the known mistakes; "
+        assert capsys.readouterr().out == ("checked zero2_gb, fits: type and some known mistakes "
+                                           "(grading names more); "
                                            "the values are checked when graded\n")
     assert run("check_number('zero2_gb', 14.0, mistakes=[(14.0, 'that is ZeRO-3')])")
     assert "checked" not in capsys.readouterr().out
@@ -291,7 +303,9 @@ def test_a_blank_release_says_not_answered_in_one_line_per_cell(name, tmp_path, 
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
-    stubs = {n for n, c in enumerate(code, 1) if "raise NotImplementedError" in c.source}
+    # (a cell named as JupyterLab numbers it: among all cells, markdown included, issue 50)
+    stubs = {n for n, c in enumerate(nb.cells, 1) if c.cell_type == "code"
+             and "raise NotImplementedError" in c.source}
     failed = 0
     for cell in code:
         for out in cell.outputs:
@@ -301,10 +315,10 @@ def test_a_blank_release_says_not_answered_in_one_line_per_cell(name, tmp_path, 
             lines = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(out.traceback)).splitlines()
             where = cell.metadata.get("nbgrader", {}).get("grade_id", cell.source[:40])
             assert len(lines) == 1 and lines[0].startswith("Not answered yet: "), (where, lines)
-            named = int(re.search(r"code cell (\d+)", lines[0]).group(1))
+            named = int(re.search(r": cell (\d+) \(", lines[0]).group(1))
             assert named in stubs, (where, lines)
             if where.endswith("_test"):  # its own question's answer cell
-                answer = [n for n, c in enumerate(code, 1)
-                          if c.metadata.get("nbgrader", {}).get("grade_id") == where[:-5]]
+                answer = [n for n, c in enumerate(nb.cells, 1) if c.cell_type == "code"
+                          and c.metadata.get("nbgrader", {}).get("grade_id") == where[:-5]]
                 assert answer == [named], (where, lines, answer)
     assert failed >= 10

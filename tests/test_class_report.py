@@ -128,3 +128,19 @@ def test_messages_are_read_for_their_misconception():
     assert m("GradingLimit: the memory limit stopped this cell")[1].startswith(
         "stopped by a grading limit")
     assert m("hidden case 2: rank 1 returned 3")[0] == m("hidden case 3: rank 0 returned 9")[0]
+
+
+def test_a_long_line_is_cut_at_a_word_with_an_ellipsis_and_a_share_stays_on_its_line():
+    """Issue 50, finding 14: the text report cut a message mid-word with no sign of it; the
+    page's share column wrapped its bar onto a second line."""
+    words = "the restart is lost at every failure too: add R over M to the lost time " * 6
+    results = [_student("ann", [("q1_test", 2, 0, words)]),
+               _student("bob", [("q1_test", 2, 0, words)])]
+    s = class_report.summarize("a1_training_state", results)
+    [line] = [x for x in class_report.render_text(s).splitlines() if "restart is lost" in x]
+    shown = line.split("%  ", 1)[1].rsplit("  [", 1)[0]
+    assert shown.endswith(" ...") and words.startswith(shown[:-4]) and len(shown) <= 160
+    assert words[len(shown) - 4] == " "  # (cut where a word ends)
+    page = class_report.render_html(s, results)
+    assert "<td class='share'>" in page and ".share{white-space:nowrap}" in page.replace(
+        "th,.id,", "")

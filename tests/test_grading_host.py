@@ -27,6 +27,9 @@ from grading.files import NotRegular, read_regular, write_private
 
 A = "a1_training_state"
 MEMORY_GB = 2  # the kernels' memory in this run: the /tmp flood then writes 3 GiB, not 7
+FLOOD_S = 8    # message_flood's seconds of 0.5 MB messages (the grader once parsed them all)
+GRADER_MB = 500  # the most a grading process may hold, whatever a kernel sends (issue 51)
+PAGE_S = 5.0     # the slowest a page may be to open
 
 
 @dataclass
@@ -38,6 +41,7 @@ class HostRun:
     host_before: dict
     host_after: dict
     changed: list
+    fallbacks: list
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +51,10 @@ def host_run(tmp_path_factory) -> HostRun:
     host = attacks.Host.make(tmp_path_factory.mktemp("instructor-home"), A)
     reference = integrity.reference_run(A, data, cache=REFERENCE_CACHE)
     honest = [(c, f) for c, f in synthetic.cases_for(A, reference) if c.kind == "correct"]
-    # (the CPU hog and the slow honest student first: one in each worker, at the same time)
-    cases = synthetic.write(attacks.host_cases_for(A, host, data, MEMORY_GB) + honest,
-                            data / "submitted", A)
+    # (the CPU hog and the slow honest student first: one in each worker, at the same time;
+    # the notebook of a million objects through collect, as an instructor's collect gets it)
+    cases = synthetic.hand_in(attacks.host_cases_for(A, host, data, MEMORY_GB, FLOOD_S)
+                              + honest, data, A)
     workflow.register(A, data, release_dir=data / "release")
     before, host_before = _snapshot(), host.state()
     old = os.environ.get("COURSE_FAKE_TOKEN")
@@ -73,7 +78,7 @@ def host_run(tmp_path_factory) -> HostRun:
     keep.mkdir(parents=True, exist_ok=True)
     shutil.copy(data / "reports" / f"{A}.txt", keep / f"{A}-host.txt")
     return HostRun({c.kind: c for c in cases}, {r.student: r for r in results}, data, host,
-                   host_before, host.state(), changed)
+                   host_before, host.state(), changed, list(workflow.FEEDBACK_FALLBACKS))
 
 
 @pytest.mark.slow
@@ -106,8 +111,10 @@ def test_student_content_is_inert_in_every_autograded_notebook(host_run):
         for cell in nb.cells:
             for out in cell.get("outputs", []):
                 data = out.get("data", {})
-                assert set(data) <= {"text/plain", "image/png", "image/jpeg"}, (path, data)
-                assert all(inert.is_base64(v) for m, v in data.items() if m != "text/plain")
+                assert set(data) <= {"text/plain", "text/markdown", "image/png", "image/jpeg"}, (
+                    path, data)
+                assert all(inert.is_base64(v) for m, v in data.items() if m.startswith("image"))
+                assert "<" not in data.get("text/markdown", "").replace("&lt;", "")
                 assert not out.get("metadata"), (path, out)
                 checked += 1
             if cell.cell_type == "markdown" and cell.source not in course:
@@ -119,7 +126,8 @@ def test_student_content_is_inert_in_every_autograded_notebook(host_run):
               and c.cell_type == "code"][-1]
     notes = [o["data"]["text/plain"] for o in attack.get("outputs", [])
              if "the grader removed" in o.get("data", {}).get("text/plain", "")]
-    assert len(notes) == 6, notes  # html, javascript, svg, markdown, latex, the forged png
+    assert len(notes) == 5, notes  # html, javascript, svg, latex, the forged png (markdown: kept
+    # as text, its HTML escaped: a table of the course's own numbers is markdown, issue 50)
     answers = [c.source for c in scripted.cells if c.cell_type == "markdown"
                and attacks.SCRIPT_MARKER in c.source]
     assert answers and all("shows the HTML of this cell as text" in a for a in answers)
@@ -185,6 +193,54 @@ def test_feedback_holds_html_only_and_results_are_plain_files(host_run):
 
 
 @pytest.mark.slow
+def test_no_kernel_reached_the_graders_files_or_settings(host_run):
+    """Issue 51, findings 1 and 2, in the class's own run: the kernel that opened the kernel's
+    settings for writing opened none, and the one that wrote into every file it held open
+    wrote into none of the grader's (its logs were once the kernel's stdout and stderr)."""
+    from grading.grader_attacks import LOG_MARKER
+
+    nb = nbformat.read(host_run.data / "autograded" / "root_knobs" / A / f"{A}.ipynb",
+                       as_version=4)
+    said = [o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
+            if "opened for writing" in o.get("text", "")]
+    assert said == ["opened for writing: []\n"], said
+    written = [str(p) for p in (host_run.data / "logs").rglob("*") if p.is_file()
+               and LOG_MARKER.encode() in p.read_bytes()]
+    assert written == []
+
+
+@pytest.mark.slow
+def test_no_grading_process_grows_or_spends_for_a_kernel(host_run):
+    """Issue 51, findings 7 and 8: whatever its kernel sent (64 frames of 30 MiB in one
+    message, 60 queued messages of 30 MiB, messages of 490,000 empty objects, 0.5 MB messages
+    for seconds), no grading process held more than ``GRADER_MB`` (each notebook's judge log
+    records its process's peak), and the flood cost the grader about what an honest notebook
+    costs (it once cost its own length in CPU seconds: the relay drops it in the kernel's
+    budget). The notebook of a million objects was collected without them."""
+    from grading import judge
+
+    costs = {kind: judge.read_grader_cost(judge.log_path(host_run.data, A, kind, A))
+             for kind, r in host_run.results.items() if r.status == "graded"}
+    assert set(costs) == set(host_run.cases), set(host_run.cases) - set(costs)
+    over = {kind: c["peak_mb"] for kind, c in costs.items() if c["peak_mb"] > GRADER_MB}
+    assert over == {}
+    flood, honest = costs["message_flood"]["cpu_s"], costs["correct"]["cpu_s"]
+    assert flood < honest + 1.5, (flood, honest, FLOOD_S)
+    kept = (host_run.data / "submitted" / "metadata_objects" / A / f"{A}.ipynb").read_bytes()
+    assert b"course_junk" not in kept and len(kept) < 200_000
+
+
+@pytest.mark.slow
+def test_every_graded_student_has_a_full_feedback_page(host_run):
+    """Issue 51, finding 5: the GIF in a written answer (its attachment dropped, its reference
+    with it), the markup prompt and the huge answer each get nbgrader's own page; no page fell
+    back to the course's short one."""
+    assert host_run.fallbacks == []
+    page = (host_run.data / "feedback" / "gif_answer" / A / f"{A}.html").read_text()
+    assert "My explanation, with a picture" in page and '<img alt="moving"' in page
+
+
+@pytest.mark.slow
 def test_the_gradebook_survives(host_run):
     from nbgrader.api import Gradebook
 
@@ -194,11 +250,18 @@ def test_the_gradebook_survives(host_run):
 
 ACTIVE_CONTENT = """(root) => {
     const found = [];
+    const own = [location.protocol, "http:", "https:", "mailto:"];
     for (const el of document.querySelector(root).querySelectorAll("*")) {
         for (const a of el.attributes) {
             if (/^on/i.test(a.name)) found.push(`${el.tagName} ${a.name}`);
             if (/^\\s*(javascript|vbscript):/i.test(a.value)) found.push(`${el.tagName} ${a.name}`);
         }
+        // a link as the browser reads it (entities decoded, escapes gone): its scheme
+        if (el.tagName === "A" && el.hasAttribute("href") && !own.includes(el.protocol))
+            found.push(`A href ${el.protocol}`);
+        if (el.tagName === "IMG" && el.hasAttribute("src")
+                && !/^data:image\\/(png|jpeg|gif|webp);base64,/.test(el.getAttribute("src")))
+            found.push(`IMG src ${el.getAttribute("src").slice(0, 30)}`);
         if (["IFRAME", "OBJECT", "EMBED", "FORM", "BASE"].includes(el.tagName)) found.push(el.tagName);
         if (el.tagName === "SCRIPT" && el.textContent.includes("__course_pwned")) found.push("SCRIPT");
         if (el.tagName === "META" && /refresh/i.test(el.getAttribute("http-equiv") || "")) found.push("META");
@@ -221,25 +284,37 @@ def test_no_student_script_runs_in_the_formgrader_or_the_feedback(host_run):
     from jupyterlab_harness import LabServer, chromium, open_notebook
     from nbgrader.api import Gradebook
 
+    import time
+
     student = "script_outputs"
+    pages = [student, "gif_answer", "huge_answer", "forged_prompt", "correct"]
     with Gradebook(f"sqlite:///{host_run.data / 'gradebook.db'}") as gb:
-        sid = gb.find_submission_notebook(A, A, student).id
+        sids = {s: gb.find_submission_notebook(A, A, s).id for s in pages}
     pwned = ROOT / "test-artifacts" / f"pwned-{attacks.SCRIPT_MARKER}.txt"
-    feedback = host_run.data / "feedback" / student / A / f"{A}.html"
     with chromium() as browser:
         page = browser.new_page()
-        page.goto(feedback.as_uri())
-        page.wait_for_timeout(1500)
-        seen = page.evaluate(ACTIVE_CONTENT, "body")
-        assert seen == {"ran": 0, "found": []}, seen
+        for who in pages:  # as the student opens it
+            page.goto((host_run.data / "feedback" / who / A / f"{A}.html").as_uri())
+            page.wait_for_timeout(1500 if who == student else 200)
+            seen = page.evaluate(ACTIVE_CONTENT, "body")
+            assert seen == {"ran": 0, "found": []}, (who, seen)
+            _reads_as_a_page(page, "body", who)
+        page.goto((host_run.data / "feedback" / student / A / f"{A}.html").as_uri())
         assert attacks.SCRIPT_MARKER in page.inner_text("body")
         with LabServer(root_dir=ROOT, extra_env={"COURSE_DATA": str(host_run.data)}) as server:
-            page.goto(server.url(f"formgrader/submissions/{sid}/"))
-            page.wait_for_selector("#notebook-container", timeout=60_000)
-            page.wait_for_timeout(2000)
-            seen = page.evaluate(ACTIVE_CONTENT, "#notebook-container")
-            text = page.inner_text("#notebook-container")
-        assert seen == {"ran": 0, "found": []}, seen
+            took = {}
+            for who in pages:  # as the instructor grades it
+                start = time.monotonic()
+                page.goto(server.url(f"formgrader/submissions/{sids[who]}/"))
+                page.wait_for_selector("#notebook-container", timeout=60_000)
+                took[who] = time.monotonic() - start
+                page.wait_for_timeout(2000 if who == student else 300)
+                seen = page.evaluate(ACTIVE_CONTENT, "#notebook-container")
+                assert seen == {"ran": 0, "found": []}, (who, seen)
+                _reads_as_a_page(page, "#notebook-container", who)
+                if who == student:
+                    text = page.inner_text("#notebook-container")
+        assert max(took.values()) < PAGE_S, took
         assert attacks.SCRIPT_MARKER in text and "My explanation." in text
         with LabServer() as lab:
             raw = host_run.data / "submitted" / student / A / f"{A}.ipynb"
@@ -248,6 +323,16 @@ def test_no_student_script_runs_in_the_formgrader_or_the_feedback(host_run):
             page.wait_for_timeout(2000)
             assert page.evaluate("() => window.__course_pwned || 0") == 0
     assert not pwned.exists()
+
+
+def _reads_as_a_page(page, root: str, who: str) -> None:
+    """The course's text renders (issue 50): its headings are heading elements with their
+    words, and no tag of a rendered cell is shown as text."""
+    heads = page.evaluate(f"() => [...document.querySelector({root!r}).querySelectorAll("
+                          f"'h1, h2')].map(h => h.textContent)")
+    assert any("Assignment 1" in h for h in heads), (who, heads[:5])
+    text = page.inner_text(root)
+    assert "<h1" not in text and "<p>" not in text and "</h2>" not in text, who
 
 
 ALLOWED_TOP = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc",
@@ -278,6 +363,21 @@ def _chains(bound: list[Path]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+def _graded_cell_prints(source: str, folder: Path):
+    """What one cell prints (JSON) when the grader runs it, as it runs a submission's."""
+    import json
+
+    from grading.preprocessors import RecoveringExecute
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    RecoveringExecute(timeout=60, startup_timeout=120).preprocess(
+        nb, {"metadata": {"path": str(folder)}})
+    return json.loads(nb.cells[0].outputs[0]["text"])
+
+
 CHAIN_PROBE = """
 import json, os
 print(json.dumps({p: sorted(os.listdir(p)) for p in %r if os.path.isdir(p)}))
@@ -292,10 +392,6 @@ def test_the_kernel_sees_only_its_allowlist(tmp_path):
     the host's home and /tmp are not there; nothing outside its tmpfs can be written; each
     folder on the way to a bound one holds that way and nothing beside it (wherever the
     checkout lives: /var/tmp, /srv, /home)."""
-    import json
-
-    from grading.preprocessors import RecoveringExecute
-
     if not sandbox.enabled() or sandbox.bwrap_path() is None:
         pytest.skip("no bubblewrap on this machine")
     chains = _chains(_bound_paths())
@@ -319,13 +415,7 @@ print(json.dumps({{
     "cwd": os.getcwd(), "tmp": os.listdir("/tmp")}}))
 """
     (tmp_path / "marker").write_text("the grader's own folder")
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(probe)]
-    RecoveringExecute(timeout=60, startup_timeout=120).preprocess(
-        nb, {"metadata": {"path": str(tmp_path)}})
-    seen = json.loads(nb.cells[0].outputs[0]["text"])
+    seen = _graded_cell_prints(probe, tmp_path)
     allowed_top = ALLOWED_TOP | {Path(p).parts[1] for p in _bound_paths()}
     assert set(seen["root"]) <= allowed_top, set(seen["root"]) - allowed_top
     assert seen["chains"] == chains
@@ -338,6 +428,54 @@ print(json.dumps({{
     assert seen["seen"] == []
     assert seen["writable"] == ["/tmp", "/home/student", "/submission"]
     assert seen["cwd"] == sandbox.WORKDIR
+
+
+KNOBS_PROBE = r"""
+import json, os
+opened = []
+def try_open(path):
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NOFOLLOW))
+        opened.append(path)
+    except OSError:
+        pass
+for top, _, files in os.walk("/proc/sys"):
+    for name in files:
+        try_open(os.path.join(top, name))
+for name in os.listdir("/proc"):
+    if not name.isdigit() and name not in ("self", "thread-self"):
+        path = "/proc/" + name
+        if os.path.isfile(path):
+            try_open(path)
+try_open("/proc/sysrq-trigger")
+fds = {}
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        fds[fd] = os.readlink("/proc/self/fd/" + fd)
+    except OSError:
+        pass
+print(json.dumps({"uid": os.getuid(), "euid": os.geteuid(), "opened": opened, "fds": fds,
+                  "caps": [l.split()[1] for l in open("/proc/self/status")
+                           if l.startswith(("CapEff", "CapPrm"))]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_graded_kernel_is_no_root_and_holds_no_file_of_the_host(tmp_path):
+    """Issue 51, findings 1 and 2, however the grader runs (root here): a graded cell is not
+    uid 0 and has no capability, it can open no kernel setting for writing (every file under
+    /proc/sys, /proc/sysrq-trigger, /proc's own files), and every file descriptor it holds is
+    /dev/null, a pipe, a socket or an anonymous inode: none is a file of the host (its stdout
+    and stderr were once the grading worker's log)."""
+    if not sandbox.enabled() or sandbox.bwrap_path() is None:
+        pytest.skip("no bubblewrap on this machine")
+    seen = _graded_cell_prints(KNOBS_PROBE, tmp_path)
+    assert seen["uid"] != 0 and seen["euid"] != 0, seen["uid"]
+    assert seen["caps"] == ["0000000000000000"] * 2, seen["caps"]
+    assert seen["opened"] == []
+    files = {fd: t for fd, t in seen["fds"].items() if t != "/dev/null"
+             and not t.startswith(("pipe:", "socket:", "anon_inode:"))}
+    assert files == {}
 
 
 @pytest.mark.parametrize("place", ["/var/tmp", "/srv"])
@@ -360,7 +498,11 @@ def test_a_checkout_anywhere_shows_only_the_way_to_its_library(place, monkeypatc
         (checkout / "solutions").mkdir()  # beside the library: must not be seen
         monkeypatch.setattr(sandbox, "ROOT", checkout)
         chains = _chains(_bound_paths())
-        assert chains[place] == [checkout.name] and chains[str(checkout)] == ["course_utils"]
+        # (the running checkout's own .venv may live under the same folder: issue 50)
+        own = {Path(p).relative_to(place).parts[0] for p in sandbox._environment_roots()
+               if Path(p).is_relative_to(place)}
+        assert chains[place] == sorted({checkout.name} | own)
+        assert chains[str(checkout)] == ["course_utils"]
         folder = sandbox.KernelFolder()
         try:
             conn = folder.path / "kernel.json"
@@ -416,6 +558,39 @@ def test_collect_copies_regular_files_only_and_goes_on(tmp_path):
     assert "carl" in got.skipped and "'dan\\nx'" in got.skipped
     assert integrity.collect_log(A, data)["ann"] == got.skipped["ann"]
     assert (data / "submitted" / "zoe" / A / f"{A}.ipynb").read_bytes() == nb.read_bytes()
+
+
+def test_collect_keeps_a_notebook_the_grader_can_read(tmp_path):
+    """Issue 51, finding 7: a notebook of 1.2 million empty objects in its metadata is
+    collected without them (every later step once parsed them: 1.5-3 GiB each), an honest one
+    byte for byte; one that is still too complex without its metadata is refused with the
+    count, at collect and, put in the submitted folder by other means, at autograde."""
+    import json
+
+    from grading import course
+    from grading.grader_attacks import with_junk_metadata
+
+    nb = nbformat.read(ROOT / "assignments" / A / f"{A}.ipynb", as_version=4)
+    honest = nbformat.writes(nb).encode()
+    assert course.submitted_notebook(honest) == honest
+    junk = with_junk_metadata(nb).encode()
+    kept = course.submitted_notebook(junk)
+    assert b"course_junk" not in kept and json.loads(kept)["cells"] == json.loads(honest)["cells"]
+    crowded = nbformat.from_dict(nb)
+    crowded.cells[0].source = "x"
+    crowded.cells[0].outputs = []
+    crowded.cells.append(nbformat.v4.new_code_cell("1"))
+    crowded.cells[-1].outputs = [nbformat.from_dict({"output_type": "display_data",
+                                 "metadata": {}, "data": {"application/json": [[]] * 150_000}})]
+    with pytest.raises(course.NotebookTooComplex, match="JSON items"):
+        course.submitted_notebook(nbformat.writes(crowded).encode())
+    with pytest.raises(course.NotebookTooComplex, match="JSON items"):
+        course.submitted_notebook(b"[" + b"{}," * 3_000_000 + b"{}]")  # (not even parsed)
+    student = tmp_path / "submitted" / "eve" / A
+    student.mkdir(parents=True)
+    nbformat.write(crowded, student / f"{A}.ipynb")
+    why = workflow._too_complex(A, tmp_path, ["eve", "nobody"])
+    assert list(why) == ["eve"] and "JSON items" in why["eve"]
 
 
 def test_grader_files_are_written_and_read_without_following_links(tmp_path):
@@ -483,6 +658,7 @@ def test_a_checkout_under_tmp_is_seen_inside_the_sandbox(tmp_path, monkeypatch):
     if not sandbox.enabled() or sandbox.bwrap_path() is None:
         pytest.skip("no bubblewrap on this machine")
     assert str(tmp_path).startswith("/tmp/")  # (pytest's tmp_path: the case to show)
+    tmp_path.chmod(0o755)  # (as a virtual environment is made; pytest makes its folders 0700)
     (tmp_path / "venv-marker").write_text("x")
     roots = sandbox._environment_roots()
     monkeypatch.setattr(sandbox, "_environment_roots", lambda: [*roots, tmp_path])
@@ -497,3 +673,29 @@ def test_a_checkout_under_tmp_is_seen_inside_the_sandbox(tmp_path, monkeypatch):
         folder.remove()
     assert out.returncode == 0, out.stderr
     assert "venv-marker" in out.stdout, out.stdout
+
+
+def test_no_student_on_the_roster_vanishes(tmp_path):
+    """Issue 50, finding 3: a student whose notebook is misnamed (``Untitled.ipynb``) and one
+    on the roster who handed in nothing are named by collect and appear in the report with
+    their status (the misnamed one vanished from every report and export)."""
+    from grading import report
+
+    data = tmp_path / "data"
+    (data / "logs").mkdir(parents=True)
+    (data / "roster.csv").write_text("id,first_name,last_name,email\nann,Ann,A,\nhank,Hank,H,\n"
+                                     "ivy,Ivy,I,\n")
+    inbox = tmp_path / "inbox"
+    for student, name in (("ann", f"{A}.ipynb"), ("hank", "Untitled.ipynb")):
+        (inbox / student).mkdir(parents=True)
+        (inbox / student / name).write_bytes(
+            (ROOT / "assignments" / A / f"{A}.ipynb").read_bytes())
+    got = workflow.collect(inbox, A, data)
+    assert got[A] == ["ann"]
+    assert got.missing[A] == {"hank": f"notebook {A}.ipynb missing (found Untitled.ipynb)",
+                              "ivy": "no submission"}
+    statuses = {r.student: r.status for r in report.verify_assignment(A, data)}
+    assert statuses["hank"] == (f"not graded: no submission (notebook {A}.ipynb missing "
+                                f"(found Untitled.ipynb))")
+    assert statuses["ivy"] == "not graded: no submission"
+    assert set(statuses) == {"ann", "hank", "ivy"}

@@ -20,8 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading import cgroups, inert, integrity, judge, sandbox
-from grading.preprocessors import RecoveringExecute, payload_size
+from grading import cgroups, inert, integrity, judge, relay, sandbox
+from grading.preprocessors import CONTAINER_BYTES, RecoveringExecute, payload_size
 
 needs_sandbox = pytest.mark.skipif(not sandbox.enabled() or sandbox.bwrap_path() is None,
                                    reason="no bubblewrap on this machine")
@@ -258,13 +258,13 @@ def test_a_hostile_message_is_refused_before_it_is_parsed(shape):
     """Each shape would cost the grader 140-700 MB parsed (measured): the session refuses it
     while it is still bytes, using almost nothing."""
     km = sandbox.SandboxedKernelManager.__new__(sandbox.SandboxedKernelManager)
-    unpack = sandbox.guarded_unpack(json.loads,
-                                    sandbox.SandboxedKernelManager.max_message_items.default_value)
+    unpack = relay.guarded_unpack(json.loads,
+                                  sandbox.SandboxedKernelManager.max_message_items.default_value)
     unit, count = SHAPES[shape]
     raw = b"[" + unit * count + b"0]"
     tracemalloc.start()
     try:
-        with pytest.raises(sandbox.MessageTooComplex):
+        with pytest.raises(relay.MessageTooComplex):
             unpack(raw)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -297,7 +297,8 @@ def test_walking_a_wide_output_costs_no_memory():
     nested: list = []
     for _ in range(100):
         nested = [nested]
-    assert payload_size(nested, 64) is None and payload_size({"a": ["bc", 1]}, 64) == 13
+    assert payload_size(nested, 64) is None
+    assert payload_size({"a": ["bc", 1]}, 64) == 2 * CONTAINER_BYTES + 13  # (1 + 2 + 2 + 8)
 
 
 def test_distinct_type_names_do_not_grow_the_grader():

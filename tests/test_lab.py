@@ -76,3 +76,5 @@ def test_every_way_of_stopping_make_lab_leaves_no_process(tmp_path, way):
     assert "Culling kernels with idle durations > 1800 seconds" in log
     if sig != signal.SIGKILL:
         assert any("stopping JupyterLab and its kernels" in line for line in lab.lines), lab.lines
+        # (and a closing line once it is done, issue 50: SIGTERM printed none)
+        assert any(line.startswith("lab: stopped in") for line in lab.lines), lab.lines

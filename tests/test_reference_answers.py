@@ -564,14 +564,17 @@ def test_a12_judge_tells_one_copy_of_the_generators_from_none():
 
 
 @pytest.mark.parametrize("answer, words", [("error", "nothing raises"),
-                                           ("right", "never moves"),
+                                           ("right", "which tensors the optimizer was given"),
                                            ("wrong-shards", "this rank's shard")])
 def test_a12_q4_feedback_names_the_mistake(answer, words):
+    """Each wrong choice's message names its misconception and gives no other choice's
+    outcome away (issue 50: "right" said the model "never moves", which is the answer)."""
     from grading import judge
 
     rules = judge.load("a12_checkpointing")
-    with pytest.raises(AssertionError, match=words):
+    with pytest.raises(AssertionError, match=words) as said:
         rules.q4_test({"q4_outcome": answer}, None)
+    assert "never" not in str(said.value) and "does not move" not in str(said.value)
     rules.q4_test({"q4_outcome": "never-trains"}, None)
 
 

@@ -163,8 +163,9 @@ def test_adams_eps_decides_whether_one_process_equals_itself():
     drift = train3d_check.order_drift(plan)
     assert drift["weights"] > 2e-4 and (drift["name"], drift["index"]) == ("head.weight",
                                                                             (30, 55))
-    g = abs(drift["grad"])                 # 1.4e-9: Adam's first step moves it by an eighth of lr
-    assert 1.3e-9 < g < 1.5e-9 and round(1 / (g / (g + 1e-8))) == 8
+    g = abs(drift["grad"])  # about 1.3e-9: Adam's first step moves it by about an eighth of lr
+    # (1.307e-9 on one CPU, 1.4e-9 on another: the last digits are the CPU's arithmetic)
+    assert 1.25e-9 < g < 1.5e-9 and 7.5 < 1 / (g / (g + 1e-8)) < 9
     trace = train3d_check.reference_train(plan, trace=["head.weight"])["trace"]["head.weight"]
     first_move = float(trace["weights"][1][30, 55] - trace["weights"][0][30, 55]) / plan.lr
     assert math.isclose(abs(first_move), g / (g + 1e-8), rel_tol=1e-3)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import numbers_in
 from course_utils import assignment_givens, variants
 from course_utils.checks import CheckFailed
 from grading import expected, judge
@@ -133,3 +134,67 @@ def test_the_identity_shown_is_read_from_hostile_outputs_without_failing():
     weird = nb(shown, [good])
     weird.cells[1]["source"] = 42
     assert integrity.worked_as(weird) is None
+
+
+UNIT_FACTORS = (1, 60, 3600, 100, 1e3, 1e6, 1e9, 2**20, 2**30)  # (and their inverses)
+
+
+def _numbers(value) -> list[float]:
+    """The numbers in a submitted (encoded) value or a given."""
+    return numbers_in(value if isinstance(value, tuple) else judge.decode(value))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", WITH_GIVENS)
+def test_no_released_test_cell_leaves_a_graded_value_in_the_kernel(name, reference):
+    """Issue 50, finding 2: each released test cell of numbers, run with the student's answers
+    made wrong (the base numbers and 20 students' numbers, in the reference's own kernel:
+    ``grading.reference.judge_tour``'s ``left``), leaves no name of its own holding a right
+    answer of that student, or one in another unit (a12's ``_tau`` was the interval in
+    seconds: ``_tau / 60`` the graded answer), unless it is one of the student's own givens
+    (which the notebook shows anyway). Not scanned: an answer the student measures (the
+    judge's ``MEASURED``: what the cell derives from it is the student's own), and whole
+    numbers up to 64 (a loop's index equals a count as often as not). The static side: every
+    private name a released test cell binds is read by that cell
+    (``grading.visible.without_dead_names``, applied when the release is sealed)."""
+    import nbformat
+
+    from grading import visible
+    from grading.course import ROOT, is_test_cell
+
+    for path in sorted((ROOT / "assignments" / name).glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if is_test_cell(cell):
+                assert visible.without_dead_names(cell.source) == cell.source, path
+    [run] = reference(name).values()
+    tour = run["tour"]
+    assert set(tour["left"]) == {"", *tour["students"]}
+    measured = set(getattr(judge.load(name), "MEASURED", set()))
+    leaks = []
+    for student, cells in tour["left"].items():
+        tested = tour["students"][student] if student else {
+            gid: [subs, None] for gid, subs in run["submissions"].items()}
+        right = {x for subs, _ in tested.values() for _, v in subs for x in _numbers(v)}
+        g = variants.givens(name, student=student or None)
+        given = {x for v in g.values() for x in _numbers(v)}
+        for gid, names in cells.items():
+            if {n for n, _ in tested.get(gid, [[]])[0]} & measured:
+                continue
+            for var, values in names.items():
+                for x in values:
+                    if x in given or (x.is_integer() and abs(x) <= 64):
+                        continue
+                    for want in right - {0.0}:
+                        if any(abs(x * f - want) <= 1e-9 * abs(want)
+                               or abs(x / f - want) <= 1e-9 * abs(want) for f in UNIT_FACTORS):
+                            leaks.append((student or "(base)", gid, var, x, want))
+    assert leaks == []
+
+
+def test_a_dead_helper_value_is_cut_from_a_released_cell():
+    from grading import visible
+
+    source = ("_n, _m, _delta, _r = G.q2\n_tau = math.sqrt(2 * _delta * _m / _n * 3600)\n"
+              "_k = 3\ncheck(q2, unit='min', k=_k)\n_job = run()\n")
+    assert visible.without_dead_names(source) == ("_k = 3\ncheck(q2, unit='min', k=_k)\n"
+                                                  "_job = run()\n")  # (a call is kept)

@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from conftest import numbers_in
 from course_utils import checks
 from grading import integrity, judge, visible
 
@@ -36,16 +37,6 @@ def _release(name: str) -> nbformat.NotebookNode:
     return nbformat.read(ROOT / "assignments" / name / f"{name}.ipynb", as_version=4)
 
 
-def _numbers(value) -> list[float]:
-    if isinstance(value, bool):
-        return []
-    if isinstance(value, (int, float)):
-        return [float(value)]
-    if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _numbers(v)]
-    return []
-
-
 def _judge_mistakes(name: str, submissions: dict) -> tuple[list[float], list[str]]:
     """The values and messages of every known mistake the judge checks, found by running each
     judge function on the reference's values with recording check functions."""
@@ -56,7 +47,7 @@ def _judge_mistakes(name: str, submissions: dict) -> tuple[list[float], list[str
 
     def number(n, value, expected=None, *, mistakes=(), **kw):
         for w, m in mistakes:
-            values.extend(_numbers(w))
+            values.extend(numbers_in(w))
             messages.append(m)
 
     def choice(n, value, expected, allowed, *, mistakes=None, **kw):
@@ -128,11 +119,11 @@ def test_no_visible_check_shows_an_answer(name, reference):
     drawn = set(getattr(rules, "HIDDEN_CASES", {}))
     graded = {gid: [(n, v) for n, v in subs if n.split("[")[0] not in measured]
               for gid, subs in run["submissions"].items() if gid not in drawn}
-    answers = [x for subs in graded.values() for _, v in subs for x in _numbers(v)]
+    answers = [x for subs in graded.values() for _, v in subs for x in numbers_in(v)]
     names = {n for subs in graded.values() for n, _ in subs}
     wrong, _ = _judge_mistakes(name, graded)
     wrong += [x for traces in run["visible"].values() for t in traces if t["name"] in names
-              for w, _ in t["mistakes"] for x in _numbers(judge.decode(w))]
+              for w, _ in t["mistakes"] for x in numbers_in(judge.decode(w))]
     secret = [x for x in answers + wrong if abs(x) < 1e300
               and not _small_int(x) and not any(_close(x, g) for g in givens)]
     leaks = []

@@ -284,22 +284,27 @@ None
 # %% [markdown]
 # ## Q4. Loaded before wrapping (1 point)
 #
-# *Practice (not graded)*: a colleague's save puts every rank's `torch.get_rng_state()` under
-# the same key, `"rng"`, on 4 ranks, and the load reads it back the same way. After resuming,
-# how many ranks have their own generator state back? Set `practice_rng_ranks` to one of
-# `"all"`, `"one"`, `"none"`.
+# *Practice (not graded)*: a colleague resumes an FSDP2 run like this: build the model, call
+# `fully_shard(model)`, make the AdamW optimizer over `model.parameters()`, load the checkpoint
+# into the model and the optimizer with `dcp.load` (their state dicts from
+# `get_state_dict`), and train. What happens? Set `practice_outcome` to one of
+# `"never-trains"`, `"error"`, `"right"`, `"wrong-shards"` (the graded question's choices,
+# below).
 
 # %% [answer q4_practice]
 ### BEGIN SOLUTION
-practice_rng_ranks = "one"
+practice_outcome = "right"
 ### END SOLUTION
 
 # %%
-checks.check_choice("practice_rng_ranks", practice_rng_ranks, "one", ["all", "one", "none"],
-                    mistakes={
-    "all": "DCP takes a key that every rank saves for one replicated value and writes one "
-           "rank's copy; every rank then loads that copy.",
-    "none": "the rank whose copy DCP wrote gets its own state back."})
+checks.check_choice("practice_outcome", practice_outcome, "right",
+                    ["never-trains", "error", "right", "wrong-shards"], mistakes={
+    "never-trains": "the optimizer is made after fully_shard here: the tensors it steps are "
+                    "the sharded parameters the model computes with.",
+    "error": "DCP loads into DTensor parameters and their optimizer state as they are: that is "
+             "what it is for.",
+    "wrong-shards": "fully_shard replaces every parameter by this rank's shard: no rank keeps "
+                    "the whole model."})
 print("practice Q4: right")
 
 # %% [markdown]

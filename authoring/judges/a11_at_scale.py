@@ -87,6 +87,10 @@ def _byte_mistakes(model, tp, pp, dp, stage, scale):
         ways.append((dict(embedding=False), "the embedding is missing: the first stage holds "
                                             "it (vocab / TP rows)"))
     out = [(16 * _params(model, tp, pp, dp, stage, **kw) / scale, why) for kw, why in ways]
+    if model.endswith("B"):  # (lecture 11's headline: "7B" is 6.74e9 parameters)
+        out.append((16 * float(model[:-1]) * 1e9 / (tp * pp * dp) / scale,
+                    "that takes the model's name for its parameter count "
+                    "(llama_shapes.param_count says how many), and its stages are not equal"))
     right = 16 * _params(model, tp, pp, dp, stage)
     out += [(right / 2**30, "that is GiB (2^30 bytes); GB means 10^9 bytes"),
             (right, "that is bytes; give GB")] if scale == 1e9 else []

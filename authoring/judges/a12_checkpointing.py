@@ -113,10 +113,9 @@ def q3_test(got, ref):
 def q4_test(got, ref):
     check_choice("q4_outcome", got["q4_outcome"], "never-trains",
                  ["never-trains", "error", "right", "wrong-shards"], mistakes={
-        "error": "nothing raises: the optimizer steps the old tensors, which still have no "
-                 "gradient, so it skips them; lecture 12 trains with one for 2 steps and the "
-                 "model does not move",
-        "right": "the weights are loaded right, but the optimizer made before fully_shard holds "
-                 "the tensors fully_shard replaced: the model never moves",
+        "error": "nothing raises here: an optimizer skips a parameter that has no gradient; "
+                 "ask which tensors this optimizer was given",
+        "right": "the weights are loaded right; look at which tensors the optimizer was given "
+                 "before fully_shard ran, and which ones the model computes with after",
         "wrong-shards": "fully_shard replaces every parameter by this rank's shard: no rank keeps "
                         "the whole model"})
