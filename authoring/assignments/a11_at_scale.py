@@ -147,13 +147,13 @@ def rank_bytes(shape, tp, pp, dp, stage):
 _visible = {("tiny", 2, 2, 3, 0): 52160, ("tiny", 2, 2, 3, 1): 52336,
             ("70B", 8, 2, 3, 1): 23006871984}
 _typical = {
-    "that is 16N / (TP x PP x DP), the course's even split: stages differ, norms stay whole "
-    "under TP and chunks are rounded up": [49877, 49877, 22992216064],
-    "the chunks are not rounded up: FSDP2 pads each tensor's local rows to a multiple of DP "
-    "(ceil(rows / DP) per rank)": [50176, 50347, 22995315371],
-    "the RMSNorm weights were split over TP: tensor parallelism keeps them whole on every TP "
-    "rank": [51840, 51936, 23003775840],
-    "the embedding is missing: the first stage holds it (vocab / TP rows)": [43456, None, None],
+    "16N / (TP x PP x DP) splits evenly, but stages differ, norms stay whole under TP and "
+    "chunks are rounded up": [49877, 49877, 22992216064],
+    "chunks not rounded up: FSDP2 pads a tensor's local rows to a multiple of DP": [
+        50176, 50347, 22995315371],
+    "norms split over TP: an RMSNorm weight stays whole on every TP rank": [
+        51840, 51936, 23003775840],
+    "no embedding: stage 0 holds it, vocab / TP rows": [43456, None, None],
 }
 for _i, ((_m, _tp, _pp, _dp, _stage), _want) in enumerate(_visible.items()):
     _got = rank_bytes(llama_shapes.shape(_m), _tp, _pp, _dp, _stage)
