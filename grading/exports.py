@@ -70,9 +70,11 @@ def export(data: Path | None = None) -> dict[str, Path]:
         out_rows.append([*(row[k] for k in header), st])
     # a student nbgrader never saw (on the roster, nothing collected): a row all the same
     seen = {(row.get("assignment"), row.get("student_id")) for row in rows}
+    names = roster(data)
     for (a, s), st in sorted(status.items()):
         if (a, s) not in seen:
-            out_rows.append([{"assignment": a, "student_id": s}.get(k, "") for k in header] + [st])
+            known = {"assignment": a, "student_id": s, **names.get(s, {})}
+            out_rows.append([known.get(k) or "" for k in header] + [st])
     out_rows.sort(key=lambda r: (r[header.index("assignment")], r[header.index("student_id")]))
     paths = {"grades.csv": _write_csv(data / "grades.csv", [*header, "status"], out_rows)}
     verified = [[a, s, r.status, "" if r.score is None else f"{r.score:g}",
@@ -83,7 +85,6 @@ def export(data: Path | None = None) -> dict[str, Path]:
         data / "grades_verified.csv", ["assignment", "student", "status", "score", "max_score",
                                        "nbgrader_score", "flags"], verified)
     # one row per student, one column per assignment: what an LMS imports
-    names = roster(data)
     totals: dict[tuple[str, str], float] = {}
     pending: set[tuple[str, str]] = set()
     blank: dict[tuple[str, str], list[str]] = {}  # written answers left blank (nbgrader: 0)
