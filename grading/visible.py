@@ -8,9 +8,10 @@ In ``solutions/`` (instructor-only) a visible check lists its known mistakes rea
 
 Doubling such a mistake can give the answer. :func:`seal_release` rewrites every graded test
 cell of the release (``assignments/``): the ``mistakes=`` arguments of its visible checks are
-removed, and the cell's first line registers the same mistakes sealed
-(``checks.sealed_mistakes({"q1_gpt_gb": Sealed(...)})``, see ``course_utils.checks.seal``),
-with the unit mistakes of the check's unit added (:func:`unit_mistakes`: a GB answer's GiB and
+removed, and the cell's first lines register the same mistakes sealed
+(``_checks.sealed_mistakes(_checks.sealed_for("a9_activations", "q1_test"))``: the tables, hex,
+live in ``course_utils/data/sealed/<assignment>.json``, out of the student's sight; see
+``course_utils.checks.seal``), with the unit mistakes of the check's unit added (:func:`unit_mistakes`: a GB answer's GiB and
 bytes values, a bytes answer's element counts, ...). The values come from the reference run,
 whose visible checks publish what they saw (``COURSE_TRACE_CHECKS``): every call, in loops too,
 with the reference's answer and its mistakes evaluated. A mistake that depends on the
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import json
+from pathlib import Path
 
 import nbformat
 
@@ -207,42 +209,36 @@ def without_dead_names(source: str) -> str:
         source = "\n".join(lines[:dead.lineno - 1] + lines[dead.end_lineno:])
 
 
-SEALED_WIDTH = 72  # hex characters of a sealed entry per line of the released cell
+SEALED_DIR = ROOT / "course_utils" / "data" / "sealed"  # <assignment>.json: the tables
 
 
-def _sealed_entry(digest: str, cipher: str) -> str:
-    """One sealed entry as adjacent string literals, one line each (a cipher is twice its
-    message's length in hex: a line each would run to hundreds of characters)."""
-    parts = [digest + ":"] + [cipher[i:i + SEALED_WIDTH]
-                              for i in range(0, len(cipher), SEALED_WIDTH)]
-    return "\n".join(f"        {p!r}" for p in parts) + ",\n"
+def _sealed_head(assignment: str, gid: str) -> str:
+    """The first lines of a released test cell: it loads its sealed tables from the course's
+    data (the tables themselves, hex, are out of the student's sight)."""
+    return (f"# Known wrong answers, sealed (course_utils/data/sealed/{assignment}.json): a wrong\n"
+            f"# value unlocks the message that names it.\n"
+            f"from course_utils import checks as _checks\n"
+            f"_checks.sealed_mistakes(_checks.sealed_for({assignment!r}, {gid!r}))\n")
 
 
-def _sealed_head(name: str, grid: str) -> str:
-    """``"name": _checks.Sealed(grid, [``, on two lines when one would pass 100 characters
-    (a check's name carries its variant's givens)."""
-    head = f"    {json.dumps(name)}: _checks.Sealed({grid!r}, ["
-    return head + "\n" if len(head) <= 100 else \
-        f"    {json.dumps(name)}:\n        _checks.Sealed({grid!r}, [\n"
-
-
-def _sealed_line(table: dict[str, checks.Sealed]) -> str:
-    body = "".join(
-        _sealed_head(name, s.grid)
-        + "".join(_sealed_entry(d, c) for d, c in sorted(s.entries.items()))
-        + "    ]),\n" for name, s in sorted(table.items()))
-    return ("# Known wrong answers, sealed: a wrong value unlocks the message that names it.\n"
-            "from course_utils import checks as _checks\n"
-            f"_checks.sealed_mistakes({{\n{body}}})\n")
+def tables_json(tables: dict[str, dict[str, checks.Sealed]]) -> str:
+    """``{grade_id: {check name: Sealed}}`` as the data file holds it (sorted: a rebuild that
+    seals the same writes the same bytes)."""
+    return json.dumps({gid: {name: [s.grid, sorted(f"{d}:{c}" for d, c in s.entries.items())]
+                             for name, s in sorted(table.items())}
+                       for gid, table in sorted(tables.items())}, indent=1, sort_keys=True) + "\n"
 
 
 def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]],
-                 measured: set[str] | frozenset = frozenset(), sealer=checks.seal) -> list[str]:
+                 measured: set[str] | frozenset = frozenset(), sealer=checks.seal,
+                 assignment: str = "", tables: dict | None = None) -> list[str]:
     """Seal the visible checks of every graded test cell of ``release`` in place (see the module
-    doc); ``traces``: the reference run's ``visible`` record. A cell that checks a ``measured``
-    answer (the judge's ``MEASURED``: each student's own timings) is left as it is: its known
-    mistakes come from the student's own measurement, not from an answer. Returns the test
-    cells sealed."""
+    doc); ``traces``: the reference run's ``visible`` record. Each cell's tables go into
+    ``tables`` (``{grade_id: {check name: Sealed}}``, for ``course_utils/data/sealed/
+    <assignment>.json``: :func:`seal_release_file` writes it), the cell's first lines load
+    them. A cell that checks a ``measured`` answer (the judge's ``MEASURED``: each student's own
+    timings) is left as it is: its known mistakes come from the student's own measurement, not
+    from an answer. Returns the test cells sealed."""
     from nbgrader.utils import compute_checksum
 
     done = []
@@ -255,7 +251,9 @@ def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]],
         table = sealed_table(traces.get(gid, []), sealer)
         source = without_dead_names(_without_mistakes(cell.source))
         if table:
-            source = _sealed_line(table) + source
+            source = _sealed_head(assignment, gid) + source
+            if tables is not None:
+                tables[gid] = table
         if source != cell.source:
             cell.source = source
             cell.metadata["nbgrader"]["checksum"] = compute_checksum(cell)
@@ -263,18 +261,24 @@ def seal_release(release: nbformat.NotebookNode, traces: dict[str, list[dict]],
     return done
 
 
-def sealed_tables(source: str) -> dict[str, checks.Sealed]:
-    """The ``{check name: Sealed}`` table a released test cell registers (nothing run: the
-    literal arguments of its ``Sealed(...)`` calls)."""
+def sealed_tables(source: str, tables_dir=None) -> dict[str, checks.Sealed]:
+    """The ``{check name: Sealed}`` table a released test cell registers, read from the data
+    file its first lines name (``tables_dir``, default :data:`SEALED_DIR`; nothing run)."""
     for stmt in ast.parse(source).body:
         call = getattr(stmt, "value", None)
-        if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "sealed_mistakes":
-            return {ast.literal_eval(k): checks.Sealed(*map(ast.literal_eval, v.args))
-                    for k, v in zip(call.args[0].keys, call.args[0].values)}
+        if not (isinstance(call, ast.Call) and getattr(call.func, "attr", None) ==
+                "sealed_mistakes" and call.args and isinstance(call.args[0], ast.Call)):
+            continue
+        assignment, gid = (ast.literal_eval(a) for a in call.args[0].args)
+        path = Path(tables_dir or SEALED_DIR) / f"{assignment}.json"
+        if not path.exists():
+            return {}
+        cell = json.loads(path.read_text()).get(gid, {})
+        return {name: checks.Sealed(grid, entries) for name, (grid, entries) in cell.items()}
     return {}
 
 
-def committed_sealer(release: nbformat.NotebookNode):
+def committed_sealer(release: nbformat.NotebookNode, tables_dir=None):
     """A ``sealer`` for :func:`seal_release` that checks a release's sealed tables instead of
     sealing again (the release-in-sync test): a check whose committed table has the grid, the
     number of entries that sealing makes (one per distinct bin: each mistake's bin and its
@@ -284,7 +288,7 @@ def committed_sealer(release: nbformat.NotebookNode):
     committed = {}
     for cell in release.cells:
         if is_test_cell(cell):
-            committed.update(sealed_tables(cell.source))
+            committed.update(sealed_tables(cell.source, tables_dir))
 
     def sealer(name: str, grid: str, wrongs) -> checks.Sealed:
         wrongs = list(wrongs)
@@ -298,26 +302,30 @@ def committed_sealer(release: nbformat.NotebookNode):
     return sealer
 
 
-def seal_release_file(assignment: str, release_dir=None, cache=None) -> list[str]:
+def seal_release_file(assignment: str, release_dir=None, cache=None, tables_dir=None) -> list[str]:
     """Seal ``<release_dir>/<assignment>/*.ipynb`` (default ``assignments/``) from the reference
     run (cached in ``cache``, default the repository's ``.cache/reference``; run if missing,
-    from the working tree)."""
-    from pathlib import Path
-
+    from the working tree), and write its tables to ``<tables_dir>/<assignment>.json``
+    (default :data:`SEALED_DIR`)."""
     from grading.reference import reference_run
 
     release_dir = Path(release_dir or ROOT / "assignments")
     cache = Path(cache or ROOT / ".cache" / "reference")
     run = reference_run(assignment, cache=cache, committed=False)
     measured = set(getattr(judge.load(assignment), "MEASURED", set()))
-    done = []
+    done, tables = [], {}
     for name, record in run.items():
         path = release_dir / assignment / name
         nb = nbformat.read(path, as_version=4)
-        done += seal_release(nb, record["visible"], measured)
+        done += seal_release(nb, record["visible"], measured, assignment=assignment,
+                             tables=tables)
         nbformat.write(nb, path)
+    folder = Path(tables_dir or SEALED_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{assignment}.json").write_text(tables_json(tables))
     return done
 
 
-__all__ = ["committed_sealer", "seal_release", "seal_release_file", "sealed_table",
-           "sealed_tables", "unit_mistakes", "unit_of", "without_dead_names"]
+__all__ = ["SEALED_DIR", "committed_sealer", "seal_release", "seal_release_file",
+           "sealed_table", "sealed_tables", "tables_json", "unit_mistakes", "unit_of",
+           "without_dead_names"]

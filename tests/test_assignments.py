@@ -67,11 +67,17 @@ def test_release_is_in_sync_with_solutions(name, graded, reference):
 
     generated = nbformat.read(graded(name).release / f"{name}.ipynb", as_version=4)
     # (the committed sealed tables are checked, not made again: visible.committed_sealer)
+    tables: dict = {}
     visible.seal_release(generated, reference(name)[f"{name}.ipynb"]["visible"],
                          set(getattr(judge.load(name), "MEASURED", set())),
-                         sealer=visible.committed_sealer(nbformat.read(committed, as_version=4)))
+                         sealer=visible.committed_sealer(nbformat.read(committed, as_version=4)),
+                         assignment=name, tables=tables)
     assert _normalized(committed) == _normalized(generated), (
         f"assignments/{name} is out of date: run scripts/build_notebooks.py {name}")
+    data = visible.SEALED_DIR / f"{name}.json"
+    assert (data.read_text() if data.exists() else "") == (
+        visible.tables_json(tables) if tables else ""), (
+        f"{data.relative_to(ROOT)} is out of date: run scripts/build_notebooks.py {name}")
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)

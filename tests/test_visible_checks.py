@@ -208,28 +208,46 @@ def test_sealed_mistakes_match_within_tolerance_and_hide_their_message():
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_released_sealed_blocks_fit_in_100_columns(name):
-    """The sealed block wraps its hex (a line each ran to 300 characters: issue 36) and a
-    check's name carrying its variant's givens."""
-    long = []
-    for cell in _release(name).cells:
-        if integrity.is_test_cell(cell) and "sealed_mistakes" in cell.source:
-            block = cell.source[:cell.source.index("\n})\n")]
-            long += [(integrity._meta(cell)["grade_id"], len(line))
-                     for line in block.splitlines() if len(line) > 100]
-    assert long == [], f"{name}: sealed lines over 100 characters"
+def test_a_released_test_cell_shows_its_checks_not_its_sealed_tables(name):
+    """Issue 50, finding 8: the sealed tables (hex: 83 % of a11's and a12's lines) are in
+    ``course_utils/data/sealed/<assignment>.json``; a released test cell holds no hex and no
+    line over 100 characters, and the notebook's test cells are a small part of it."""
+    import re
+
+    cells, lines, hex_lines, long = 0, 0, [], []
+    nb = _release(name)
+    for cell in nb.cells:
+        if integrity.is_test_cell(cell):
+            cells += len(cell.source.splitlines())
+            gid = integrity._meta(cell)["grade_id"]
+            hex_lines += [gid for line in cell.source.splitlines()
+                          if re.search(r"[0-9a-f]{32}", line)]
+            long += [(gid, len(line)) for line in cell.source.splitlines() if len(line) > 100]
+        lines += len(cell.source.splitlines())
+    assert hex_lines == [] and long == []
+    assert cells <= 0.4 * lines, f"{name}: test cells are {cells} of {lines} lines"
 
 
-def test_the_wrapped_sealed_block_unseals_the_same_entries():
+def test_the_tables_file_unseals_what_was_sealed(tmp_path, monkeypatch):
+    """What sealing writes (``visible.tables_json``) is what a released cell's first lines
+    load (``checks.sealed_for``) and what the release-in-sync test reads back
+    (``visible.sealed_tables``): the same entries, the same message unsealed."""
     sealed = checks.seal("x_gb", "log:0.001", [(303.1, "that is GiB: " + "a long message " * 9)])
     name = "x_gb@job=(1100000000.0, 12.0, 16, 2048);run_a=(0, 240, 372)"
-    block = visible._sealed_line({"x_gb": sealed, name: sealed})
-    assert max(len(line) for line in block.splitlines()) <= 100
+    (tmp_path / "data" / "sealed").mkdir(parents=True)
+    (tmp_path / "data" / "sealed" / "a0.json").write_text(
+        visible.tables_json({"q1_test": {"x_gb": sealed, name: sealed}}))
+    head = visible._sealed_head("a0", "q1_test")
+    assert visible.sealed_tables(head, tmp_path / "data" / "sealed")[name].entries == \
+        sealed.entries
+    monkeypatch.setattr(checks, "__file__", str(tmp_path / "checks.py"))  # (its data: tmp_path)
     checks._SEALED.clear()
     try:
-        exec(compile(block, "<cell>", "exec"), {})
+        exec(compile(head, "<cell>", "exec"), {})
         assert checks._SEALED["x_gb"][0].entries == sealed.entries
         with pytest.raises(AssertionError, match="a long message a long"):
             checks.check_number("x_gb", 303.1, unit="GB")
+        assert checks.sealed_for("a0", "no_such_test") == {}
+        assert checks.sealed_for("no_such_assignment", "q1_test") == {}
     finally:
         checks._SEALED.clear()

@@ -148,18 +148,20 @@ def test_no_visible_check_singles_out_the_answer(name):
     assert oracles == [], f"{name}: visible checks that give the answer away: {oracles}"
 
 
-def test_the_committed_sealer_keeps_a_table_only_when_it_is_the_same():
+def test_the_committed_sealer_keeps_a_table_only_when_it_is_the_same(tmp_path):
     """``visible.committed_sealer`` (the release-in-sync test's cheap path) returns a committed
     table only when sealing would make the same: a changed message, a mistake moved to another
     bin, a mistake more or a grid changed all give a fresh seal, which then differs."""
     wrongs = [(26.25 * 1.07, "that is GiB"), (52.5, "that counts the gradients twice")]
     table = {"q2_gb": checks.seal("q2_gb", "log:0.001", wrongs)}
-    cell = nbformat.v4.new_code_cell(visible._sealed_line(table) + "check(q2_gb)\n")
+    (tmp_path / "a0.json").write_text(visible.tables_json({"q2_test": table}))
+    cell = nbformat.v4.new_code_cell(visible._sealed_head("a0", "q2_test") + "check(q2_gb)\n")
     cell.metadata["nbgrader"] = {"grade": True, "grade_id": "q2_test", "points": 1,
                                  "locked": True, "solution": False, "schema_version": 3}
     committed = nbformat.v4.new_notebook(cells=[cell])
-    assert visible.sealed_tables(cell.source)["q2_gb"].entries == table["q2_gb"].entries
-    sealer = visible.committed_sealer(committed)
+    assert visible.sealed_tables(cell.source, tmp_path)["q2_gb"].entries == \
+        table["q2_gb"].entries
+    sealer = visible.committed_sealer(committed, tmp_path)
     kept = sealer("q2_gb", "log:0.001", wrongs)
     assert kept.entries == table["q2_gb"].entries
     for name, grid, changed in [

@@ -104,14 +104,14 @@ q1_last_gb = 16 * stage_params(llama_shapes.shape(name), tp, pp, dp, pp - 1) / 1
 # Checks the type and rejects known wrong answers; the values are checked when graded.
 _name, _tp, _pp, _dp = G.q1
 _n = llama_shapes.param_count(_name)
-_named = float(_name[:-1]) * 1e9 if _name.endswith("B") else _n  # (7B's name says 7e9)
 checks.check_number("q1_first_gb", q1_first_gb, unit="GB", variant=G.key("q1"), rel=1e-6,
                     mistakes=[
     (16 * _n / (_tp * _pp * _dp) / 1e9, "that is 16N / (TP x PP x DP): the stages are not "
                                         "equal, and norms and chunks are not either"),
-    (16 * _named / (_tp * _pp * _dp) / 1e9, "that takes the model's name for its parameter "
-                                            "count (llama_shapes.param_count says how many), "
-                                            "and its stages are not equal"),
+    # (the name's own number: "7B" says 7e9)
+    (16 * (float(_name[:-1]) * 1e9 if _name.endswith("B") else _n) / (_tp * _pp * _dp) / 1e9,
+     "that takes the model's name for its parameter count (llama_shapes.param_count says how "
+     "many), and its stages are not equal"),
 ])
 checks.check_number("q1_last_gb", q1_last_gb, unit="GB", variant=G.key("q1"), rel=1e-6,
                     mistakes=[
