@@ -255,7 +255,6 @@ def fake_job(rank: int, world_size: int, fn: Any, *args: Any) -> Any:
     cleared too).
     """
     import threading
-    import warnings
 
     from torch.distributed.tensor import _collective_utils, _redistribute
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -281,10 +280,8 @@ def fake_job(rank: int, world_size: int, fn: Any, *args: Any) -> Any:
             dist.destroy_process_group()
 
     thread = threading.Thread(target=body, name=f"fake-rank-{rank}")
-    with warnings.catch_warnings():   # FSDP2 and DTensor warn that meta and fake tensors are new
-        warnings.simplefilter("ignore")
-        thread.start()
-        thread.join()
+    thread.start()
+    thread.join()
     if "error" in out:
         raise out["error"]
     return out["value"]

@@ -9,16 +9,21 @@ to first order, for each second of useful training
 seconds: the saves, plus half an interval of redone work and a restart per failure. It is
 smallest at Young's interval ``tau* = sqrt(2 delta mtbf)`` (J. W. Young, "A first order
 approximation to the optimum checkpoint interval", CACM 17(9), 1974), where the waste is about
-``sqrt(2 delta / mtbf) + restart / mtbf``. Daly (2006) refines it to ``sqrt(2 delta mtbf) -
-delta`` for ``delta < mtbf / 2``. The assumptions: failures arrive at random at a constant rate
-(a Poisson process: exponential times between failures, so the time since the last checkpoint is
-uniform when one strikes); ``delta`` and ``restart`` are fixed; no failure strikes during a save
-or a restart; and ``delta`` is much smaller than ``mtbf``. :func:`simulate` checks the formula
-against failures drawn at random.
+``sqrt(2 delta / mtbf) + restart / mtbf``. First order means: failures arrive at random at a
+constant rate (a Poisson process, so the time since the last save is uniform when one strikes),
+no failure strikes during a save or a restart, and ``delta``, ``restart`` << ``mtbf``.
+
+J. T. Daly ("A higher order estimate of the optimum checkpoint interval for restart dumps",
+Future Generation Computer Systems 22(3), 2006) lets failures strike at any time, saves and
+restarts included. A segment of ``tau + delta`` seconds then takes ``mtbf e^(restart/mtbf)
+(e^((tau+delta)/mtbf) - 1)`` seconds on average (:func:`expected_waste`), and his estimate of
+the best interval is :func:`daly_interval`. :func:`simulate` replays a job under that model
+with failures drawn at random, and the tests check it against :func:`expected_waste`.
 
 ``delta`` is the time training is *stalled*: a synchronous ``dcp.save`` for the whole write, an
-``async_save`` only while it copies the state (staging); the write then overlaps training.
-:func:`save_cost_worker` measures both on real ranks.
+``async_save`` only while it copies the state (staging); the write then overlaps training (and
+the checkpoint is durable only when the write ends: the models here count it when the stall
+ends). :func:`save_cost_worker` measures both on real ranks.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ import numpy as np
 
 from course_utils.validate import check_int, check_real
 
-__all__ = ["waste", "young_interval", "daly_interval", "simulate", "save_cost_worker"]
+__all__ = ["waste", "expected_waste", "young_interval", "daly_interval", "simulate",
+           "save_cost_worker"]
 
 
 def waste(tau: float, delta: float, mtbf: float, restart: float = 0.0) -> float:
@@ -49,36 +55,62 @@ def young_interval(delta: float, mtbf: float) -> float:
     return math.sqrt(2 * check_real("delta", delta) * check_real("mtbf", mtbf))
 
 
+def expected_waste(tau: float, delta: float, mtbf: float, restart: float = 0.0) -> float:
+    """Daly's model of the time lost per unit of useful training, failures striking saves and
+    restarts too: ``mtbf e^(restart/mtbf) (e^((tau+delta)/mtbf) - 1) / tau - 1`` (Daly 2006;
+    all in the same unit of time). :func:`waste` is its first-order expansion."""
+    for name, value in (("tau", tau), ("mtbf", mtbf)):
+        check_real(name, value)
+    check_real("delta", delta, 0, strict=False)
+    check_real("restart", restart, 0, strict=False)
+    return (mtbf * math.exp(restart / mtbf) * math.expm1((tau + delta) / mtbf) / tau) - 1.0
+
+
 def daly_interval(delta: float, mtbf: float) -> float:
-    """Daly's first correction, ``sqrt(2 delta mtbf) - delta`` (for ``delta < mtbf / 2``)."""
-    if not check_real("delta", delta) < check_real("mtbf", mtbf) / 2:
-        raise ValueError(f"Daly's estimate needs delta < mtbf / 2; got delta={delta}, "
-                         f"mtbf={mtbf}")
-    return young_interval(delta, mtbf) - delta
+    """Daly's higher-order estimate of the best interval (Daly 2006):
+    ``sqrt(2 delta M) [1 + sqrt(delta / 2M) / 3 + (delta / 2M) / 9] - delta`` for
+    ``delta < 2M``, and ``M`` past it. His example: delta = 5 min, M = 24 h gives 116.7 min."""
+    check_real("delta", delta)
+    check_real("mtbf", mtbf)
+    if delta >= 2 * mtbf:
+        return float(mtbf)
+    x = delta / (2 * mtbf)
+    return young_interval(delta, mtbf) * (1 + math.sqrt(x) / 3 + x / 9) - delta
 
 
 def simulate(tau: float, delta: float, mtbf: float, restart: float = 0.0,
              work: float = 2e6, seed: int = 0) -> float:
-    """The time lost per unit of useful training (wall time / ``work`` - 1) when ``work`` seconds
-    of training run with a save every ``tau`` seconds of work, failures drawn from an
-    exponential distribution of mean ``mtbf`` (they may strike during a save or a restart too);
-    each failure rolls back to the last completed save and costs ``restart``."""
-    for name, value in (("tau", tau), ("delta", delta), ("mtbf", mtbf), ("work", work)):
+    """The time lost per unit of useful training (wall time / work done - 1) of a job that runs
+    ``ceil(work / tau)`` intervals of ``tau`` seconds of work, each ended by a save of ``delta``
+    seconds, with failures a Poisson process of mean gap ``mtbf`` in wall time: they strike
+    during work, saves and restarts alike (Daly's model). A failure rolls back to the last
+    completed save and costs ``restart`` seconds, which a failure can interrupt too.
+
+    Replayed gap by gap: after a failure the restart takes ``restart`` and then whole intervals
+    of ``tau + delta`` complete until the next failure. The failure times depend only on
+    ``seed``, so curves over ``tau`` share them (common random numbers)."""
+    for name, value in (("tau", tau), ("mtbf", mtbf), ("work", work)):
         check_real(name, value)
+    check_real("delta", delta, 0, strict=False)
     check_real("restart", restart, 0, strict=False)
     check_int("seed", seed, 0)
     rng = np.random.default_rng(seed)
-    done = wall = 0.0
-    next_failure = rng.exponential(mtbf)
-    while done < work:
-        segment = min(tau, work - done) + (delta if done + tau < work else 0.0)
-        if wall + segment <= next_failure:          # the interval and its save complete
-            wall += segment
-            done += min(tau, work - done)
-            continue
-        wall = next_failure + restart               # lost: back to the last save
-        next_failure = wall + rng.exponential(mtbf)
-    return wall / work - 1.0
+    segment = tau + delta
+    needed = math.ceil(work / tau)
+    done, wall, first = 0, 0.0, True
+    while True:
+        gaps = rng.exponential(mtbf, size=4096)
+        lead = np.full(gaps.size, float(restart))
+        if first:                                   # the job starts with no restart to make
+            lead[0], first = 0.0, False
+        fits = np.floor(np.maximum(gaps - lead, 0.0) / segment).astype(np.int64)
+        total = done + np.cumsum(fits)
+        j = int(np.searchsorted(total, needed))     # the gap in which the last interval ends
+        if j < gaps.size:
+            before = int(total[j - 1]) if j else done
+            wall += float(gaps[:j].sum()) + lead[j] + (needed - before) * segment
+            return float(wall / (needed * tau) - 1.0)
+        done, wall = int(total[-1]), wall + float(gaps.sum())
 
 
 def save_cost_worker(rank: int, world_size: int, path: str, numel: int = 1_000_000,

@@ -130,11 +130,10 @@ def killed_while_saving_worker(rank: int, world_size: int, job: resume_job.Job,
 def departures(reference: Sequence[float], resumed: Sequence[float], save_at: int,
                steps: int) -> dict[str, Any]:
     """Where a resumed loss curve (steps ``save_at`` on) leaves the uninterrupted one: the first
-    step that differs (None: none), the largest difference, and how many steps it trained."""
+    step whose loss differs (None: none of the steps both ran), the largest difference, and how
+    many steps the job trained in all (a job that trained longer differs there, not in a loss)."""
     ref = list(reference[save_at:])
     first = next((save_at + i for i, (a, b) in enumerate(zip(ref, resumed)) if a != b), None)
-    if first is None and len(resumed) != len(ref):
-        first = save_at + min(len(resumed), len(ref))
     gap = max((abs(a - b) for a, b in zip(ref, resumed)), default=0.0)
     return {"first": first, "largest": gap, "steps": steps}
 
@@ -143,13 +142,14 @@ def departure_table(result: dict[str, Any], omits: Sequence[tuple[str, ...]],
                     save_at: int) -> str:
     """Rank 0's resumes of :func:`omission_worker` as a table: what was left out, the first
     step whose loss differs from the uninterrupted run's, the largest difference, steps run."""
+    last = f"steps in all (uninterrupted: {len(result['uninterrupted'])})"
     lines = [f"resumed from step {save_at}, left out   first differing step   largest |loss "
-             "difference|   steps trained"]
+             f"difference|   {last}"]
     for omit, losses, steps in zip(omits, result["resumed"], result["steps"]):
         d = departures(result["uninterrupted"], losses, save_at, steps)
         first = "none" if d["first"] is None else str(d["first"])
         lines.append(f"{', '.join(omit) or 'nothing':>31}   {first:>20}   {d['largest']:>25.2e}"
-                     f"   {steps:>13}")
+                     f"   {steps:>{len(last)}}")
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ way between neighbouring stages.
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from typing import Any
 
@@ -83,7 +84,11 @@ def _buffer(kind: str, func, args: tuple) -> int:
 def one_step(module: torch.nn.Module, model: str, batch: int, seq: int,
              mixed: bool) -> None:
     """A forward and backward of one ``batch x seq`` microbatch through a stage: token ids
-    into the first stage, activations into the others (bf16 when ``mixed``)."""
+    into the first stage, activations into the others (bf16 when ``mixed``).
+
+    Two of PyTorch's warnings are silenced here, and only here: the stage's input is data (no
+    gradient), so a full backward hook fires on outputs alone; and the stage returns a view,
+    which FSDP2 warns an in-place op could break (the output is only read)."""
     s = llama_shapes.shape(model)
     on = next(module.parameters()).device
     if module.embed is not None:
@@ -91,7 +96,12 @@ def one_step(module: torch.nn.Module, model: str, batch: int, seq: int,
     else:
         x = torch.randn(batch, seq, s.hidden, device=on,
                         dtype=torch.bfloat16 if mixed else torch.float32)
-    module(x).float().sum().backward()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Full backward hook is firing when gradients are "
+                                "computed with respect to module outputs", UserWarning)
+        warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view tensor",
+                                UserWarning)
+        module(x).float().sum().backward()
 
 
 def summarize(calls: list, names: dict[str, str]) -> dict[tuple[str, str], list[float]]:

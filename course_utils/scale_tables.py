@@ -12,8 +12,8 @@ from typing import Any
 
 from course_utils import llama_shapes, memory, scale_comms, scale_memory
 
-__all__ = ["LESSON", "PUBLISHED", "lesson_rows", "lesson_table", "comm_rows", "comm_table",
-           "job_rows", "job_table", "rss_mb"]
+__all__ = ["LESSON", "PUBLISHED", "lesson_rows", "lesson_table", "draw_lesson", "comm_rows",
+           "comm_table", "job_rows", "job_table", "rss_mb"]
 
 # The lesson's figures (GB), for N = 7e9 on 8 GPUs and 70e9 on TP 4 x PP 2 x DP 4.
 LESSON = {"DDP": 112.0, "ZeRO-1": 38.5, "ZeRO-2": 26.25, "ZeRO-3": 14.0, "70B 3-D": 35.0}
@@ -35,6 +35,9 @@ _WHY = {
 }
 
 
+_PARTS = {"weights": "weights", "grads": "gradients", "optimizer": "optimizer state"}
+
+
 def _gb(n: float) -> str:
     return f"{n / memory.GB:.2f}"
 
@@ -47,16 +50,19 @@ def lesson_rows() -> list[dict[str, Any]]:
         formula = memory.zero_state_bytes(llama_shapes.param_count("7B"), 8, stage)["total"]
         if stage in (0, 3):
             sim = scale_memory.rank_state("7B", 1, 1, 8, 3, "ddp" if stage == 0 else "fsdp2")
-            simulated, how = sim["total"], "DDP" if stage == 0 else "FSDP2"
+            how = "DDP" if stage == 0 else "FSDP2"
         else:
-            simulated, how = scale_memory.course_zero("7B", 8, stage)["total"], "course"
+            sim, how = scale_memory.course_zero("7B", 8, stage), "course"
         rows.append({"config": f"7B {name}, 8 ranks", "key": name, "lesson": LESSON[name],
-                     "formula": formula, "simulated": simulated, "how": how})
+                     "formula": formula, "simulated": sim["total"], "how": how,
+                     "parts": {k: sim[k] for k in _PARTS}})
     stages = [scale_memory.rank_state("70B", 4, 2, 4, r) for r in (0, 31)]
+    largest = max(stages, key=lambda st: st["total"])
     rows.append({"config": "70B TP4xPP2xDP4", "key": "70B 3-D", "lesson": LESSON["70B 3-D"],
                  "formula": scale_memory.course_formula("70B", 4, 2, 4, 3),
-                 "simulated": max(s["total"] for s in stages), "how": "FSDP2+TP",
-                 "stages": [s["total"] for s in stages]})
+                 "simulated": largest["total"], "how": "FSDP2+TP",
+                 "stages": [s["total"] for s in stages],
+                 "parts": {k: largest[k] for k in _PARTS}})
     for row in rows:
         row["why"] = _WHY[row["key"]]
     return rows
@@ -70,6 +76,35 @@ def lesson_table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{r['config']:<20}{r['lesson']:>8.2f}{_gb(r['formula']):>9}"
                      f"{_gb(r['simulated']):>10}  {r['how']:<9}{r['why']}")
     return "\n".join(lines)
+
+
+def draw_lesson(rows: list[dict[str, Any]], ax: Any = None) -> Any:
+    """Figure: each configuration's simulated bytes on its largest rank, stacked by state
+    (weights, gradients, optimizer state; GB), with the lesson's figure marked. Returns it."""
+    import matplotlib.pyplot as plt
+
+    from course_utils.style import STATE_COLORS
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8.4, 0.5 * len(rows) + 1.5), layout="constrained")
+    for y, row in enumerate(rows):
+        left = 0.0
+        for part, words in _PARTS.items():
+            gb = row["parts"][part] / memory.GB
+            ax.barh(y, gb, left=left, height=0.6, color=STATE_COLORS[part],
+                    label=words if y == 0 else None)
+            left += gb
+        ax.text(max(left, row["lesson"]) + 1.5, y, f"{left:.2f} GB ({row['how']})",
+                va="center", fontsize=8)
+        ax.plot([row["lesson"]] * 2, [y - 0.38, y + 0.38], color="black", lw=2,
+                label="the lesson's figure" if y == 0 else None)
+    ax.set_yticks(range(len(rows)), [r["config"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(r["lesson"] for r in rows) * 1.4)
+    ax.set(xlabel="GB on the rank that holds the most",
+           title="Simulated bytes per rank by state, beside the lesson's figure")
+    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    return ax.figure
 
 
 def comm_rows(model: str, tp: int, pp: int, dp: int, rank: int = 0, batch: int = 1,

@@ -222,10 +222,18 @@ def test_bad_arguments_are_named():
         reshard.boxes("DP 8", "0.weight", 0)
     with pytest.raises(ValueError, match="save_at"):
         checkpoint3d.run(train3d.Plan(steps=4), "x", save_at=4)
-    with pytest.raises(ValueError, match="Daly"):
-        checkpoint_interval.daly_interval(10.0, 15.0)
+    with pytest.raises(ValueError, match="delta"):
+        checkpoint_interval.daly_interval(-1.0, 15.0)
     with pytest.raises(ValueError, match="modules must be module names"):
         launch.preload("", "torch")
+
+
+def test_a_departure_is_a_differing_loss_and_a_longer_run_is_its_own_column():
+    ref = [4.0, 3.0, 2.0, 1.0]
+    assert resume_demo.departures(ref, [2.0, 1.0, 0.5, 0.2], 2, 6) == {
+        "first": None, "largest": 0.0, "steps": 6}
+    assert resume_demo.departures(ref, [2.0, 1.5], 2, 4) == {
+        "first": 3, "largest": 0.5, "steps": 4}
 
 
 def test_the_schedule_and_the_shards():
@@ -264,6 +272,35 @@ def test_youngs_interval_minimizes_the_first_order_waste_and_the_simulation():
         simulated = [checkpoint_interval.simulate(t, delta, mtbf, restart, work=4e6, seed=seed)
                      for t in taus]
         assert int(np.argmin(simulated)) == 2, simulated
+
+
+def test_dalys_estimate_and_his_model():
+    """Daly (2006): his example (delta 5 min, M 24 h) gives 116.7 min; past delta = 2M, M. His
+    estimate sits at the exact model's minimum where Young's first order drifts off it, and the
+    exact model tends to the first-order one when delta, R and tau are small beside M."""
+    assert checkpoint_interval.daly_interval(5.0, 24 * 60.0) == pytest.approx(116.69, abs=0.01)
+    assert checkpoint_interval.daly_interval(30.0, 10.0) == 10.0
+    for delta, mtbf in ((60.0, 11_136.0), (600.0, 3_600.0), (300.0, 1_000.0)):
+        grid = np.linspace(0.2, 3.0, 28_001) * checkpoint_interval.young_interval(delta, mtbf)
+        best = grid[np.argmin([checkpoint_interval.expected_waste(t, delta, mtbf) for t in grid])]
+        daly = checkpoint_interval.daly_interval(delta, mtbf)
+        young = checkpoint_interval.young_interval(delta, mtbf)
+        assert abs(daly - best) / best < 0.01 and abs(daly - best) < abs(young - best)
+    exact = checkpoint_interval.expected_waste(50.0, 1.0, 1e5, 1.0)
+    assert exact == pytest.approx(checkpoint_interval.waste(50.0, 1.0, 1e5, 1.0), rel=2e-3)
+
+
+@pytest.mark.parametrize("tau", [300.0, 700.0])
+def test_the_simulation_follows_dalys_model_failures_strike_restarts_too(tau):
+    """R = 800 s, M = 1,000 s: a restart fails 55 % of the time. The simulation (4 seeds) meets
+    Daly's expected waste within 2 %; a model whose restarts cannot fail is 20 % and more off."""
+    delta, mtbf, restart = 10.0, 1000.0, 800.0
+    sims = [checkpoint_interval.simulate(tau, delta, mtbf, restart, work=2e7, seed=s)
+            for s in range(4)]
+    exact = checkpoint_interval.expected_waste(tau, delta, mtbf, restart)
+    assert np.mean(sims) == pytest.approx(exact, rel=0.02), (sims, exact)
+    unfailing = (mtbf + restart) * np.expm1((tau + delta) / mtbf) / tau - 1
+    assert abs(np.mean(sims) - unfailing) > 0.2 * exact
 
 
 def test_the_time_lost_is_the_work_since_the_checkpoint_plus_the_restart():

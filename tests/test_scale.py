@@ -3,11 +3,13 @@ against exact counts, and against real gloo ranks; the lecture's stated figures.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 from course_utils import (backend, llama_shapes, memory, scale_check, scale_comms, scale_memory,
-                          scale_tables, zero)
+                          scale_tables, style, zero)
 
 N7, N70, N405 = (llama_shapes.param_count(m) for m in ("7B", "70B", "405B"))
 
@@ -42,6 +44,8 @@ def test_fake_job_checks_its_arguments_and_reraises():
         backend.fake_job(0, 2, lambda: 1 / 0)
     assert backend.fake_job(1, 2, lambda: torch.distributed.get_rank()) == 1
     assert not torch.distributed.is_initialized()
+    with pytest.warns(UserWarning, match="a rank's own warning"):   # nothing silenced on the way
+        backend.fake_job(0, 2, warnings.warn, "a rank's own warning")
 
 
 # ------------------------------------------------------------------------------ memory
@@ -170,6 +174,14 @@ def test_the_lesson_table_the_lecture_states():
                   "ZeRO-3": (13.48, 13.48), "70B 3-D": (34.49, 34.49)}
     assert [r["lesson"] for r in rows.values()] == [112, 38.5, 26.25, 14, 35]
     assert 7e9 * 16 / 1e9 == 112 and (4 + 12 / 8) * 7 == 38.5 and (2 + 14 / 8) * 7 == 26.25
+    # the figure stacks each row's parts: they add up to its total; FSDP2 keeps 4 + 4 + 8 bytes
+    for r in rows.values():
+        assert sum(r["parts"].values()) == r["simulated"]
+    n = llama_shapes.param_count("7B")
+    assert [rows["ZeRO-3"]["parts"][k] * 8 / n for k in ("weights", "grads", "optimizer")] == [
+        4, 4, 8]
+    fig = scale_tables.draw_lesson(list(rows.values()))
+    assert not style.problems(fig) and len(fig.axes[0].patches) == 3 * len(rows)
 
 
 def test_the_jobs_the_lecture_states():

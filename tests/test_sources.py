@@ -48,6 +48,16 @@ def test_every_notebook_has_a_source():
     assert {p.name for p in (ROOT / "assignments").iterdir() if p.is_dir()} == set(ASSIGNMENTS)
 
 
+@pytest.mark.parametrize("name", LECTURES + ASSIGNMENTS)
+def test_no_notebook_silences_warnings_for_the_whole_kernel(name):
+    """A warning filter set at a cell's top level lasts for the student's whole session; a
+    course function that must silence one does it for its own call, by message."""
+    folder = bn.LECTURE_SRC if name in LECTURES else bn.ASSIGNMENT_SRC
+    for number, line in enumerate((folder / f"{name}.py").read_text().splitlines(), 1):
+        assert not line.startswith(("warnings.filterwarnings", "warnings.simplefilter")), (
+            f"{name}.py line {number}: {line}")
+
+
 def test_lecture_and_assignment_numbers_line_up():
     assert LECTURES, "no lectures"
     for name in ASSIGNMENTS:

@@ -22,8 +22,7 @@
 # `backend.fake_job` (one rank of a fake job).
 
 # %%
-import warnings
-
+import matplotlib.pyplot as plt
 import torch
 
 from course_utils import (llama_shapes, memory, playground, scale_check, scale_comms,
@@ -31,7 +30,6 @@ from course_utils import (llama_shapes, memory, playground, scale_check, scale_c
 
 style.use()
 torch.set_num_threads(1)
-warnings.filterwarnings("ignore")   # FSDP2 and DTensor warn that meta and fake tensors are new
 for name in ("7B", "70B", "405B"):
     print(f"Llama {name}: {llama_shapes.param_count(name):,} parameters")
 
@@ -66,9 +64,16 @@ print(f"N / 8 = {llama_shapes.param_count('7B') / 8:,.0f}")
 lesson = scale_tables.lesson_rows()
 print(scale_tables.lesson_table(lesson))
 
+# %%
+scale_tables.draw_lesson(lesson)
+plt.show()
+
 # %% [markdown]
-# Every difference from the lesson is the parameter count: the lesson rounds 6.74e9 up to 7e9,
-# and 68.98e9 up to 70e9. On the 70B mesh the two pipeline stages are not quite equal:
+# Every difference in the totals is the parameter count: the lesson rounds 6.74e9 up to 7e9,
+# and 68.98e9 up to 70e9. How the bytes split does differ, as the bars show: PyTorch's DDP and
+# FSDP2 rows hold fp32 weights and gradients (4 + 4 bytes a parameter, 8 for the moments), the
+# course's ZeRO-1 and 2 the lesson's bf16 weights and gradients with a 12-byte fp32 optimizer
+# state (master copy and moments). On the 70B mesh the two pipeline stages are not quite equal:
 
 # %%
 stages = lesson[-1]["stages"]
