@@ -35,7 +35,7 @@ from typing import Any
 from course_utils.validate import check_int, check_real
 
 __all__ = ["SPLIT_SCHEDULES", "V_SCHEDULES", "split_order", "overlapped_pairs", "paper_bubble",
-           "paper_bubble_fraction", "paper_peak_activations"]
+           "min_microbatches", "paper_bubble_fraction", "paper_peak_activations"]
 
 SPLIT_SCHEDULES = ("zb-h1", "zbv", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank, placed in a V
@@ -201,7 +201,8 @@ def paper_bubble(schedule: str, p: int, f: float, i: float, w: float) -> float:
     * ``"1f1b"``: (P-1)(T_F + T_B + T_W), Qi et al. Table 2 (their T_B is our i);
     * ``"zb-h1"``: (P-1)(T_F + T_B - T_W), Qi et al. Table 2;
     * ``"zbv"``: 0 when F = I = W (Qi et al. section 6; torch's ScheduleZBVZeroBubble
-      docstring): no formula for other times, so ValueError;
+      docstring) and m >= 2P - 1 (:func:`min_microbatches`): no formula for other times, so
+      ValueError;
     * ``"dualpipev"``: (PP/2 - 1)(F&B + B - 3W) over PP = 2P chunks, DualPipe's README (B the
       full backward), with a chunk's times f/2, (i+w)/2, w/2 and F&B = F + B (no overlap).
     """
@@ -224,10 +225,32 @@ def paper_bubble(schedule: str, p: int, f: float, i: float, w: float) -> float:
                      f"got {schedule!r}")
 
 
+def min_microbatches(schedule: str, p: int) -> int:
+    """The fewest microbatches for which :func:`paper_bubble` holds on ``p`` ranks.
+
+    * ``"1f1b"``: 1 (its bubble is (P-1)(F+B) for any m);
+    * ``"zb-h1"``: P (fewer leave too few W's to fill the wait);
+    * ``"zbv"``: 2P - 1. Torch's ``ScheduleZBVZeroBubble`` plans ``max(2P - 1, m)``
+      microbatches and leaves the missing ones' slots empty
+      (``_calculate_single_rank_operations`` in ``pipelining/schedules.py``); the simulator's
+      bubble at F = I = W is then 2P - 1 - m forward times per rank;
+    * ``"dualpipev"``: 2P (torch's ``ScheduleDualPipeV`` refuses fewer).
+    """
+    check_int("p", p)
+    bounds = {"1f1b": 1, "zb-h1": p, "zbv": 2 * p - 1, "dualpipev": 2 * p}
+    if schedule not in bounds:
+        raise ValueError(f"schedule must be one of {list(bounds)}, got {schedule!r}")
+    return bounds[schedule]
+
+
 def paper_bubble_fraction(schedule: str, p: int, m: int, f: float, i: float, w: float) -> float:
     """The idle share of a step: bubble / (bubble + m (f + i + w)), every rank doing m
-    microbatches' worth of work."""
+    microbatches' worth of work; ValueError below :func:`min_microbatches`."""
     check_int("m", m)
+    if m < min_microbatches(schedule, p):
+        raise ValueError(f"the paper's bubble for {schedule} holds for m >= "
+                         f"{min_microbatches(schedule, p)} on p={p} ranks; got m={m}: "
+                         "simulate it instead")
     bubble = paper_bubble(schedule, p, f, i, w)
     f, i, w = _times(f, i, w)
     return bubble / (bubble + m * (f + i + w))

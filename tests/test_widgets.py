@@ -260,6 +260,10 @@ def test_pipeline_view_draws_the_zero_bubble_schedules(schedule):
     assert kinds == ({"F", "I", "W", "B"} if schedule == "dualpipev" else {"F", "I", "W"})
     w.controls["op_times"].value = "1:1.5:0.5"  # ZBV: no formula but for F = I = W
     assert (shown(w)["formula"] == "none for these times") == (schedule == "zbv")
+    if schedule != "dualpipev":   # ZB-H1's formula holds from m = P = 4, ZBV's from 2P - 1 = 7
+        w.controls["op_times"].value = "1:1:1"
+        w.controls["microbatches"].value = 6
+        assert (shown(w)["formula"] == "holds for m >= 7 only") == (schedule == "zbv")
     w.controls["schedule"].value = "1f1b"  # leaving a V: one chunk again, no message
     assert w.state is not None and w.controls["chunks"].value == 1
 

@@ -201,7 +201,8 @@ def test_where_zb_h1_does_not_reach_its_formula():
     # fewer microbatches than stages: not enough W to fill the wait
     for m in (1, 2, 3):
         tl = _sim("zb-h1", p, m, *EQUAL)
-        assert tl.idle_fraction() > zb.paper_bubble_fraction("zb-h1", p, m, *EQUAL) + 0.05
+        bubble = zb.paper_bubble("zb-h1", p, *EQUAL)
+        assert tl.idle_fraction() > bubble / (bubble + m * sum(EQUAL)) + 0.05
         assert tl.peak_activations() == [m] * p
 
 
@@ -220,6 +221,27 @@ def test_zbv_reaches_zero_only_at_equal_times_and_without_the_global_check():
     assert _sim("zbv", 4, 2, *EQUAL).idle_fraction(sync=False) > 0.4  # m < P
     with pytest.raises(ValueError, match="only for f == i == w"):
         zb.paper_bubble("zbv", 4, 1.0, 1.5, 0.5)
+
+
+def test_zbvs_zero_needs_2p_minus_1_microbatches_and_each_formula_says_its_bound():
+    """Torch's ScheduleZBVZeroBubble plans max(2P - 1, m) microbatches and leaves the missing
+    ones' slots empty: at F = I = W the bubble is 2P - 1 - m forward times per rank below the
+    bound (P = 4: m = 4, 5, 6, 7 idle 20.0, 11.8, 5.3, 0 %), and zero from it on (P = 2 from
+    m = 3). Below its bound, each paper's fraction refuses, naming it."""
+    for p in (2, 3, 4, 5, 6):
+        for m in range(1, 2 * p + 2):
+            idle = _idle_per_rank(_sim("zbv", p, m, *EQUAL), sync=False)
+            assert idle == pytest.approx([max(0, 2 * p - 1 - m) * EQUAL[0]] * p), (p, m)
+    assert [f"{_sim('zbv', 4, m, *EQUAL).idle_fraction(sync=False):.1%}" for m in (4, 5, 6, 7)
+            ] == ["20.0%", "11.8%", "5.3%", "0.0%"]
+    assert zb.paper_bubble_fraction("zbv", 2, 3, *EQUAL) == 0
+    assert [zb.min_microbatches(s, 4) for s in ("1f1b", "zb-h1", "zbv", "dualpipev")] == [
+        1, 4, 7, 8]
+    for schedule, m in (("zb-h1", 3), ("zbv", 6), ("dualpipev", 7)):
+        with pytest.raises(ValueError, match=f"holds for m >= {m + 1} on p=4"):
+            zb.paper_bubble_fraction(schedule, 4, m, *EQUAL)
+    assert zb.paper_bubble_fraction("1f1b", 4, 1, *EQUAL) == pytest.approx(
+        _sim("1f1b", 4, 1, *EQUAL).idle_fraction())
 
 
 def test_dualpipev_against_deepseeks_formula():

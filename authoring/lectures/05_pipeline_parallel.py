@@ -341,7 +341,10 @@ print(f"DualPipeV, each pair one unit: idle {paired.idle_fraction():.1%}, "
 # The formulas hold under conditions. The simulator shows what happens when a condition fails.
 # For ZB-H1, Qi et al.'s formula matches the simulation exactly when W takes no longer than F
 # or I and m >= P (`tests/test_zero_bubble.py` sweeps the times). ZBV's zero needs F = I = W
-# (with P >= 3). Fewer microbatches than stages leave every schedule idle:
+# and m >= 2P - 1: torch's `ScheduleZBVZeroBubble` plans `max(2P - 1, m)` microbatches and
+# leaves the missing ones' slots empty (`_calculate_single_rank_operations` in
+# `torch/distributed/pipelining/schedules.py`). Below its bound a formula does not apply
+# ("none"), and fewer microbatches leave every schedule idle:
 
 # %%
 cases = [("F:I:W = 1:1:1, m = 8", 8, (1, 1, 1)), ("F:I:W = 1:1.5:0.5, m = 8", 8, (1, 1.5, 0.5)),
@@ -351,18 +354,24 @@ for label, m, (f, i, w) in cases:
     times = dict(backward_ratio=i + w, weight_share=w / (i + w))
     h1, v = (ps.simulate(name, p=4, m=m, **times).idle_fraction(sync=False)
              for name in ("zb-h1", "zbv"))
-    zbv_formula = (f"{zb.paper_bubble_fraction('zbv', 4, m, f, i, w):9.1%}" if f == i == w
-                   else f"{'none':>9s}")
-    print(f"{label:26s}{h1:7.1%}{zb.paper_bubble_fraction('zb-h1', 4, m, f, i, w):9.1%}"
-          f"{v:8.1%}{zbv_formula}")
+    formulas = [f"{zb.paper_bubble_fraction(name, 4, m, f, i, w):9.1%}"
+                if m >= zb.min_microbatches(name, 4) and (name != "zbv" or f == i == w)
+                else f"{'none':>9s}" for name in ("zb-h1", "zbv")]
+    print(f"{label:26s}{h1:7.1%}{formulas[0]}{v:8.1%}{formulas[1]}")
+zbv_idle = [ps.simulate("zbv", p=4, m=m, backward_ratio=2.0, weight_share=0.5)
+            .idle_fraction(sync=False) for m in range(4, 8)]
+print("ZBV, F = I = W, P = 4, m = 4 to 7: " + ", ".join(f"{x:.1%}" for x in zbv_idle)
+      + f" idle (2P - 1 = {zb.min_microbatches('zbv', 4)})")
 
 # %% [markdown]
 # A long I, 1.5 units, makes ZB-H1's bubble larger, 20.0 %, and its formula follows. A long W,
 # 1.5 units, sets the formula to (P - 1)(1 + 0.5 - 1.5) = 0, but the simulation keeps 5.9 %: the
 # formula counts every W as filling idle time, and a W longer than the gap it is put in delays
 # what comes after it instead. ZBV keeps some idle time whenever the three times differ. With
-# m = 2 < P, there are not enough microbatches to fill the pipeline, and both schedules idle for
-# almost half the step, far above their formulas.
+# m = 2 < P, there are not enough microbatches to fill the pipeline: both schedules idle for
+# almost half the step. ZBV needs more than P: each microbatch short of 2P - 1 leaves one
+# forward's time idle on every rank, so it reaches zero only at m = 7 on 4 ranks (at m = 3 on
+# 2).
 #
 # ### Try it: the schedule explorer
 #
@@ -733,8 +742,8 @@ for name, row in zb_measured.items():
 # * A backward is two jobs: the input gradient I, which the previous stage waits for, and the
 #   weight gradient W, which can wait. At F = I = W, ZB-H1 fills two thirds of 1F1B's bubble
 #   with W's, and every rank then holds P microbatches. ZBV reaches zero only with
-#   F = I = W and no global check before the optimizer step, and DualPipeV's bubble depends on
-#   how its pairs run. None of them helps with m < P.
+#   F = I = W, m >= 2P - 1 and no global check before the optimizer step, and DualPipeV's
+#   bubble depends on how its pairs run (it needs m >= 2P). With m < P none of them helps.
 # * The papers' formulas hold under conditions (W no longer than F or I for ZB-H1; equal times
 #   for ZBV): the simulator shows what happens outside them.
 # * A zero bubble needs steps that do not wait for a global check: post-validation steps at once

@@ -98,15 +98,18 @@ class PipelineTimeline(Explorer):
         tl = ps.simulate(schedule, p=stages, m=microbatches, v=chunks, stage_times=times,
                          backward_ratio=ratio, weight_share=share)
         f, i, w = 1.0, ratio * (1 - share), ratio * share
+        why = None
         if schedule == "interleaved":
             formula = ps.interleaved_bubble_fraction(p=stages, m=microbatches, v=chunks)
         elif schedule == "gpipe":
             formula = ps.bubble_fraction(stages, microbatches)
         elif schedule == "zbv" and not f == i == w:
-            formula = None  # the paper states ZB-V's bubble only for F = I = W
+            formula, why = None, "none for these times"  # the paper: only for F = I = W
+        elif microbatches < zb.min_microbatches(schedule, stages):
+            formula, why = None, f"holds for m >= {zb.min_microbatches(schedule, stages)} only"
         else:
             formula = zb.paper_bubble_fraction(schedule, stages, microbatches, f, i, w)
-        return {"timeline": tl, "formula": formula, "balanced": slow_stage < 0,
+        return {"timeline": tl, "formula": formula, "why_none": why, "balanced": slow_stage < 0,
                 "slow_stage": slow_stage, "slowdown": slowdown, "times": (f, i, w)}
 
     def rows(self, s: dict[str, Any]) -> list[Row]:
@@ -116,7 +119,7 @@ class PipelineTimeline(Explorer):
                    "zbv": "Qi et al., 0 at F = I = W",
                    "dualpipev": "DeepSeek, F&B = F+B"}[tl.schedule]
         if s["formula"] is None:
-            shown = "none for these times"
+            shown = s["why_none"]
         else:
             shown = f"{s['formula']:.1%}" + ("" if s["balanced"] else " (balanced ranks only)")
         return [Row("bubble", "bubble (idle share, simulated)", f"{tl.idle_fraction():.1%}"),
