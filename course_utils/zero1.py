@@ -113,8 +113,12 @@ class FlatLayout:
         return sum(n for _, _, n in self.pieces(dp_rank))
 
 
-class ShardedOptimizer:
+class ShardedOptimizer(torch.optim.Optimizer):
     """ZeRO-1 over ``dp_group``: ``optimizer_cls(**kwargs)`` on this rank's slices only.
+
+    A ``torch.optim.Optimizer`` whose ``param_groups`` and ``state`` are the inner optimizer's
+    (its parameters are this rank's slices), so a ``torch.optim.lr_scheduler`` drives it and
+    ``state_dict`` holds this rank's shard.
 
     ``params``: tensors of one dtype and device (repeats are dropped, as for tied weights); they
     become views of one flat buffer. ``grads``: a :class:`~course_utils.grad_buffer.GradBuffer`
@@ -178,6 +182,10 @@ class ShardedOptimizer:
             at += n
         self._masters = masters
         self.inner = optimizer_cls(masters, **kwargs) if masters else None
+        # an Optimizer (its hooks and state_dict) whose groups and state are the inner one's
+        super().__init__([{"params": masters}], dict(kwargs))
+        self.param_groups = self.inner.param_groups if self.inner is not None else []
+        self.state = self.inner.state if self.inner is not None else self.state
         self.allow_step = allow_step
         self.comm_s = 0.0           # seconds in the all-gathers, summed over steps
         self.grad_norm: float | None = None   # the last step's norm (before clipping)
@@ -272,16 +280,6 @@ class ShardedOptimizer:
             p.grad = None
         for piece in self._masters:
             piece.grad = None
-
-    @property
-    def state(self) -> dict:
-        """The inner optimizer's state (its tensors are this rank's slices only)."""
-        return self.inner.state if self.inner is not None else {}
-
-    @property
-    def param_groups(self) -> list[dict]:
-        """The inner optimizer's groups (``lr`` and the rest can be changed there)."""
-        return self.inner.param_groups if self.inner is not None else []
 
 
 def bytes_sent_worker(rank: int, world_size: int, numel: int = 2 ** 18) -> dict[str, float]:

@@ -1,16 +1,20 @@
-"""ZeRO-3 as a module wrapper: any model's Linear and Embedding weights sharded over DP.
+"""ZeRO-3 as a module wrapper: any model's weight matrices sharded over DP.
 
 Module 3's :class:`course_utils.zero.ZeroDP` is an engine: it owns the model (an
 ``nn.Sequential`` of Linears), the loss and the optimizer, and runs the whole step. FSDP, and
 CS336's systems assignment, put ZeRO-3 behind a module instead, and leave the loss, the
 backward call and the optimizer to the caller. :class:`ShardedModule` is that form:
 
-* **Sharding.** Each parameter of each ``shard_types`` layer (``nn.Linear``, ``nn.Embedding``)
-  is flattened, padded with zeros to a multiple of D and cut in D equal pieces; rank r keeps
-  piece r as an fp32 ``nn.Parameter`` under the parameter's own name, so
-  ``wrapper.parameters()`` is what an outside optimizer (any ``torch.optim`` one) updates.
-  Other parameters (norms) stay whole on every rank: their gradients are averaged over the
-  group by :meth:`ShardedModule.finish_gradient_synchronization`.
+* **Sharding.** The layers are chosen by their parameters, not their class: every module that
+  holds a parameter of two or more dimensions (a weight matrix: ``nn.Linear``,
+  ``nn.Embedding``, a Linear of the model's own) has each of its own parameters flattened,
+  padded with zeros to a multiple of D and cut in D equal pieces; rank r keeps piece r as an
+  fp32 ``nn.Parameter`` under the parameter's own name, so ``wrapper.parameters()`` is what an
+  outside optimizer (any ``torch.optim`` one) updates. Modules with vectors only (norms) stay
+  whole on every rank, in fp32: their gradients are averaged over the group by
+  :meth:`ShardedModule.finish_gradient_synchronization`. ``shard_types`` picks layers by class
+  instead, and warns naming each weight matrix it leaves whole. A sharded parameter must be
+  used inside its own module's forward (the gather runs there).
 * **Forward.** A forward pre-hook all-gathers the layer's pieces (cast to ``compute_dtype``
   first, so the gather moves half the bytes in fp16) and hands the layer the whole weight; a
   forward hook takes it away again. Autograd would keep the whole weight alive until backward
@@ -28,6 +32,7 @@ one process, in fp32 and in fp16 compute, with SGD and AdamW.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any, Sequence
 
@@ -72,13 +77,14 @@ class _Gather(torch.autograd.Function):
 
 
 class ShardedModule(nn.Module):
-    """``module`` with the weights of its ``shard_types`` layers sharded over ``group``
-    (ZeRO-3); ``compute_dtype``: the dtype the weights are gathered and used in (default: fp32).
+    """``module`` with the parameters of its weight-matrix layers (or of its ``shard_types``
+    layers) sharded over ``group`` (ZeRO-3); ``compute_dtype``: the dtype the sharded weights
+    are gathered and used in (default: fp32).
     """
 
     def __init__(self, module: nn.Module, group: Any = None,
                  compute_dtype: torch.dtype | None = None,
-                 shard_types: Sequence[type] = (nn.Linear, nn.Embedding)):
+                 shard_types: Sequence[type] | None = None):
         super().__init__()
         if not isinstance(module, nn.Module):
             raise ValueError(f"module must be a torch.nn.Module; got {type(module).__name__}")
@@ -91,9 +97,10 @@ class ShardedModule(nn.Module):
         self._specs: dict[int, _Sharded] = {}              # id(original parameter) -> spec
         self._layers: list[tuple[nn.Module, str, _Sharded]] = []
         for layer in module.modules():
-            if not isinstance(layer, tuple(shard_types)):
+            own = dict(layer.named_parameters(recurse=False))
+            if not self._shards(layer, own, shard_types):
                 continue
-            names = [n for n, _ in layer.named_parameters(recurse=False)]
+            names = list(own)
             for name in names:
                 p = layer._parameters[name]
                 spec = self._specs.get(id(p)) or _Sharded(p, self.dp, self.rank, p.requires_grad)
@@ -108,6 +115,19 @@ class ShardedModule(nn.Module):
         self._live: dict[int, tuple[_Sharded, torch.Tensor]] = {}   # storage -> gathered
         self._gathered: list[weakref.ref] = []
         self.gathers = 0                                   # all-gathers issued (for checks)
+        whole = [n for n, p in module.named_parameters() if id(p) not in sharded and p.dim() > 1]
+        if whole:
+            warnings.warn(f"ShardedModule keeps these weight matrices whole on every rank (not "
+                          f"of shard_types): {', '.join(whole)}", stacklevel=2)
+
+    @staticmethod
+    def _shards(layer: nn.Module, own: dict[str, nn.Parameter],
+                shard_types: Sequence[type] | None) -> bool:
+        """Whether ``layer``'s own parameters are sharded: by class when ``shard_types`` is
+        given, else when one of them is a matrix (or more dimensions)."""
+        if shard_types is not None:
+            return isinstance(layer, tuple(shard_types))
+        return any(p.dim() > 1 for p in own.values())
 
     # ------------------------------------------------------------------ gather and release
 

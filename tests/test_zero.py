@@ -5,6 +5,8 @@ feedback: tests/test_reference_answers.py)."""
 
 from __future__ import annotations
 
+import warnings
+
 import functools
 
 import pytest
@@ -340,11 +342,33 @@ class _Toy(nn.Module):
         return self.head(self.down(self.norm2(h)))
 
 
+class _OwnLinear(nn.Module):
+    """A Linear of the model's own class (not nn.Linear): weight and bias, F.linear."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        k = d_in ** -0.5                        # nn.Linear's initialization
+        self.weight = nn.Parameter(torch.empty(d_out, d_in).uniform_(-k, k))
+        self.bias = nn.Parameter(torch.empty(d_out).uniform_(-k, k))
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class _ToyOwnLinear(_Toy):
+    """_Toy with its up and down projections of the model's own Linear class."""
+
+    def __init__(self, vocab=20, d=8, ff=12):
+        super().__init__(vocab, d, ff)
+        self.up, self.down = _OwnLinear(d, ff), _OwnLinear(ff, d)
+
+
 _SHARDED = ("embedding.weight", "up.weight", "up.bias", "down.weight", "down.bias",
             "head.weight")
+_TOYS = {"nn.Linear": _Toy, "own Linear": _ToyOwnLinear}
 
 
-def _zero3_worker(rank, world_size, seed, dtype, opt_name):
+def _zero3_worker(rank, world_size, seed, dtype, opt_name, toy="nn.Linear"):
     """One process on the whole batch (its sharded layers computing in ``dtype`` too) against
     the wrapper on this rank's rows; the largest weight difference after 3 steps, and what the
     wrapper kept."""
@@ -353,9 +377,11 @@ def _zero3_worker(rank, world_size, seed, dtype, opt_name):
     from course_utils.zero3 import ShardedModule
 
     torch.manual_seed(seed)
-    base = _Toy()
+    base = _TOYS[toy]()
     ref = copy.deepcopy(base)
     model = ShardedModule(copy.deepcopy(base), compute_dtype=dtype)
+    assert sorted(n for n, p in model.module.named_parameters()
+                  if all(p is not q for q in model.replicated)) == sorted(_SHARDED)
     make = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
             "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1)}[opt_name]
     ref_opt, opt = make(ref.parameters()), make(model.parameters())
@@ -384,20 +410,31 @@ def _zero3_worker(rank, world_size, seed, dtype, opt_name):
     full = model.gather_full_params()
     diff = max(float((full[n] - p.detach()).abs().max()) for n, p in ref.named_parameters())
     norm_grad = [float(p.detach().sum()) for p in model.replicated]
-    return diff, alive, gathers, grads_ok, norm_grad
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        ShardedModule(copy.deepcopy(base), shard_types=(nn.Linear, nn.Embedding))
+    return diff, alive, gathers, grads_ok, norm_grad, [str(w.message) for w in warned]
 
 
-@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
-@pytest.mark.parametrize("dtype", [None, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("toy,opt_name,dtype", [
+    ("nn.Linear", "sgd", None), ("nn.Linear", "adamw", None),
+    ("nn.Linear", "sgd", torch.float16), ("nn.Linear", "adamw", torch.float16),
+    ("own Linear", "adamw", None), ("own Linear", "sgd", torch.float16)],
+    ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("seed", [0, 1])
-def test_zero3_module_wrapper_equals_one_process(seed, dtype, opt_name):
+def test_zero3_module_wrapper_equals_one_process(seed, dtype, opt_name, toy):
     """ZeRO-3 as CS336's FSDP test drives it: a module wrapper, an outside optimizer, fp32 and
     fp16 compute. After forward no gathered weight is left; each step gathers the 6 sharded
-    tensors for forward and the 3 Linear weights again for backward."""
+    tensors for forward and the 3 Linear weights again for backward. Layers are sharded by
+    their parameters: a Linear of the model's own class is sharded and cast as nn.Linear is
+    (by class, it would be left whole: the wrapper says so)."""
     tol = 1e-6 if dtype is None else (1e-4 if opt_name == "sgd" else 1e-3)
     results = launch.run(functools.partial(_zero3_worker, seed=seed, dtype=dtype,
-                                           opt_name=opt_name), 2, timeout_s=90)
-    for diff, alive, gathers, grads_ok, norms in results:
+                                           opt_name=opt_name, toy=toy), 2, timeout_s=90)
+    for diff, alive, gathers, grads_ok, norms, warned in results:
         assert diff < tol
         assert alive == [0, 0, 0] and gathers == [9, 9, 9] and grads_ok
         assert norms == results[0][4]          # the replicated norms stay equal on every rank
+        assert warned == ([] if toy == "nn.Linear" else [
+            "ShardedModule keeps these weight matrices whole on every rank (not of "
+            "shard_types): up.weight, down.weight"])

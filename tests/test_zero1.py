@@ -83,6 +83,33 @@ def _wrapper_worker(rank, world_size, model_name, opt_name, seed):
             [p.detach().numpy().copy() for p in sharded.parameters()], held)
 
 
+def _scheduled_worker(rank, world_size, seed):
+    """A LambdaLR warm-up and decay drives the wrapped AdamW as it drives the plain one; the
+    wrapper's state_dict holds this rank's slices only."""
+    torch.manual_seed(seed)
+    plain = _WithFrozen()
+    sharded = copy.deepcopy(plain)
+    kwargs = dict(lr=0.1, weight_decay=0.1)
+    ref = torch.optim.AdamW(plain.parameters(), **kwargs)
+    ours = ShardedOptimizer(sharded.parameters(), torch.optim.AdamW, **kwargs)
+    schedule = lambda step: min(1.0, (step + 1) / 3) * 0.8 ** step   # noqa: E731
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, schedule) for o in (ref, ours)]
+    gen = torch.Generator().manual_seed(100 + seed)
+    lrs = []
+    for _ in range(6):
+        x, y = torch.rand(32, 10, generator=gen), torch.rand(32, 5, generator=gen)
+        for model, opt, sched in zip((plain, sharded), (ref, ours), scheds):
+            opt.zero_grad()
+            ((y - model(x)) ** 2).sum().backward()
+            opt.step()
+            sched.step()
+        lrs.append((ref.param_groups[0]["lr"], ours.inner.param_groups[0]["lr"]))
+    held = sum(t.numel() for s in ours.state_dict()["state"].values() for t in s.values()
+               if t.dim() > 0)
+    return ([p.detach().numpy().copy() for p in plain.parameters()],
+            [p.detach().numpy().copy() for p in sharded.parameters()], lrs, held)
+
+
 @pytest.fixture(scope="module")
 def ranks():
     """Every run of this file that ends on every rank and measures no bytes sent, one launch
@@ -90,6 +117,7 @@ def ranks():
     jobs = {("wrapper", m, o, s): (2, job(_wrapper_worker, model_name=m, opt_name=o, seed=s))
             for m in MODELS for o in OPTIMIZERS for s in SEEDS}
     jobs["frozen"] = 2, job(_frozen_worker)
+    jobs.update({("scheduled", s): (2, job(_scheduled_worker, seed=s)) for s in SEEDS})
     jobs.update({("buffer", ws, s): (ws, job(_buffer_worker, seed=s))
                  for ws in (2, 3) for s in SEEDS})
     jobs.update({("accumulation", s): (1, job(_accumulation_worker, seed=s)) for s in SEEDS})
@@ -110,6 +138,20 @@ def test_the_wrapper_equals_the_plain_optimizer(ranks, model_name, opt_name, see
             torch.testing.assert_close(torch.as_tensor(b), torch.as_tensor(a), rtol=1e-6,
                                        atol=1e-7)
         assert held > 0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_learning_rate_scheduler_drives_the_wrapper(ranks, seed):
+    """CS336's test with a LambdaLR on top: torch's schedulers take only an Optimizer."""
+    results = ranks["scheduled", seed]
+    trainable = sum(p.numel() for p in _WithFrozen().parameters() if p.requires_grad)
+    for plain, sharded, lrs, held in results:
+        for a, b in zip(plain, sharded):
+            torch.testing.assert_close(torch.as_tensor(b), torch.as_tensor(a), rtol=1e-6,
+                                       atol=1e-6)
+        assert all(a == b for a, b in lrs) and len({a for a, _ in lrs}) == 6
+    # its state_dict: AdamW's two moments of each trained element, on one rank only
+    assert sum(r[3] for r in results) == 2 * trainable
 
 
 def _frozen_worker(rank, world_size):
