@@ -4,9 +4,24 @@ A :class:`Shape` is a published configuration (vocabulary, hidden size, layers, 
 size, attention and key/value heads). :func:`build` makes the part of it one pipeline stage
 holds (:func:`stage_layers`: the first stage also holds the embedding, the last the final norm
 and the output head) on the meta device (shapes, no storage: 405B parameters cost nothing), and
-:func:`tp_plans` gives the tensor-parallel plan PyTorch's ``parallelize_module`` applies
-(Megatron's: column-parallel q, k, v, w1, w3; row-parallel o, w2; vocabulary-parallel
-embedding and head; RMSNorm weights replicated).
+:func:`apply_tp` shards a stage with ``parallelize_module`` under one of three plans
+(:data:`TP_PLANS`), each Megatron's split (column-parallel q, k, v, w1, w3; row-parallel o,
+w2; vocabulary-parallel embedding and head; RMSNorm weights replicated), differing in what a
+layer's input is:
+
+* ``"per_linear"``: each ``ColwiseParallel`` wraps its own plain input, so in backward each of
+  q, k, v, w1, w3 all-reduces its input's gradient: 2 all-reduces forward and 5 backward per
+  layer. The simplest plan to write, and the course's figures before this choice was named.
+* ``"block"``: each norm's output becomes one replicated DTensor (``PrepareModuleOutput``,
+  ``use_local_output=False``) that q, k, v (and w1, w3) share, so their input gradients add up
+  as one partial DTensor and are all-reduced once: 2 forward and 2 backward per layer,
+  Megatron's count (its "f" and "g" operators), with no fused linear.
+* ``"sequence"``: torchtitan's ``apply_tp`` (sequence parallelism): between layers the
+  activations are split along the sequence (``SequenceParallel`` norms, row-parallel outputs
+  reduce-scattered to ``Shard(1)``), and each half-layer all-gathers its input once: 2
+  all-gathers and 2 reduce-scatters forward per layer, the same backward (torchtitan puts the
+  gather in ``PrepareModuleInput`` on its attention and feed-forward modules; these blocks have
+  none, so the norm's output is redistributed, the same collectives).
 
 Sources: Llama 2 7B and 70B (Touvron et al. 2023, Table 1 and the released ``params.json``:
 70B uses 8 key/value heads), Llama 3 405B (Llama Team 2024, "The Llama 3 Herd of Models",
@@ -24,7 +39,11 @@ import torch.nn.functional as F
 from course_utils.validate import check_int, one_of
 
 __all__ = ["Shape", "SHAPES", "shape", "param_count", "layer_params", "stage_layers", "Block",
-           "StageModel", "build", "tp_plans"]
+           "StageModel", "build", "TP_PLANS", "apply_tp"]
+
+TP_PLANS = {"per_linear": "each linear all-reduces its own input gradient",
+            "block": "one DTensor input per half-layer (Megatron's count)",
+            "sequence": "sequence parallelism, as torchtitan's apply_tp"}
 
 
 @dataclass(frozen=True)
@@ -74,7 +93,9 @@ def param_count(s: Shape | str) -> int:
 
 def stage_layers(n_layers: int, pp: int, stage: int) -> range:
     """The layers pipeline stage ``stage`` of ``pp`` holds: contiguous, the first
-    ``n_layers % pp`` stages one more (as ``torch.distributed.pipelining``'s even split)."""
+    ``n_layers % pp`` stages one more. This even split is the course's rule
+    (``torch.distributed.pipelining`` has no split policy of its own; torchtitan and Llama 3
+    give the first and last stages a layer fewer, for the embedding and the head)."""
     check_int("n_layers", n_layers, 1)
     check_int("pp", pp, 1)
     if pp > n_layers:
@@ -105,10 +126,11 @@ class Block(nn.Module):
         self.w2 = nn.Linear(s.ffn, s.hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
         h = self.attn_norm(x)
-        q, k, v = (lin(h).view(b, t, -1, self.head_dim).transpose(1, 2)
-                   for lin in (self.q, self.k, self.v))   # -1: the heads this TP rank holds
+        q, k, v = (lin(h) for lin in (self.q, self.k, self.v))
+        b, t = q.shape[:2]              # the whole sequence (x holds a slice of it under SP)
+        q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2)
+                   for z in (q, k, v))                     # -1: the heads this TP rank holds
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
         h = self.ffn_norm(x)
@@ -147,12 +169,30 @@ def build(s: Shape | str, pp: int = 1, stage: int = 0, n_layers: int | None = No
         return StageModel(s, layers, first=stage == 0, last=stage == pp - 1)
 
 
-def tp_plans() -> tuple[dict, dict]:
-    """(plan for a layer, plan for the stage's embedding and head) for ``parallelize_module``."""
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+def apply_tp(module: StageModel, tp_mesh, plan: str = "per_linear") -> None:
+    """Shard ``module`` over the 1-D mesh ``tp_mesh`` with ``parallelize_module`` under
+    ``plan`` (one of :data:`TP_PLANS`, see the module docstring)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleOutput,
+                                                   RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
 
+    one_of("plan", plan, TP_PLANS)
+    sp = plan == "sequence"
+    between = Shard(1) if sp else Replicate()      # the activations between layers
     layer = {name: ColwiseParallel() for name in ("q", "k", "v", "w1", "w3")}
-    layer.update({name: RowwiseParallel() for name in ("o", "w2")})
-    ends = {"embed": RowwiseParallel(input_layouts=Replicate()), "head": ColwiseParallel()}
-    return layer, ends
+    layer.update({name: RowwiseParallel(output_layouts=between) for name in ("o", "w2")})
+    ends = {"embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
+            "head": ColwiseParallel(input_layouts=between)}   # logits split by vocabulary
+    if sp:
+        layer.update(attn_norm=SequenceParallel(), ffn_norm=SequenceParallel())
+        ends["norm"] = SequenceParallel()
+    parallelize_module(module, tp_mesh,
+                       {k: v for k, v in ends.items() if getattr(module, k) is not None})
+    for block in module.layers:
+        parallelize_module(block, tp_mesh, layer)
+        if plan != "per_linear":                   # one shared DTensor input per half-layer
+            for norm in (block.attn_norm, block.ffn_norm):
+                parallelize_module(norm, tp_mesh, PrepareModuleOutput(
+                    output_layouts=between, desired_output_layouts=Replicate(),
+                    use_local_output=False))

@@ -20,7 +20,7 @@ import torch
 
 from course_utils import launch, scale_comms, scale_memory
 
-__all__ = ["real_rank_worker", "simulated", "compare", "check"]
+__all__ = ["real_rank_worker", "tp_plan_worker", "simulated", "compare", "check"]
 
 
 def _grad_bytes(module: torch.nn.Module) -> int:
@@ -48,6 +48,42 @@ def real_rank_worker(rank: int, world_size: int, model: str = "tiny", tp: int = 
     rows = scale_comms.summarize(log.calls, scale_comms.axis_names(mesh))
     return {"weights": state["weights"], "grads": grads, "optimizer": state["optimizer"],
             "rows": {f"{a} {k}": (int(v[0]), int(v[1])) for (a, k), v in sorted(rows.items())}}
+
+
+def tp_plan_worker(rank: int, world_size: int, tp_plan: str, seed: int = 0,
+                   model: str = "tiny", batch: int = 2, seq: int = 8) -> dict[str, Any]:
+    """Collective: the whole model (one stage) tensor-parallel over every rank under
+    ``tp_plan``, against the same model in this process unsharded: the loss and each
+    parameter's gradient (gathered whole), and the TP collectives of the step by kind."""
+    import copy
+
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from course_utils import backend, llama_shapes
+
+    torch.manual_seed(seed)
+    reference = llama_shapes.build(model, device="cpu")
+    module = copy.deepcopy(reference)
+    llama_shapes.apply_tp(module, init_device_mesh(backend.device().type, (world_size,)),
+                          tp_plan)
+    ids = torch.randint(0, llama_shapes.shape(model).vocab, (batch, seq),
+                        generator=torch.Generator().manual_seed(100 + seed))
+    ref_loss = reference(ids).float().pow(2).mean()
+    ref_loss.backward()
+    log = scale_comms.CollectiveLog()
+    with log:      # the logits stay split by vocabulary: the loss adds up over the slices
+        local = module(ids).float().pow(2).sum() / ref_loss.new_tensor(ids.numel() * len(
+            reference.head.weight))
+        local.backward()
+    loss = local.detach().clone()
+    torch.distributed.all_reduce(loss)
+    ref_grads = dict(reference.named_parameters())
+    grads = {name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad,
+                    ref_grads[name].grad) for name, p in module.named_parameters()}
+    kinds: dict[str, int] = {}
+    for kind, *_ in log.calls:
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return {"loss": (float(loss), float(ref_loss.detach())), "grads": grads, "collectives": kinds}
 
 
 def simulated(rank: int, model: str = "tiny", tp: int = 1, pp: int = 1, dp: int = 1,

@@ -82,9 +82,10 @@ def _buffer(kind: str, func, args: tuple) -> int:
 
 
 def one_step(module: torch.nn.Module, model: str, batch: int, seq: int,
-             mixed: bool) -> None:
+             mixed: bool, seq_shards: int = 1) -> None:
     """A forward and backward of one ``batch x seq`` microbatch through a stage: token ids
-    into the first stage, activations into the others (bf16 when ``mixed``).
+    into the first stage, activations into the others (bf16 when ``mixed``; this rank's
+    ``1 / seq_shards`` of the sequence under sequence parallelism).
 
     Two of PyTorch's warnings are silenced here, and only here: the stage's input is data (no
     gradient), so a full backward hook fires on outputs alone; and the stage returns a view,
@@ -94,7 +95,7 @@ def one_step(module: torch.nn.Module, model: str, batch: int, seq: int,
     if module.embed is not None:
         x = torch.randint(0, s.vocab, (batch, seq), device=on)
     else:
-        x = torch.randn(batch, seq, s.hidden, device=on,
+        x = torch.randn(batch, seq // seq_shards, s.hidden, device=on,
                         dtype=torch.bfloat16 if mixed else torch.float32)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Full backward hook is firing when gradients are "
@@ -121,16 +122,17 @@ def axis_names(mesh: Any) -> dict[str, str]:
 
 
 def _trace(model: str, tp: int, pp: int, dp: int, n_layers: int, batch: int,
-           seq: int, mixed: bool) -> dict[tuple[str, str], list[float]]:
+           seq: int, mixed: bool, tp_plan: str) -> dict[tuple[str, str], list[float]]:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.tensor.debug import CommDebugMode
 
-    module, mesh = scale_memory.shard_stage(model, tp, pp, dp, n_layers=n_layers, mixed=mixed)
+    module, mesh = scale_memory.shard_stage(model, tp, pp, dp, n_layers=n_layers, mixed=mixed,
+                                            tp_plan=tp_plan)
     log, counts = CollectiveLog(), CommDebugMode()
     with FakeTensorMode(allow_non_fake_inputs=True):
         module.to_empty(device=backend.SIMULATED_DEVICE)
         with counts, log:
-            one_step(module, model, batch, seq, mixed)
+            one_step(module, model, batch, seq, mixed, tp if tp_plan == "sequence" else 1)
     if counts.get_total_counts() != len(log.calls):
         raise RuntimeError(f"CommDebugMode counted {counts.get_total_counts()} collectives, "
                            f"the log {len(log.calls)}")
@@ -139,20 +141,21 @@ def _trace(model: str, tp: int, pp: int, dp: int, n_layers: int, batch: int,
 
 def trace_step(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
                batch: int = 1, seq: int = 4096, full: bool = False,
-               mixed: bool = True) -> dict[str, Any]:
+               mixed: bool = True, tp_plan: str = "per_linear") -> dict[str, Any]:
     """One forward and backward of a ``batch x seq`` microbatch on ``rank``, traced.
 
     Returns ``{"rows": {(axis, kind): {"calls", "buffer", "sent"}}, "layers", "layers_traced"}``
     (bytes; ``sent`` per rank under rings). ``full``: trace every layer of the stage (slow for
     big stages) instead of one and two layers extended. ``mixed``: bf16 gathers, reductions and
-    activations (the course's formulas), else fp32.
+    activations (the course's formulas), else fp32. ``tp_plan``: one of
+    ``llama_shapes.TP_PLANS``.
     """
     s = llama_shapes.shape(model)
     coords = scale_memory.mesh_coords(rank, tp, pp, dp)
     n = len(llama_shapes.stage_layers(s.layers, pp, coords["pp"]))
     def traced(layers: int) -> dict:
         return backend.fake_job(rank, tp * pp * dp, _trace, model, tp, pp, dp, layers, batch,
-                                seq, mixed)
+                                seq, mixed, tp_plan)
 
     if full:
         rows, n_traced = traced(n), n

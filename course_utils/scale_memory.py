@@ -47,17 +47,18 @@ def mesh_coords(rank: int, tp: int, pp: int, dp: int) -> dict[str, int]:
 
 
 def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
-                n_layers: int | None = None, mixed: bool = False) -> tuple[Any, Any]:
+                n_layers: int | None = None, mixed: bool = False,
+                tp_plan: str = "per_linear") -> tuple[Any, Any]:
     """This rank's stage of ``model``, sharded as a real job shards it; returns (module, mesh).
 
     Call inside :func:`backend.fake_job` (or a real group) of ``tp * pp * dp`` ranks.
     ``mixed``: FSDP2 gathers bf16 weights and reduces bf16 gradients
     (``MixedPrecisionPolicy``), the course's communication formulas' 2-byte elements.
+    ``tp_plan``: one of ``llama_shapes.TP_PLANS`` (the bytes are the same under each).
     """
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.distributed.tensor.parallel import parallelize_module
 
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
@@ -70,12 +71,8 @@ def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
     stage = mesh.get_local_rank("pp")
     on = "meta" if fake else backend.device()
     module = llama_shapes.build(model, pp=pp, stage=stage, n_layers=n_layers, device=on)
-    layer_plan, end_plan = llama_shapes.tp_plans()
     if tp > 1:
-        parallelize_module(module, mesh["tp"],
-                           {k: v for k, v in end_plan.items() if getattr(module, k) is not None})
-        for layer in module.layers:
-            parallelize_module(layer, mesh["tp"], layer_plan)
+        llama_shapes.apply_tp(module, mesh["tp"], tp_plan)
     if strategy == "fsdp2":
         policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
                   if mixed else MixedPrecisionPolicy())

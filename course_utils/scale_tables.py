@@ -13,7 +13,7 @@ from typing import Any
 from course_utils import llama_shapes, memory, scale_comms, scale_memory
 
 __all__ = ["LESSON", "PUBLISHED", "lesson_rows", "lesson_table", "draw_lesson", "comm_rows",
-           "comm_table", "job_rows", "job_table", "rss_mb"]
+           "comm_table", "plan_rows", "plan_table", "job_rows", "job_table", "rss_mb"]
 
 # The lesson's figures (GB), for N = 7e9 on 8 GPUs and 70e9 on TP 4 x PP 2 x DP 4.
 LESSON = {"DDP": 112.0, "ZeRO-1": 38.5, "ZeRO-2": 26.25, "ZeRO-3": 14.0, "70B 3-D": 35.0}
@@ -117,6 +117,30 @@ def comm_rows(model: str, tp: int, pp: int, dp: int, rank: int = 0, batch: int =
              trace["rows"].get((axis, kind), {}).get("sent", 0.0) / memory.GB,
              course.get((axis, kind), 0.0) / memory.GB) for axis, kind in keys]
     return rows, trace
+
+
+def plan_rows(model: str, tp: int, pp: int, dp: int, rank: int = 0, batch: int = 1,
+              seq: int = 4096) -> list[tuple[str, str, int, float]]:
+    """(TP plan, collective, calls, GB sent) of one step's TP traffic on ``rank``, traced under
+    each of ``llama_shapes.TP_PLANS``."""
+    rows = []
+    for plan in llama_shapes.TP_PLANS:
+        trace = scale_comms.trace_step(model, tp, pp, dp, rank, batch, seq, tp_plan=plan)
+        rows += [(plan, kind, v["calls"], v["sent"] / memory.GB)
+                 for (axis, kind), v in sorted(trace["rows"].items()) if axis == "tp"]
+    return rows
+
+
+def plan_table(rows: list[tuple[str, str, int, float]]) -> str:
+    """:func:`plan_rows` as text, with each plan's total."""
+    lines = [f"{'TP plan':<12}{'collective':<16}{'calls':>6}{'GB sent':>9}"]
+    for plan in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == plan]
+        lines += [f"{plan if k == 0 else '':<12}{kind:<16}{calls:>6}{gb:>9.2f}"
+                  for k, (_, kind, calls, gb) in enumerate(mine)]
+        lines.append(f"{'':<12}{'in all':<16}{sum(r[2] for r in mine):>6}"
+                     f"{sum(r[3] for r in mine):>9.2f}")
+    return "\n".join(lines)
 
 
 def comm_table(rows: list[tuple]) -> str:

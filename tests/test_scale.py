@@ -142,6 +142,32 @@ def test_70b_step_against_the_course_formulas():
     assert course[("pp", "send")] == act and ("pp", "send") not in rows
 
 
+def test_three_tp_plans_traced_per_layer():
+    """70B on TP 4 x PP 2 x DP 4, rank 0 (40 layers and the embedding): the per-linear plan
+    all-reduces 2 + 5 times a layer; one DTensor input per half-layer gives Megatron's 2 + 2;
+    sequence parallelism turns each all-reduce into an all-gather and a reduce-scatter (the
+    same bytes in all, as a ring all-reduce is those two), plus the norms' small weight
+    gradients. The DP rows are the same under every plan."""
+    n, act = 40, 4096 * llama_shapes.shape("70B").hidden * 2
+    rows = {plan: scale_comms.trace_step("70B", 4, 2, 4, 0, tp_plan=plan)["rows"]
+            for plan in llama_shapes.TP_PLANS}
+    calls = {plan: {k: v["calls"] for k, v in r.items() if k[0] == "tp"}
+             for plan, r in rows.items()}
+    assert calls["per_linear"] == {("tp", "all_reduce"): 7 * n + 1}
+    assert calls["block"] == {("tp", "all_reduce"): 4 * n + 1}
+    assert calls["sequence"] == {("tp", "all_gather"): 4 * n + 1,
+                                 ("tp", "reduce_scatter"): 4 * n + 1,
+                                 ("tp", "all_reduce"): 2 * n}
+    assert rows["block"][("tp", "all_reduce")]["sent"] == (4 * n + 1) * 2 * 3 / 4 * act
+    sp = rows["sequence"]
+    assert sp[("tp", "all_gather")]["sent"] + sp[("tp", "reduce_scatter")]["sent"] == (
+        rows["block"][("tp", "all_reduce")]["sent"])
+    assert sp[("tp", "all_reduce")]["sent"] < 1e-3 * rows["block"][("tp", "all_reduce")]["sent"]
+    for plan in ("block", "sequence"):
+        assert {k: v for k, v in rows[plan].items() if k[0] == "dp"} == {
+            k: v for k, v in rows["per_linear"].items() if k[0] == "dp"}
+
+
 def test_ring_bytes_per_rank():
     assert scale_comms.sent_bytes("all_reduce", 800, 4) == 1200
     assert scale_comms.sent_bytes("all_gather", 800, 4) == 600
@@ -149,6 +175,25 @@ def test_ring_bytes_per_rank():
 
 
 # ------------------------------------------------------------------------------ real ranks
+
+
+def test_each_tp_plan_on_real_ranks_equals_one_process():
+    """2 real gloo ranks, the tiny Llama whole on each: under every plan the loss and every
+    gradient (gathered whole) equal one process's, two seeds; the collectives counted on the
+    real ranks are the plan's (4 layers, the embedding's forward and the head's backward)."""
+    from rank_jobs import job, run_jobs
+
+    plans = [(plan, seed) for plan in llama_shapes.TP_PLANS for seed in (0, 1)]
+    results = run_jobs([job(scale_check.tp_plan_worker, tp_plan=plan, seed=seed)
+                        for plan, seed in plans], 2, timeout_s=180)
+    want = {"per_linear": {"all_reduce": 7 * 4 + 2}, "block": {"all_reduce": 4 * 4 + 2},
+            "sequence": {"all_gather": 4 * 4 + 2, "reduce_scatter": 4 * 4 + 2}}
+    for (plan, seed), ranks in zip(plans, results):
+        for r in ranks:
+            torch.testing.assert_close(*r["loss"], rtol=1e-6, atol=1e-7)
+            for name, (got, ref) in r["grads"].items():
+                torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6, msg=f"{plan} {name}")
+            assert r["collectives"] == want[plan], (plan, r["collectives"])
 
 
 @pytest.mark.parametrize("tp,pp,dp", [(2, 2, 2), (1, 1, 8)])

@@ -182,9 +182,10 @@ None
 #
 # One forward and backward of one sequence of 4096 tokens through rank 0's stage (the first),
 # as lecture 11 traced it: FSDP2 gathers bf16 weights (2 bytes) and reduces bf16 gradients, the
-# activations are bf16. PyTorch's TP plan all-reduces each row-parallel output (o, w2) in
-# forward and each column-parallel input's gradient (q, k, v, w1, w3, separately) in backward,
-# and the embedding's output in forward; FSDP2 gathers every layer before its forward and again
+# activations are bf16. The TP plan is lecture 11's `per_linear` (`llama_shapes.apply_tp`): it
+# all-reduces each row-parallel output (o, w2) in forward and each column-parallel linear's
+# input gradient (q, k, v, w1, w3, each its own) in backward, and the embedding's output in
+# forward (not the `block` plan, whose shared inputs all-reduce once per half-layer); FSDP2 gathers every layer before its forward and again
 # before its backward, but keeps the root's own weights (the embedding) gathered between them.
 # A ring sends 2(g-1)/g of an all-reduce's buffer and (g-1)/g of an all-gather's output over
 # a group of g ranks.
@@ -213,8 +214,9 @@ practice_tp_calls, practice_tp_gb, practice_dp_gather_gb = step_traffic(
 
 # %%
 checks.check_number("practice_tp_calls", practice_tp_calls, 57, mistakes=[
-    (32, "4 per layer is Megatron's fused accounting; PyTorch's plan here all-reduces q, k, v, "
-         "w1 and w3 separately in backward: 2 forward + 5 backward per layer, and the embedding"),
+    (32, "4 per layer is the block plan's count (q, k, v share one input, as w1 and w3 do); "
+         "the per_linear plan here all-reduces each column-parallel linear's input gradient "
+         "on its own: 2 forward + 5 backward per layer, and the embedding"),
     (56, "the embedding's forward all-reduce is missing (its rows are split over TP)"),
 ])
 checks.check_number("practice_tp_gb", practice_tp_gb, 2.868903936, unit="GB", rel=1e-6, mistakes=[
@@ -243,7 +245,7 @@ q3_tp_calls, q3_tp_gb, q3_dp_gather_gb = step_traffic(llama_shapes.shape(G.q3[0]
 _name, _tp, _pp, _dp = G.q3
 _layers = len(llama_shapes.stage_layers(llama_shapes.shape(_name).layers, _pp, 0))
 checks.check_number("q3_tp_calls", q3_tp_calls, variant=G.key("q3"), mistakes=[
-    (4 * _layers, "4 per layer is Megatron's fused accounting, not PyTorch's plan here"),
+    (4 * _layers, "4 per layer is the block plan's count; this question's plan is per_linear"),
 ])
 checks.check_number("q3_tp_gb", q3_tp_gb, unit="GB", variant=G.key("q3"), rel=1e-6)
 checks.check_number("q3_dp_gather_gb", q3_dp_gather_gb, unit="GB", variant=G.key("q3"),

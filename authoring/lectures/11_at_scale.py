@@ -10,7 +10,8 @@
 # * PyTorch's **fake process group** (`init_process_group("fake", ...)`): this process plays
 #   one rank of a job of any size; collectives return at once and move nothing;
 # * Llama-shaped layers on the **meta device** (shapes, no storage: 405B parameters cost
-#   nothing), split into pipeline stages as `torch.distributed.pipelining` splits them;
+#   nothing), split into pipeline stages evenly by layers (the course's rule: `pipelining`
+#   has no split policy; torchtitan and Llama 3 give the end stages a layer fewer);
 # * `init_device_mesh`, DTensor's `parallelize_module` (tensor parallelism) and FSDP2's
 #   `fully_shard` (ZeRO-3) shard them exactly as on a real cluster; each rank's bytes are read
 #   from its sharded tensors and from the state `torch.optim.AdamW` creates;
@@ -127,11 +128,11 @@ print(f"layers on this stage: {trace['layers']}, traced: {trace['layers_traced']
 # * **DP, all-gather**: 81 gathers, not 82: FSDP2 gathers each layer before its forward and
 #   again before its backward, but keeps the root module's own weights (here the embedding)
 #   gathered from forward to backward. The course's formula gathers everything twice.
-# * **TP, all-reduce**: 281 calls where Megatron's accounting has 4 per layer (160). PyTorch's
-#   plan parallelizes q, k, v, w1 and w3 as separate column-parallel linears: each all-reduces
-#   its input's gradient in backward, 5 per layer instead of Megatron's 2 (its "f" operator
-#   sums once for a fused qkv and once for a fused w1/w3), plus one for the embedding.
-#   Forward matches: 2 per layer.
+# * **TP, all-reduce**: 281 calls where Megatron's accounting has 4 per layer (160). That
+#   count is this trace's TP plan, not PyTorch's only one: each of q, k, v, w1 and w3 is a
+#   `ColwiseParallel` that wraps its own plain input, so each all-reduces its input's gradient
+#   in backward, 5 per layer instead of 2, plus one for the embedding. Forward matches: 2 per
+#   layer. The next cell traces two other plans.
 # * **PP**: the stage runs alone, so its sends are counted by the course's rule (one
 #   activation per microbatch to the next stage); the framework cannot trace them here.
 #
@@ -139,6 +140,35 @@ print(f"layers on this stage: {trace['layers']}, traced: {trace['layers_traced']
 
 # %%
 print({f"{axis} {kind}": v["calls"] for (axis, kind), v in sorted(trace["rows"].items())})
+
+# %% [markdown]
+# **Three TP plans, the same split.** `llama_shapes.apply_tp` shards the layers under one of
+# three plans; they split the weights alike and differ in what a layer's input is:
+#
+# * `per_linear` (above): each column-parallel linear turns its plain input into a DTensor of
+#   its own, so autograd meets five separate partial gradients;
+# * `block`: each norm's output becomes one replicated DTensor that q, k and v (or w1 and w3)
+#   share (`PrepareModuleOutput(..., use_local_output=False)`), so their input gradients add up
+#   as one partial DTensor and are all-reduced once: Megatron's 2 + 2 per layer, with no fused
+#   linear;
+# * `sequence`: torchtitan's `apply_tp` (sequence parallelism): between layers the activations
+#   are split along the sequence, each half-layer all-gathers its input once and
+#   reduce-scatters its output; the norms' replicated weights all-reduce their small
+#   gradients. torchtitan puts the gather in `PrepareModuleInput` on its attention and
+#   feed-forward modules; these blocks have none, so the norm's output is redistributed
+#   instead: the same collectives.
+#
+# Rank 0 of the same 70B job, one step under each:
+
+# %%
+print(scale_tables.plan_table(scale_tables.plan_rows("70B", tp=4, pp=2, dp=4, rank=0)))
+
+# %% [markdown]
+# Keeping one DTensor input per half-layer saves 120 all-reduces (12 GB for this rank); the
+# sequence-parallel plan sends the same bytes as `block` (a ring all-reduce is a
+# reduce-scatter and an all-gather), and in exchange each rank keeps only its slice of the
+# sequence's activations between layers (module 8). `tests/test_scale.py` runs the three plans
+# on 2 real gloo ranks and checks the loss and every gradient against one process.
 
 # %% [markdown]
 # ## 3. Checked on real ranks
@@ -221,7 +251,9 @@ print(f"simulated, largest rank:                      "
 # | Llama 3 405B, 16,384 ranks | — | 0.40 GB | 0.35-0.43 GB | and uneven vocabulary shards |
 #
 # One step's traffic on the 70B mesh: DP's reduce-scatter as the formula; DP's all-gather
-# 81 of 82 (the root stays gathered); TP's all-reduces 281, not 160 (q, k, v, w1, w3 unfused).
+# 81 of 82 (the root stays gathered); TP's all-reduces 281 under the per-linear plan, 161
+# (Megatron's 4 per layer and the embedding's) when each half-layer shares one DTensor input,
+# and the same bytes as all-gathers and reduce-scatters under sequence parallelism.
 # Each job above takes seconds and a few hundred MB on 2 CPU cores; the times are printed
 # above and by `benchmarks/scale_sim.py`.
 #
