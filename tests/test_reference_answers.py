@@ -637,7 +637,9 @@ def test_a11_judge_names_padding_norms_embedding_and_the_even_split():
     assert llama_shapes.param_count("7B") > right
 
 
-def test_a11_q3_judge_names_megatrons_count_and_the_root_gathered_twice():
+def test_a11_q3_judge_names_the_other_plans_count_and_the_root_gathered_twice():
+    """A student who counts the block plan's all-reduces (Megatron's 4 a layer, with or
+    without the embedding's) is told which plan that is, not only 'wrong'."""
     from course_utils import variants
     from grading import judge
 
@@ -653,7 +655,9 @@ def test_a11_q3_judge_names_megatrons_count_and_the_root_gathered_twice():
     n = len(llama_shapes.stage_layers(llama_shapes.shape(model).layers, pp, 0))
     root = (dp - 1) * 2 * -(-(llama_shapes.shape(model).vocab // tp) // dp) * \
         llama_shapes.shape(model).hidden / 1e9
-    for key, value, words in [("q3_tp_calls", 4 * n, "Megatron"),
+    for key, value, words in [("q3_tp_calls", 4 * n, "block plan.*per_linear"),
+                              ("q3_tp_calls", 4 * n + 1, "block plan.*per_linear"),
+                              ("q3_tp_gb", tp_gb * (4 * n + 1) / calls, "block plan"),
                               ("q3_tp_gb", tp_gb / 2, "2\\(g-1\\)/g"),
                               ("q3_dp_gather_gb", dp_gb + root, "gathered once")]:
         with pytest.raises(AssertionError, match=words):
