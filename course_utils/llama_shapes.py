@@ -25,7 +25,8 @@ layer's input is:
 
 Sources: Llama 2 7B and 70B (Touvron et al. 2023, Table 1 and the released ``params.json``:
 70B uses 8 key/value heads), Llama 3 405B (Llama Team 2024, "The Llama 3 Herd of Models",
-Table 3: 126 layers, hidden 16,384, FFN 53,248, 128 heads, 8 KV heads, vocabulary 128,256).
+Table 3: 126 layers, hidden 16,384, FFN 53,248, 128 heads, 8 KV heads; the table rounds the
+vocabulary to 128,000, the released configuration's is 128,256, used here).
 """
 
 from __future__ import annotations

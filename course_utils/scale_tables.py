@@ -50,7 +50,7 @@ def lesson_rows() -> list[dict[str, Any]]:
         formula = memory.zero_state_bytes(llama_shapes.param_count("7B"), 8, stage)["total"]
         if stage in (0, 3):
             sim = scale_memory.rank_state("7B", 1, 1, 8, 3, "ddp" if stage == 0 else "fsdp2")
-            how = "DDP" if stage == 0 else "FSDP2"
+            how = "replicas" if stage == 0 else "FSDP2"
         else:
             sim, how = scale_memory.course_zero("7B", 8, stage), "course"
         rows.append({"config": f"7B {name}, 8 ranks", "key": name, "lesson": LESSON[name],

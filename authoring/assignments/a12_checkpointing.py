@@ -345,20 +345,23 @@ None
 
 # %% [manual q5_explain points=2]
 # ### BEGIN SOLUTION
-# (a) Non-deterministic GPU kernels: atomics add in the order threads arrive (index_add,
-# scatter_add_, EmbeddingBag's backward): torch.use_deterministic_algorithms(True); cuDNN
-# autotuning picks another algorithm in the new
-# process: torch.backends.cudnn.benchmark = False; NCCL may choose another algorithm or split
-# on other nodes, so the all-reduce adds in another order: pin NCCL_ALGO (and the same
-# topology). (b) Compare the state right after loading with the state saved (weights, moments,
-# schedule, data position, step: they must be equal bit for bit, since loading does no
-# arithmetic); or run the resume on CPU/gloo or with deterministic settings, where it must be
-# bit-exact; or check that the drift is of the size two uninterrupted runs with the same seed
-# show.
+# (a) Non-deterministic GPU kernels: atomics add in the order threads arrive (attention's
+# backward: FlashAttention's deterministic=True backward, or torch.backends.cudnn.deterministic
+# for SDPA's cuDNN path; cuBLAS's split workspace: CUBLAS_WORKSPACE_CONFIG=:4096:8; index_add,
+# scatter_add_: torch.use_deterministic_algorithms(True)); cuDNN autotuning picks another
+# algorithm in the new process: torch.backends.cudnn.benchmark = False; NCCL may choose another
+# algorithm, protocol or channel count on other nodes, so the all-reduce adds in another
+# order: pin NCCL_ALGO and NCCL_PROTO (and the same topology). (b) Compare the state right
+# after loading with the state saved (weights, moments, schedule, data position, step: they
+# must be equal bit for bit, since loading does no arithmetic); or run the resume on
+# CPU/gloo or with deterministic settings, where it must be bit-exact; or check that the drift
+# is of the size two uninterrupted runs with the same seed show.
 #
 # **Rubric** (2 points):
 # * 1 point: two real sources of run-to-run differences on GPUs (atomics / non-deterministic
-#   kernels, autotuning, NCCL's reduction order, TF32), each with a setting that removes it.
+#   kernels such as attention's backward or cuBLAS's workspace, autotuning, NCCL's reduction
+#   order), each with a setting that removes it. TF32 is not one (it changes results against
+#   fp32, the same way every run).
 # * 1 point: a check of completeness that does not need bit-exact training (compare the loaded
 #   state with the saved state, or a deterministic rerun, or the size of run-to-run noise).
 # * 0 points: blames a missing piece of state without evidence, or says GPUs cannot resume.

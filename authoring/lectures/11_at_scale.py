@@ -57,9 +57,14 @@ print(f"N / 8 = {llama_shapes.param_count('7B') / 8:,.0f}")
 # on the meta shards — where the lesson's mixed-precision layout has 2 + 2 + 12.
 #
 # The whole table: the lesson's figure (N = 7e9), the course's formula
-# (`memory.zero_state_bytes` with the real N), and the simulated figure, from PyTorch's
-# DDP-style replication and FSDP2, and from the course's own ZeRO-1 and ZeRO-2
-# (`zero.padded_state_bytes`: PyTorch has no ZeRO-1 or 2 wrapper to shard with).
+# (`memory.zero_state_bytes` with the real N), and the simulated figure. What ran, per row
+# (column "by"): `replicas`, the whole model and AdamW's state on every rank with no wrapper
+# (real DDP also holds its gradient buckets: a second copy of the gradients unless
+# `gradient_as_bucket_view=True`, as its docstring in `torch/nn/parallel/distributed.py`
+# says); `course`, the course's flat ZeRO-1 and ZeRO-2 shards (`zero.padded_state_bytes`;
+# PyTorch's ZeRO-1, `ZeroRedundancyOptimizer`, gives each rank whole parameters instead, so
+# its bytes per rank are not (4 + 12 / D) N: `tests/test_zero1.py` shows it); `FSDP2` and
+# `FSDP2+TP`, PyTorch's own sharding.
 
 # %%
 lesson = scale_tables.lesson_rows()
@@ -72,7 +77,8 @@ plt.show()
 # %% [markdown]
 # Every difference in the totals is the parameter count: the lesson rounds 6.74e9 up to 7e9,
 # and 68.98e9 up to 70e9. How the bytes split does differ, as the bars show: PyTorch's DDP and
-# FSDP2 rows hold fp32 weights and gradients (4 + 4 bytes a parameter, 8 for the moments), the
+# FSDP2 rows hold fp32 weights and gradients (4 + 4 bytes a parameter, 8 for the moments:
+# the model is built in fp32, and FSDP2 keeps each parameter in the dtype it has), the
 # course's ZeRO-1 and 2 the lesson's bf16 weights and gradients with a 12-byte fp32 optimizer
 # state (master copy and moments). On the 70B mesh the two pipeline stages are not quite equal:
 
@@ -218,8 +224,9 @@ print(f"this kernel's peak memory: {scale_tables.rss_mb():.0f} MB")
 # ## 5. What a simulation cannot tell
 #
 # A fake process group moves no bytes and fake tensors compute nothing. What it gives is
-# exact: the shards, the persistent bytes per rank, which collectives run on which axis and
-# their sizes. What it cannot give:
+# exact for the plan it was given (this TP plan, this FSDP2 wrapping and reshard policy,
+# weights built in fp32): the shards, the persistent bytes per rank, which collectives run on
+# which axis and their sizes. What it cannot give:
 #
 # * **time**: how long a collective takes depends on bandwidth, latency and topology (module
 #   7 measures them on real ranks; module 6's playground only counts);
@@ -254,8 +261,8 @@ print(f"simulated, largest rank:                      "
 # 81 of 82 (the root stays gathered); TP's all-reduces 281 under the per-linear plan, 161
 # (Megatron's 4 per layer and the embedding's) when each half-layer shares one DTensor input,
 # and the same bytes as all-gathers and reduce-scatters under sequence parallelism.
-# Each job above takes seconds and a few hundred MB on 2 CPU cores; the times are printed
-# above and by `benchmarks/scale_sim.py`.
+# Each job above takes seconds on 2 CPU cores and the whole notebook under 1 GB (its peak is
+# printed above); the times are printed above and by `benchmarks/scale_sim.py`.
 #
 # **Next**: assignment `a11_at_scale` (in your workspace under `assignments/a11_at_scale/`):
 # predict one rank's bytes and one step's traffic per axis for meshes and models drawn for you,

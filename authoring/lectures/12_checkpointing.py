@@ -156,15 +156,23 @@ print("and one process running the same job rank by rank ends with the same weig
 # On CPU the same operations on the same numbers in the same order give the same bits, so the
 # resumed run *is* the uninterrupted one. On GPUs several things break that:
 #
-# * **Non-deterministic kernels**: some CUDA operations add with atomics in whatever order the
-#   threads arrive. The docstring of `torch.use_deterministic_algorithms` lists those it makes
-#   deterministic (or refuses): `scatter_add_`, `index_add`, the backward of `interpolate` and of
-#   `EmbeddingBag` on CUDA, among others.
+# * **Non-deterministic kernels**: some CUDA kernels add with atomics in whatever order the
+#   threads arrive. In an LLM the main ones are attention's backward (FlashAttention's fast
+#   backward; its `deterministic=True` backward, an argument of `flash_attn_func`, is slower;
+#   `scaled_dot_product_attention`'s docstring says its cuDNN path may pick a
+#   non-deterministic algorithm) and cuBLAS matrix products that split their work over a
+#   workspace (`CUBLAS_WORKSPACE_CONFIG=:4096:8` makes them repeatable, as PyTorch's
+#   reproducibility notes say). `torch.use_deterministic_algorithms(True)` makes the
+#   operations it knows deterministic or refuses them: its docstring lists `scatter_add_` and
+#   `index_add` on CUDA among the first, the backward of `EmbeddingBag` with `mode='max'`
+#   among the second.
 # * **Autotuning**: with `torch.backends.cudnn.benchmark = True`, each new process times several
 #   convolution algorithms and keeps the fastest (PyTorch's reproducibility notes), which may add
 #   in another order after a restart.
-# * **Collectives**: NCCL picks its algorithm (ring or tree: `NCCL_ALGO`) and protocol per call
-#   from the size and the topology, so a restart on other nodes can sum in another order.
+# * **Collectives**: NCCL picks an algorithm (ring, tree, NVLS, CollNet, PAT), a protocol and a
+#   number of channels per call from the size and the topology (`NCCL_ALGO` and `NCCL_PROTO`
+#   pin the first two), so a restart on other nodes can sum in another order.
+# * Not a cause: TF32 matrix products differ from fp32 ones, but the same way every run.
 # * **Generators**: each GPU has its own (`torch.cuda.get_rng_state_all`); `checkpoint.save`
 #   stores them when CUDA is present.
 #
@@ -348,15 +356,15 @@ print(f"60 s stall: simulated vs Daly's model at most {np.max(abs(sim / exact - 
 
 # %% [markdown]
 # The simulated points lie on Daly's curve. The first-order curve runs below both: by about a
-# tenth near the optimum, by a fifth at long intervals, where a failure during the longer redone
-# work, the save or the restart is no longer rare. The minimum is flat: about two minutes either side of it
-# cost under 1 % more, so Young's and Daly's intervals are both good choices here. An
-# asynchronous save moves the optimum to a shorter interval and lowers the whole curve: less
-# work is lost per failure for less stall. (The model counts an asynchronous checkpoint as done
-# when the stall ends; it is durable only when its write ends, so a failure during the write
-# rolls back one interval further.) The restarts' share is a floor no interval can remove: that
-# is why production stacks work to restart in seconds (keeping checkpoints in the memory of
-# other nodes, spare nodes waiting).
+# tenth near the optimum, by a fifth at long intervals, where a failure during the longer
+# redone work, the save or the restart is no longer rare. The minimum is flat: about two
+# minutes either side of it cost under 1 % more, so Young's and Daly's intervals are both good
+# choices here. An asynchronous save moves the optimum to a shorter interval and lowers the
+# whole curve: less work is lost per failure for less stall. (The model counts an asynchronous
+# checkpoint as done when the stall ends; it is durable only when its write ends, so a failure
+# during the write rolls back one interval further.) The restarts' share is a floor no interval
+# can remove: that is why production stacks work to restart in seconds (keeping checkpoints in
+# the memory of other nodes, spare nodes waiting).
 #
 # ## 5. Module 10's trainer, saved and resumed on 8 ranks
 #
