@@ -613,21 +613,32 @@ def test_grader_files_are_written_and_read_without_following_links(tmp_path):
 
 
 def test_a_changed_solution_refuses_to_grade(monkeypatch, tmp_path):
-    """The reference must be the committed one: a changed solutions/ file is named."""
-    if not (ROOT / ".git").exists():
-        pytest.skip("not a git checkout")
-    path = ROOT / "solutions" / A / f"{A}.ipynb"
-    original = path.read_bytes()
+    """The reference must be the committed one: a changed solutions/ file is named. Tried on a
+    git copy of the assignment's files, never on this checkout's own (a grading test running
+    beside it would see the change)."""
+    import subprocess
+
+    from grading import course, judge, reference
+
+    files = [Path("solutions") / A / name for name in course.notebook_names(A)]
+    files.append(Path("authoring") / "judges" / f"{A}.py")
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / rel, tmp_path / rel)
+    for args in (["init", "-q"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True)
+    for module in (reference, course):
+        monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(judge, "JUDGES", tmp_path / "authoring" / "judges")
     monkeypatch.delenv(integrity.SOLUTIONS_CHECK_ENV, raising=False)
     integrity.check_committed(A)  # as committed: fine
-    try:
-        path.write_bytes(original.replace(b"BEGIN SOLUTION", b"BEGIN SOLUTION ", 1))
-        with pytest.raises(RuntimeError, match=f"solutions/{A}/{A}.ipynb"):
-            integrity.check_committed(A)
-        monkeypatch.setenv(integrity.SOLUTIONS_CHECK_ENV, "off")
+    path = tmp_path / "solutions" / A / f"{A}.ipynb"
+    path.write_bytes(path.read_bytes().replace(b"BEGIN SOLUTION", b"BEGIN SOLUTION ", 1))
+    with pytest.raises(RuntimeError, match=f"solutions/{A}/{A}.ipynb"):
         integrity.check_committed(A)
-    finally:
-        path.write_bytes(original)
+    monkeypatch.setenv(integrity.SOLUTIONS_CHECK_ENV, "off")
+    integrity.check_committed(A)
 
 
 def test_the_sandbox_command_starts_from_an_empty_root():

@@ -8,8 +8,9 @@
 #
 # **Units**: 1 GB = 10^9 bytes. **Layout** (FSDP2 with mixed precision, as torchtitan trains):
 # the parameters are stored in fp32 and sharded over the D ranks, each step computes in bf16
-# copies that are thrown away; AdamW keeps two fp32 moments per parameter. Between two steps
-# the gradients are gone.
+# copies that are thrown away; AdamW keeps two fp32 moments per parameter (and one step count
+# per parameter tensor, a scalar every rank holds whole: too few bytes to count here). Between
+# two steps the gradients are gone.
 #
 # **What the tests tell you while you practise.** Before each numeric or choice question there
 # is a *Practice (not graded)* twin, which the cell after it checks fully. For the graded
@@ -47,7 +48,10 @@ G
 # Its checkpoint holds what a resume needs of the model and the optimizer. How many GB is the
 # whole checkpoint (`practice_total_gb`), how many GB does each rank write (`practice_rank_gb`),
 # and how many seconds does the save take if every rank writes its own file at the same time at
-# 0.5 GB/s (`practice_save_s`)?
+# 0.5 GB/s (`practice_save_s`)? Take the storage as fast enough for all of them at once: at
+# scale a save takes max(rank bytes / rank bandwidth, total bytes / the storage's aggregate
+# bandwidth); Llama 3's storage sustained 2 TB/s, 7 TB/s at its peak (Llama Team 2024,
+# section 3.3.1).
 
 # %% [answer q1_practice]
 ### BEGIN SOLUTION
@@ -118,7 +122,9 @@ None
 # time between failures M, a save stalls training for `delta` seconds, a restart costs R
 # seconds. Young's interval is `sqrt(2 delta M)`; the time lost per second of training at an
 # interval `tau` is `delta / tau + (tau / 2 + R) / M`. A job fails when any of its GPUs does:
-# with n GPUs that each fail on average every m hours, independently, M = m / n.
+# with n GPUs that each fail on average every m hours, independently and at a constant rate
+# (exponential times between failures: the first of n such clocks runs out after m / n on
+# average), M = m / n.
 #
 # *Practice (not graded)*: 1,000 GPUs, each failing every 20,000 hours on average; a save stalls
 # 30 s; a restart takes 300 s. Set `practice_mtbf_h` (M, in hours), `practice_interval_min`

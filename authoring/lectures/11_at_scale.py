@@ -179,18 +179,26 @@ print(scale_tables.plan_table(scale_tables.plan_rows("70B", tp=4, pp=2, dp=4, ra
 # %% [markdown]
 # ## 3. Checked on real ranks
 #
-# Is the fake job the real one? `scale_check.check` runs a small Llama-shaped model on 8 real
-# gloo ranks (TP 2 x PP 2 x DP 2, 100-word vocabulary so that shards are uneven), records each
-# rank's bytes (the gradients measured after a real backward) and collectives, and compares
-# them, rank by rank, with the fake process group's figures for the same rank.
+# Is the fake job the real one? `scale_check.check` runs a small Llama-shaped model on 12 real
+# gloo ranks (TP 2 x PP 2 x DP 3: a 100-word vocabulary and a hidden size of 32, so that most
+# TP shards do not divide by 3 and FSDP2 pads them), records each rank's bytes (the gradients measured
+# after a real backward) and collectives, and compares them, rank by rank, with the fake
+# process group's figures for the same rank.
 
 # %%
-real, simulated, differences = scale_check.check(tp=2, pp=2, dp=2)
+real, simulated, differences = scale_check.check(tp=2, pp=2, dp=3)
 print(f"ranks compared: {len(real)}, differences: {len(differences)}")
 print("rank 0 measured: ", real[0]["rows"])
 print("rank 0 simulated:", simulated[0]["rows"])
+for rank in (0, 2, 4):        # stage 0, TP coordinate 0, DP coordinates 0, 1, 2
+    print(f"rank {rank} (DP {rank // 2}): {real[rank]['weights']:,} bytes of weights allocated, "
+          f"{real[rank]['optimizer']:,} of AdamW moments")
 
 # %% [markdown]
+# The three DP ranks of a stage allocate the same padded weights, but the last holds fewer
+# real rows, so AdamW (which makes its moments like the real shard) keeps less there: the
+# padding is measured on real ranks, and the fake job predicts it byte for byte.
+#
 # ## 4. Beyond the lesson: 1,024 and 16,384 ranks
 #
 # Llama 3 405B's published pre-training mesh is TP 8 x PP 16 x DP 128 on 16,384 GPUs (Llama
