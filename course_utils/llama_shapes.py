@@ -2,7 +2,8 @@
 
 A :class:`Shape` is a published configuration (vocabulary, hidden size, layers, feed-forward
 size, attention and key/value heads). :func:`build` makes the part of it one pipeline stage
-holds (:func:`stage_layers`: the first stage also holds the embedding, the last the final norm
+holds (:func:`stage_layers`, balanced as torchtitan and Llama 3 split: the first stage also
+holds the embedding, the last the final norm
 and the output head) on the meta device (shapes, no storage: 405B parameters cost nothing), and
 :func:`apply_tp` shards a stage with ``parallelize_module`` under one of three plans
 (:data:`TP_PLANS`), each Megatron's split (column-parallel q, k, v, w1, w3; row-parallel o,
@@ -39,8 +40,8 @@ import torch.nn.functional as F
 
 from course_utils.validate import check_int, one_of
 
-__all__ = ["Shape", "SHAPES", "shape", "param_count", "layer_params", "stage_layers", "Block",
-           "StageModel", "build", "TP_PLANS", "apply_tp"]
+__all__ = ["Shape", "SHAPES", "shape", "param_count", "layer_params", "SPLITS", "stage_layers",
+           "Block", "StageModel", "build", "TP_PLANS", "apply_tp"]
 
 TP_PLANS = {"per_linear": "each linear all-reduces its own input gradient",
             "block": "one DTensor input per half-layer (Megatron's count)",
@@ -92,20 +93,41 @@ def param_count(s: Shape | str) -> int:
     return 2 * s.vocab * s.hidden + s.layers * sum(layer_params(s).values()) + s.hidden
 
 
-def stage_layers(n_layers: int, pp: int, stage: int) -> range:
-    """The layers pipeline stage ``stage`` of ``pp`` holds: contiguous, the first
-    ``n_layers % pp`` stages one more. This even split is the course's rule
-    (``torch.distributed.pipelining`` has no split policy of its own; torchtitan and Llama 3
-    give the first and last stages a layer fewer, for the embedding and the head)."""
+SPLITS = {
+    "balanced": "the embedding and the output (norm and head) weigh one layer each, as "
+                "torchtitan's generate_llm_fqn_per_model_part and Llama 3 split",
+    "even": "the layers alone, evenly, the first n % P stages one more",
+}
+
+
+def stage_layers(n_layers: int, pp: int, stage: int, split: str = "balanced") -> range:
+    """The layers pipeline stage ``stage`` of ``pp`` holds, contiguous, under ``split``.
+
+    ``"balanced"`` (the default): the ``n_layers + 2`` "effective layers" (the embedding and
+    the output counted as one each) are split evenly, the first ``(n_layers + 2) % pp`` stages
+    one more, then the first and the last stage give one back: torchtitan's
+    ``generate_llm_fqn_per_model_part`` (weights 1 and 1), and Llama 3's "we reduce one
+    Transformer layer each from the first and the last stages" (Llama Team 2024, 3.3.2).
+    ``"even"``: the layers alone, evenly. ``torch.distributed.pipelining`` has no split policy
+    of its own: the split is the caller's choice.
+    """
     check_int("n_layers", n_layers, 1)
     check_int("pp", pp, 1)
-    if pp > n_layers:
-        raise ValueError(f"pp must be at most the number of layers ({n_layers}); got {pp}")
+    one_of("split", split, SPLITS)
     if not 0 <= stage < pp:
         raise ValueError(f"stage must be from 0 to {pp - 1}; got {stage!r}")
-    base, extra = divmod(n_layers, pp)
-    start = stage * base + min(stage, extra)
-    return range(start, start + base + (stage < extra))
+    if split == "even" or pp == 1:
+        if pp > n_layers:
+            raise ValueError(f"pp must be at most the number of layers ({n_layers}); got {pp}")
+        counts = [n_layers // pp + (i < n_layers % pp) for i in range(pp)]
+    else:
+        if pp > n_layers + 2:
+            raise ValueError(f"pp must be at most the number of layers + 2 ({n_layers + 2}) "
+                             f"for the balanced split; got {pp}")
+        base, extra = divmod(n_layers + 2, pp)
+        counts = [base + (i < extra) - (i == 0) - (i == pp - 1) for i in range(pp)]
+    start = sum(counts[:stage])
+    return range(start, start + counts[stage])
 
 
 class Block(nn.Module):
@@ -159,11 +181,12 @@ class StageModel(nn.Module):
 
 
 def build(s: Shape | str, pp: int = 1, stage: int = 0, n_layers: int | None = None,
-          device: torch.device | str = "meta") -> StageModel:
-    """Stage ``stage`` of ``pp`` of model ``s`` (``n_layers`` overrides how many layers that
-    stage gets: a trace of 1 or 2 layers stands for all of them, they are identical)."""
+          device: torch.device | str = "meta", split: str = "balanced") -> StageModel:
+    """Stage ``stage`` of ``pp`` of model ``s`` under ``split`` (:data:`SPLITS`; ``n_layers``
+    overrides how many layers that stage gets: a trace of 1 or 2 layers stands for all of
+    them, they are identical)."""
     s = shape(s)
-    layers = stage_layers(s.layers, pp, stage)
+    layers = stage_layers(s.layers, pp, stage, split)
     if n_layers is not None:
         layers = range(n_layers)
     with torch.device(device):

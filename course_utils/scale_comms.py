@@ -157,7 +157,7 @@ def trace_step(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
         return backend.fake_job(rank, tp * pp * dp, _trace, model, tp, pp, dp, layers, batch,
                                 seq, mixed, tp_plan)
 
-    if full:
+    if full or n <= 1:
         rows, n_traced = traced(n), n
     else:
         one = traced(1)

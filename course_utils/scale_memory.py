@@ -48,13 +48,14 @@ def mesh_coords(rank: int, tp: int, pp: int, dp: int) -> dict[str, int]:
 
 def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
                 n_layers: int | None = None, mixed: bool = False,
-                tp_plan: str = "per_linear") -> tuple[Any, Any]:
+                tp_plan: str = "per_linear", split: str = "balanced") -> tuple[Any, Any]:
     """This rank's stage of ``model``, sharded as a real job shards it; returns (module, mesh).
 
     Call inside :func:`backend.fake_job` (or a real group) of ``tp * pp * dp`` ranks.
     ``mixed``: FSDP2 gathers bf16 weights and reduces bf16 gradients
     (``MixedPrecisionPolicy``), the course's communication formulas' 2-byte elements.
-    ``tp_plan``: one of ``llama_shapes.TP_PLANS`` (the bytes are the same under each).
+    ``tp_plan``: one of ``llama_shapes.TP_PLANS`` (the bytes are the same under each);
+    ``split``: how the layers go to stages (``llama_shapes.SPLITS``).
     """
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -70,7 +71,8 @@ def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
     mesh = init_device_mesh(device_type, (pp, dp, tp), mesh_dim_names=MESH_AXES)
     stage = mesh.get_local_rank("pp")
     on = "meta" if fake else backend.device()
-    module = llama_shapes.build(model, pp=pp, stage=stage, n_layers=n_layers, device=on)
+    module = llama_shapes.build(model, pp=pp, stage=stage, n_layers=n_layers, device=on,
+                                split=split)
     if tp > 1:
         llama_shapes.apply_tp(module, mesh["tp"], tp_plan)
     if strategy == "fsdp2":
@@ -105,7 +107,8 @@ def _optimizer_bytes(module: torch.nn.Module, weight: dict[int, int]) -> int:
 
 
 def rank_state(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
-               strategy: str = "fsdp2", full: bool = False) -> dict[str, Any]:
+               strategy: str = "fsdp2", full: bool = False,
+               split: str = "balanced") -> dict[str, Any]:
     """Persistent bytes of ``rank`` in a simulated ``tp x pp x dp`` job (fake process group).
 
     Returns ``{"weights", "grads", "optimizer", "total"}`` (bytes), ``"params"`` (elements of
@@ -114,21 +117,22 @@ def rank_state(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
     The layers of a stage have the same shapes and are sharded alike (each its own FSDP2
     unit), so one is built and counted once per layer (as ``scale_comms.trace_step`` traces
     one and two); ``full``: build every layer of the stage (slow for big stages; the tests
-    check that both give the same figures).
+    check that both give the same figures). ``split``: ``llama_shapes.SPLITS``.
     """
     start = time.perf_counter()
-    out = backend.fake_job(rank, tp * pp * dp, _count, model, tp, pp, dp, strategy, full)
+    out = backend.fake_job(rank, tp * pp * dp, _count, model, tp, pp, dp, strategy, full, split)
     out.update(coords=mesh_coords(rank, tp, pp, dp), seconds=time.perf_counter() - start)
     return out
 
 
-def _count(model: str, tp: int, pp: int, dp: int, strategy: str,
-           full: bool) -> dict[str, Any]:
+def _count(model: str, tp: int, pp: int, dp: int, strategy: str, full: bool,
+           split: str) -> dict[str, Any]:
     import torch.distributed as dist
 
     stage = mesh_coords(dist.get_rank(), tp, pp, dp)["pp"]
-    n = len(llama_shapes.stage_layers(llama_shapes.shape(model).layers, pp, stage))
-    module, _ = shard_stage(model, tp, pp, dp, strategy, n_layers=None if full else min(n, 1))
+    n = len(llama_shapes.stage_layers(llama_shapes.shape(model).layers, pp, stage, split))
+    module, _ = shard_stage(model, tp, pp, dp, strategy, n_layers=None if full else min(n, 1),
+                            split=split)
     return state_bytes(module, layers=n)
 
 

@@ -628,10 +628,15 @@ def test_a11_judge_names_padding_norms_embedding_and_the_even_split():
     rules.q2_test(_Got({name: 16 * right}, cases=[case]), None)
     for flags, words in [(dict(pad=False), "not rounded up"), (dict(norms_whole=False), "whole"),
                          (dict(embedding=False), "embedding is missing"),
-                         (dict(even=True), "even split")]:
+                         (dict(even=True), "everything split evenly")]:
         wrong = int(16 * rules._params(*case, **flags))
         with pytest.raises(AssertionError, match=words):
             rules.q2_test(_Got({name: wrong}, cases=[case]), None)
+    last = ["7B", 4, 4, 5, 3]        # the last of 4 stages: 7 layers, 8 under the even split
+    rules.q2_test(_Got({name: 16 * rules._params(*last)}, cases=[last]), None)
+    with pytest.raises(AssertionError, match="layers alone evenly"):
+        rules.q2_test(_Got({name: int(16 * rules._params(*last, split="even"))}, cases=[last]),
+                      None)
     with pytest.raises(AssertionError, match="return an int"):
         rules.q2_test(_Got({name: 16.0 * right}, cases=[case]), None)
     assert llama_shapes.param_count("7B") > right

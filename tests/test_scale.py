@@ -27,14 +27,27 @@ def test_param_counts_are_the_published_models_and_the_meta_models_agree():
     assert all(p.is_meta for p in stages[0].parameters())
 
 
-@pytest.mark.parametrize("layers,pp", [(126, 16), (80, 3), (32, 8), (4, 4)])
-def test_stage_layers_cover_every_layer_once_the_first_stages_take_the_extra(layers, pp):
-    stages = [llama_shapes.stage_layers(layers, pp, s) for s in range(pp)]
-    assert [i for r in stages for i in r] == list(range(layers))
-    sizes = [len(r) for r in stages]
-    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+@pytest.mark.parametrize("layers,pp", [(126, 16), (80, 3), (32, 8), (32, 4), (4, 4), (7, 1)])
+def test_stage_layers_cover_every_layer_once_under_both_splits(layers, pp):
+    """Even: the first stages take the extra layers. Balanced (torchtitan's
+    generate_llm_fqn_per_model_part, Llama 3): with the embedding and the output weighing a
+    layer each, every stage's effective count differs by at most one, and the first stages take
+    the extra; Llama 3 405B on 16 stages: 7, 8 x 14, 7."""
+    for split in llama_shapes.SPLITS:
+        stages = [llama_shapes.stage_layers(layers, pp, s, split) for s in range(pp)]
+        assert [i for r in stages for i in r] == list(range(layers))
+        sizes = [len(r) for r in stages]
+        if split == "balanced" and pp > 1:
+            sizes = [n + (k == 0) + (k == pp - 1) for k, n in enumerate(sizes)]
+        assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True), split
+    assert [len(llama_shapes.stage_layers(126, 16, s)) for s in range(16)] == [7] + [8] * 14 + [7]
+    assert [len(llama_shapes.stage_layers(32, 4, s)) for s in range(4)] == [8, 9, 8, 7]
     with pytest.raises(ValueError, match="pp"):
-        llama_shapes.stage_layers(4, 5, 0)
+        llama_shapes.stage_layers(4, 5, 0, "even")
+    with pytest.raises(ValueError, match="pp"):
+        llama_shapes.stage_layers(4, 7, 0)
+    with pytest.raises(ValueError, match="split must be one of"):
+        llama_shapes.stage_layers(4, 2, 0, "uneven")
 
 
 def test_fake_job_checks_its_arguments_and_reraises():
@@ -233,7 +246,11 @@ def test_the_jobs_the_lecture_states():
     rows = scale_tables.job_rows(scale_tables.PUBLISHED[1:])
     got = [(r["ranks"], round(r["min"] / 1e9, 2), round(r["max"] / 1e9, 2),
             round(r["formula"] / 1e9, 2)) for r in rows]
-    assert got == [(1024, 5.58, 6.90, 6.34), (16384, 0.35, 0.43, 0.40)]
+    assert got == [(1024, 6.10, 6.38, 6.34), (16384, 0.37, 0.40, 0.40)]
+    assert round(rows[1]["max"] / 1e9, 3) == 0.398
+    # the even split puts 8 layers and the embedding on stage 0: the largest rank, 6.90 GB
+    even = scale_memory.rank_state("405B", 8, 16, 8, 0, split="even")["total"]
+    assert round(even / 1e9, 2) == 6.90 and even > rows[0]["max"]
     # every rank's bytes are one of the representative ranks': check a middle rank directly
     middle = scale_memory.rank_state("405B", 8, 16, 8, 5 * 64 + 3 * 8 + 5)["total"]
     assert middle in rows[0]["by_rank"].values()

@@ -9,9 +9,11 @@
 # **The job** (as in the lecture): a Llama-shaped model (`course_utils.llama_shapes.Shape`:
 # `vocab`, `hidden`, `layers`, `ffn`, `heads`, `kv_heads`, `head_dim`; no biases; an untied
 # output head) on a PP x DP x TP mesh. Pipeline stage `s` of `P` holds its layers
-# (`llama_shapes.stage_layers`: contiguous, the first `layers % P` stages one more); the first
-# stage also holds the embedding (`vocab x hidden`), the last the final RMSNorm (`hidden`) and
-# the head (`vocab x hidden`). Tensor parallelism (Megatron's plan): q, k, v, w1, w3, the
+# (`llama_shapes.stage_layers`, contiguous, split as torchtitan and Llama 3 split: the
+# embedding and the output count as a layer each, the `layers + 2` go evenly to the stages,
+# the first `(layers + 2) % P` one more, then the first and the last stage hold one layer
+# fewer); the first stage also holds the embedding (`vocab x hidden`), the last the final
+# RMSNorm (`hidden`) and the head (`vocab x hidden`). Tensor parallelism (Megatron's plan): q, k, v, w1, w3, the
 # embedding and the head split their rows (dim 0) over TP; o and w2 split their columns; the
 # two RMSNorm weights of each layer and the final one stay whole on every TP rank. FSDP2 then
 # splits every tensor's local rows (dim 0) over DP into chunks of ceil(rows / DP): rank 0 of
@@ -82,10 +84,12 @@ checks.check_number("practice_first_gb", practice_first_gb, 2.335872512, unit="G
     (2.161088, "the embedding is missing: the first stage holds it (vocab / TP rows)"),
     (2.335610368, "the RMSNorm weights were split over TP: they stay whole on every TP rank"),
 ])
-checks.check_number("practice_last_gb", practice_last_gb, 2.335894368, unit="GB", rel=1e-6,
+checks.check_number("practice_last_gb", practice_last_gb, 2.065758368, unit="GB", rel=1e-6,
                     mistakes=[
     (2.335872512, "that is the first stage: the last holds the head and the final norm "
-                  "instead of the embedding"),
+                  "instead of the embedding, and 7 layers"),
+    (2.335894368, "that gives the last stage 8 layers (the even split): the output counts as "
+                  "a layer, so it holds 7"),
 ])
 print("practice Q1: right")
 

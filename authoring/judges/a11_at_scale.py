@@ -55,12 +55,12 @@ def _simulated_step(model, tp, pp, dp):
 
 
 def _params(model, tp, pp, dp, stage, *, pad=True, embedding=True, norms_whole=True,
-            even=False):
+            even=False, split="balanced"):
     """Elements of the stage's coordinate-0 rank, with one mistake switched on by a flag."""
     s = llama_shapes.shape(model)
     if even:
         return llama_shapes.param_count(s) / (tp * pp * dp)
-    n = len(llama_shapes.stage_layers(s.layers, pp, stage))
+    n = len(llama_shapes.stage_layers(s.layers, pp, stage, split))
     h, f, v, kv = s.hidden, s.ffn, s.vocab, s.kv_heads * s.head_dim
 
     def chunk(rows, cols):
@@ -76,7 +76,7 @@ def _params(model, tp, pp, dp, stage, *, pad=True, embedding=True, norms_whole=T
 
 def _byte_mistakes(model, tp, pp, dp, stage, scale):
     """(wrong value, what it means) for the stage's bytes, in the answer's unit (``scale``)."""
-    ways = [(dict(even=True), "that is 16N / (TP x PP x DP), the course's even split: stages "
+    ways = [(dict(even=True), "that is 16N / (TP x PP x DP), everything split evenly: stages "
                               "differ (embedding, head, layers that do not divide by PP), "
                               "norms stay whole under TP and chunks are rounded up"),
             (dict(pad=False), "the chunks are not rounded up: FSDP2 pads each tensor's local "
@@ -86,6 +86,10 @@ def _byte_mistakes(model, tp, pp, dp, stage, scale):
     if stage == 0:
         ways.append((dict(embedding=False), "the embedding is missing: the first stage holds "
                                             "it (vocab / TP rows)"))
+    if _params(model, tp, pp, dp, stage, split="even") != _params(model, tp, pp, dp, stage):
+        ways.append((dict(split="even"), "that splits the layers alone evenly over the stages: "
+                                         "the job counts the embedding and the output as a "
+                                         "layer each, as torchtitan and Llama 3 do"))
     out = [(16 * _params(model, tp, pp, dp, stage, **kw) / scale, why) for kw, why in ways]
     if model.endswith("B"):  # (lecture 11's headline: "7B" is 6.74e9 parameters)
         out.append((16 * float(model[:-1]) * 1e9 / (tp * pp * dp) / scale,

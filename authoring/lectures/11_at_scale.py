@@ -212,12 +212,27 @@ jobs = scale_tables.job_rows(scale_tables.PUBLISHED[1:])
 print(scale_tables.job_table(jobs))
 
 # %% [markdown]
-# Why min and max differ: 126 layers do not divide by 16 pipeline stages (stages of 8 and 7
-# layers), the first stage also holds the embedding and the last the head
-# (128,256 x 16,384 each, 2.1e9 parameters), and on DP 128 the vocabulary's TP shard
-# (16,032 rows) does not divide by 128: uneven shards. The course's formula divides evenly.
-# The Llama 3 paper says its stages were made uneven on purpose for this reason (one fewer
-# layer on the first and last stage).
+# The stages are split as Llama 3 split them, and as torchtitan's
+# `generate_llm_fqn_per_model_part` does (`llama_shapes.stage_layers`, the "balanced" split):
+# the embedding and the output count as a layer each, so the first stage holds the embedding
+# and 7 layers, the last 7 layers and the head, the 14 others 8 ("we reduce one Transformer
+# layer each from the first and the last stages", Llama Team 2024, 3.3.2). Why min and max
+# still differ: the embedding and the head (128,256 x 16,384 each, 2.1e9 parameters) are not
+# quite a layer (3.2e9), and on DP 128 the vocabulary's TP shard (16,032 rows) does not divide
+# by 128: uneven shards. The course's formula divides evenly. The even split would put 8
+# layers and the embedding on the first stage:
+
+# %%
+even = scale_memory.rank_state("405B", tp=8, pp=16, dp=8, rank=0, split="even")
+print(f"405B, 1,024 ranks, even split: rank 0 holds {even['total'] / memory.GB:.2f} GB "
+      f"({even['layers']} layers and the embedding)")
+
+# %% [markdown]
+# Other things this simulation of Llama 3's job does not do as Llama 3 did: its pipeline ran
+# interleaved virtual stages (several chunks per rank); its mesh was ordered [TP, CP, PP, DP]
+# with DP outermost (here [PP, DP, TP]: the same shards, other neighbours); and its FSDP did
+# not reshard the weights after forward (here FSDP2's default does, which changes the
+# all-gathers, not the persistent bytes).
 #
 # On this machine (varies, not compared):
 
@@ -262,8 +277,8 @@ print(f"simulated, largest rank:                      "
 # | 7B ZeRO-2 | 26.25 GB | 25.27 GB | 25.27 GB (course's ZeRO) | N |
 # | 7B ZeRO-3 / FSDP2 | 14 GB | 13.48 GB | 13.48 GB | N; 4+4+8 bytes, not 2+2+12 |
 # | 70B TP 4 x PP 2 x DP 4 | 35 GB | 34.49 GB | 34.49 GB (largest stage) | N = 68.98e9; norms whole under TP |
-# | 405B TP 8 x PP 16 x DP 8 (1,024 ranks) | — | 6.34 GB | 5.58-6.90 GB | uneven stages, embedding and head |
-# | Llama 3 405B, 16,384 ranks | — | 0.40 GB | 0.35-0.43 GB | and uneven vocabulary shards |
+# | 405B TP 8 x PP 16 x DP 8 (1,024 ranks) | — | 6.34 GB | 6.10-6.38 GB | embedding and head are not quite a layer (6.90 GB with the even split) |
+# | Llama 3 405B, 16,384 ranks | — | 0.40 GB | 0.37-0.40 GB | and uneven vocabulary shards |
 #
 # One step's traffic on the 70B mesh: DP's reduce-scatter as the formula; DP's all-gather
 # 81 of 82 (the root stays gathered); TP's all-reduces 281 under the per-linear plan, 161
