@@ -170,6 +170,9 @@ COINCIDENCES: dict[tuple[str, str, float], str] = {
         "0.55 is lecture 10's gradient-clipping norm (a setting of its run, not an SGD step)",
     ("a5_pipeline", "batch_a", 54):
         "54 is the days of Llama 3's pre-training in lecture 12 (419 interruptions in 54 days)",
+    ("a11_at_scale", "q1_last_gb", 14.046178096):
+        "one variant's last stage (70B on TP 4 x PP 6 x DP 3) rounds to 14.0, which lecture 2's "
+        "collectives demo prints as a sum of small tensors (12.0, 14.0)",
     ("a8_jax_sharding", "w_bytes_2d", 614400):
         "614,400 is lecture 10's FLOPs per token (6N for its 102,400 parameters), not bytes",
     **{("a4_tensor_parallel", name, 512): "ffn / t of the base numbers (4096 / 8); powers of "
