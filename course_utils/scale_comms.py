@@ -122,12 +122,13 @@ def axis_names(mesh: Any) -> dict[str, str]:
 
 
 def _trace(model: str, tp: int, pp: int, dp: int, n_layers: int, batch: int,
-           seq: int, mixed: bool, tp_plan: str) -> dict[tuple[str, str], list[float]]:
+           seq: int, mixed: bool, tp_plan: str,
+           reduce_dtype: str) -> dict[tuple[str, str], list[float]]:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.tensor.debug import CommDebugMode
 
     module, mesh = scale_memory.shard_stage(model, tp, pp, dp, n_layers=n_layers, mixed=mixed,
-                                            tp_plan=tp_plan)
+                                            tp_plan=tp_plan, reduce_dtype=reduce_dtype)
     log, counts = CollectiveLog(), CommDebugMode()
     with FakeTensorMode(allow_non_fake_inputs=True):
         module.to_empty(device=backend.SIMULATED_DEVICE)
@@ -141,13 +142,15 @@ def _trace(model: str, tp: int, pp: int, dp: int, n_layers: int, batch: int,
 
 def trace_step(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
                batch: int = 1, seq: int = 4096, full: bool = False,
-               mixed: bool = True, tp_plan: str = "per_linear") -> dict[str, Any]:
+               mixed: bool = True, tp_plan: str = "per_linear",
+               reduce_dtype: str = "bf16") -> dict[str, Any]:
     """One forward and backward of a ``batch x seq`` microbatch on ``rank``, traced.
 
     Returns ``{"rows": {(axis, kind): {"calls", "buffer", "sent"}}, "layers", "layers_traced"}``
     (bytes; ``sent`` per rank under rings). ``full``: trace every layer of the stage (slow for
     big stages) instead of one and two layers extended. ``mixed``: bf16 gathers, reductions and
-    activations (the course's formulas), else fp32. ``tp_plan``: one of
+    activations (the course's formulas), else fp32; ``reduce_dtype``: ``"fp32"`` reduces the
+    gradients in fp32 under ``mixed`` (torchtitan's default). ``tp_plan``: one of
     ``llama_shapes.TP_PLANS``.
     """
     s = llama_shapes.shape(model)
@@ -155,7 +158,7 @@ def trace_step(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
     n = len(llama_shapes.stage_layers(s.layers, pp, coords["pp"]))
     def traced(layers: int) -> dict:
         return backend.fake_job(rank, tp * pp * dp, _trace, model, tp, pp, dp, layers, batch,
-                                seq, mixed, tp_plan)
+                                seq, mixed, tp_plan, reduce_dtype)
 
     if full or n <= 1:
         rows, n_traced = traced(n), n

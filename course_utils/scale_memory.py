@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from course_utils import backend, llama_shapes, memory, zero
-from course_utils.validate import check_int
+from course_utils.validate import check_int, one_of
 
 __all__ = ["STRATEGIES", "MESH_AXES", "mesh_coords", "shard_stage", "rank_state", "state_bytes",
            "course_zero", "course_formula", "stage_kinds", "representative_ranks", "job_table"]
@@ -48,14 +48,17 @@ def mesh_coords(rank: int, tp: int, pp: int, dp: int) -> dict[str, int]:
 
 def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
                 n_layers: int | None = None, mixed: bool = False,
-                tp_plan: str = "per_linear", split: str = "balanced") -> tuple[Any, Any]:
+                tp_plan: str = "per_linear", split: str = "balanced",
+                reduce_dtype: str = "bf16") -> tuple[Any, Any]:
     """This rank's stage of ``model``, sharded as a real job shards it; returns (module, mesh).
 
     Call inside :func:`backend.fake_job` (or a real group) of ``tp * pp * dp`` ranks.
     ``mixed``: FSDP2 gathers bf16 weights and reduces bf16 gradients
     (``MixedPrecisionPolicy``), the course's communication formulas' 2-byte elements.
     ``tp_plan``: one of ``llama_shapes.TP_PLANS`` (the bytes are the same under each);
-    ``split``: how the layers go to stages (``llama_shapes.SPLITS``).
+    ``split``: how the layers go to stages (``llama_shapes.SPLITS``); ``reduce_dtype``
+    (``mixed`` only): ``"bf16"`` or ``"fp32"`` gradient reduction (torchtitan's default and
+    Llama 3's is fp32).
     """
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -76,7 +79,9 @@ def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
     if tp > 1:
         llama_shapes.apply_tp(module, mesh["tp"], tp_plan)
     if strategy == "fsdp2":
-        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+        reduce = one_of("reduce_dtype", reduce_dtype, {"bf16": torch.bfloat16,
+                                                         "fp32": torch.float32})
+        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
                   if mixed else MixedPrecisionPolicy())
         for layer in module.layers:
             fully_shard(layer, mesh=mesh["dp"], mp_policy=policy)

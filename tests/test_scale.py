@@ -181,6 +181,17 @@ def test_three_tp_plans_traced_per_layer():
             k: v for k, v in rows["per_linear"].items() if k[0] == "dp"}
 
 
+def test_fp32_gradient_reduction_sends_twice_the_bf16_reduce_scatter():
+    """torchtitan's default and Llama 3's: the DP reduce-scatter in fp32, the gathers still
+    bf16."""
+    bf16, fp32 = (scale_comms.trace_step("7B", 2, 2, 2, 0, reduce_dtype=r)["rows"]
+                  for r in ("bf16", "fp32"))
+    assert fp32[("dp", "reduce_scatter")]["sent"] == 2 * bf16[("dp", "reduce_scatter")]["sent"]
+    assert fp32[("dp", "all_gather")] == bf16[("dp", "all_gather")]
+    with pytest.raises(ValueError, match="reduce_dtype must be one of"):
+        scale_comms.trace_step("tiny", 1, 1, 2, 0, reduce_dtype="fp16")
+
+
 def test_ring_bytes_per_rank():
     assert scale_comms.sent_bytes("all_reduce", 800, 4) == 1200
     assert scale_comms.sent_bytes("all_gather", 800, 4) == 600

@@ -130,7 +130,9 @@ print(f"layers on this stage: {trace['layers']}, traced: {trace['layers_traced']
 # Read it axis by axis:
 #
 # * **DP, reduce-scatter**: equal to the course's ZeRO-3 formula (`zero.expected_comm_bytes`),
-#   once over every gradient.
+#   once over every gradient, in bf16 as the formula assumes. torchtitan reduces in fp32 by
+#   default (its `training.mixed_precision_reduce` is `"float32"`), and so did Llama 3: then
+#   the reduce-scatter sends twice as much (the next cell traces it).
 # * **DP, all-gather**: 81 gathers, not 82: FSDP2 gathers each layer before its forward and
 #   again before its backward, but keeps the root module's own weights (here the embedding)
 #   gathered from forward to backward. The course's formula gathers everything twice.
@@ -142,6 +144,13 @@ print(f"layers on this stage: {trace['layers']}, traced: {trace['layers_traced']
 # * **PP**: the stage runs alone, so its sends are counted by the course's rule (one
 #   activation per microbatch to the next stage); the framework cannot trace them here.
 #
+# %%
+fp32 = scale_comms.trace_step("70B", tp=4, pp=2, dp=4, rank=0, reduce_dtype="fp32")["rows"]
+bf16_gb = trace["rows"][("dp", "reduce_scatter")]["sent"] / 1e9
+print(f"DP reduce-scatter, bf16 gradients: {bf16_gb:.2f} GB; "
+      f"fp32: {fp32[('dp', 'reduce_scatter')]['sent'] / 1e9:.2f} GB")
+
+# %% [markdown]
 # `CommDebugMode` agrees on every count (the trace fails if its total differs from the log's):
 
 # %%
@@ -181,9 +190,9 @@ print(scale_tables.plan_table(scale_tables.plan_rows("70B", tp=4, pp=2, dp=4, ra
 #
 # Is the fake job the real one? `scale_check.check` runs a small Llama-shaped model on 12 real
 # gloo ranks (TP 2 x PP 2 x DP 3: a 100-word vocabulary and a hidden size of 32, so that most
-# TP shards do not divide by 3 and FSDP2 pads them), records each rank's bytes (the gradients measured
-# after a real backward) and collectives, and compares them, rank by rank, with the fake
-# process group's figures for the same rank.
+# TP shards do not divide by 3 and FSDP2 pads them), records each rank's bytes (the gradients
+# measured after a real backward) and collectives, and compares them, rank by rank, with the
+# fake process group's figures for the same rank.
 
 # %%
 real, simulated, differences = scale_check.check(tp=2, pp=2, dp=3)
