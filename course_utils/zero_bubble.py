@@ -35,7 +35,7 @@ from typing import Any
 from course_utils.validate import check_int, check_real
 
 __all__ = ["SPLIT_SCHEDULES", "V_SCHEDULES", "split_order", "overlapped_pairs", "paper_bubble",
-           "min_microbatches", "paper_bubble_fraction", "paper_peak_activations"]
+           "min_microbatches", "paper_bubble_fraction", "paper_peak_activations", "held_for_w"]
 
 SPLIT_SCHEDULES = ("zb-h1", "zbv", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank, placed in a V
@@ -267,3 +267,58 @@ def paper_peak_activations(schedule: str, p: int) -> float:
     if schedule not in peaks:
         raise ValueError(f"schedule must be one of {list(peaks)}, got {schedule!r}")
     return float(peaks[schedule])
+
+
+def held_for_w(block: Any, x: Any) -> dict[str, int]:
+    """What a deferred W keeps of one layer's forward, measured (bytes).
+
+    ``W`` of a linear ``y = x A`` computes ``dA = x^T dy``: it needs the linear's input ``x``
+    (saved in forward) and the gradient of its output ``dy`` (made by ``I``), nothing else of
+    the layer. Runs ``block(x)`` once and returns ``"saved"``, every tensor autograd saves for
+    backward (parameters left out, each storage once); ``"inputs"``, the distinct inputs of the
+    block's ``nn.Linear`` layers; ``"output_grads"``, their outputs' size (the ``dy`` that
+    wait with them); and ``"torch_after_i"``, what of ``"saved"`` is still alive after torch's
+    own I (``stage_backward_input`` in ``torch/distributed/pipelining/_backward.py``), before
+    its W.
+    """
+    import gc
+    import weakref
+
+    import torch
+    from torch.distributed.pipelining._backward import stage_backward_input
+
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    saved: dict[int, tuple[Any, int]] = {}
+    inputs: dict[int, int] = {}
+    outputs = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved.setdefault(storage.data_ptr(), (weakref.ref(t), storage.nbytes()))
+        return t
+
+    def pre(_module: Any, args: tuple) -> None:
+        storage = args[0].untyped_storage()
+        inputs.setdefault(storage.data_ptr(), storage.nbytes())
+
+    def post(_module: Any, _args: tuple, out: Any) -> None:
+        nonlocal outputs
+        outputs += out.numel() * out.element_size()
+
+    linears = [m for m in block.modules() if isinstance(m, torch.nn.Linear)]
+    hooks = [h for m in linears for h in (m.register_forward_pre_hook(pre),
+                                          m.register_forward_hook(post))]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = block(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    _, groups = stage_backward_input([y], [torch.ones_like(y)], [x], block.parameters())
+    del y
+    gc.collect()
+    alive = sum(n for ref, n in saved.values() if ref() is not None)
+    del groups
+    return {"saved": sum(n for _, n in saved.values()), "inputs": sum(inputs.values()),
+            "output_grads": outputs, "torch_after_i": alive}

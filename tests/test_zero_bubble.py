@@ -387,3 +387,20 @@ def test_measured_bubble_follows_the_simulation():
             assert row["peak"] == predicted, (s, row["peak"], predicted)
     with pytest.raises(ValueError, match="schedule must be one of"):
         zbp.measure_schedules(2, 4, ("gpipe",))
+
+
+def test_what_waits_for_w_is_the_linears_inputs_and_output_gradients():
+    """One Llama-shaped layer: W needs each linear's input (q, k, v share theirs, as w1 and w3
+    do: 3 hidden + ffn values a token) and its output's gradient (hidden + 2 kv + hidden + 2
+    ffn + hidden); the forward saves more than the inputs; torch's own I keeps all of it."""
+    from course_utils import llama_shapes
+
+    for seed, (h, f, seq) in enumerate([(64, 160, 32), (128, 352, 16)]):
+        torch.manual_seed(seed)
+        s = llama_shapes.Shape("t", 10, h, 1, f, 4, 2)
+        kv = s.kv_heads * s.head_dim
+        held = zb.held_for_w(llama_shapes.Block(s), torch.randn(2, seq, h, requires_grad=True))
+        tokens = 2 * seq
+        assert held["inputs"] == 4 * tokens * (3 * h + f)
+        assert held["output_grads"] == 4 * tokens * (3 * h + 2 * kv + 2 * f)
+        assert held["inputs"] < held["saved"] == held["torch_after_i"]

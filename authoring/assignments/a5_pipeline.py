@@ -655,7 +655,8 @@ checks.check_number("practice_zb_peak_rank2", practice_zb_peak_rank2, 4, mistake
     (2, "that is 1F1B's P - r: ZB-H1 holds each W back until the rank has P microbatches in "
         "flight, so every rank reaches P"),
     (12, "that is GPipe's m: ZB-H1 starts backwards after its warm-up, as 1F1B does"),
-    (1, "a microbatch's activations stay from its forward until its W finishes")])
+    (1, "a microbatch is held from its forward until its W finishes (W needs each linear's "
+        "input; torch's runtime keeps the whole microbatch)")])
 print("practice Q7: all right")
 
 # %% [markdown]

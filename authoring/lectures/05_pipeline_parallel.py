@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import backward_split as bs
-from course_utils import launch, style
+from course_utils import launch, llama_shapes, style
 from course_utils import pipeline_parallel as pp
 from course_utils import pipeline_pictures as pics
 from course_utils import pipeline_schedule as ps
@@ -320,10 +320,34 @@ for name, tl in zb_timelines.items():
 # %% [markdown]
 # ZB-H1 leaves a third of 1F1B's idle time: 3 units per rank where 1F1B has 9, as Qi et al.
 # state. Its activation memory is not 1F1B's, though. Every rank now holds P = 4 microbatches at
-# its peak, where 1F1B's rank r holds P - r, because a microbatch's activations stay until its W
-# has run (W needs each layer's input). Rank 0, which sets the peak, holds no more than under
-# 1F1B. The V schedules hold about the same on every rank. DualPipeV holds 2P + 1 = 9 chunks,
-# 4.5 stages' worth: the README's PP + 1, with PP = 8 chunks.
+# its peak, where 1F1B's rank r holds P - r, because a microbatch waits with part of its
+# activations until its W has run (the simulator counts a whole microbatch). Rank 0, which sets
+# the peak, holds no more than under 1F1B. The V schedules hold about the same on every rank.
+# DualPipeV holds 2P + 1 = 9 chunks, 4.5 stages' worth: the README's PP + 1, with PP = 8
+# chunks.
+#
+# Which part waits? W of a linear `y = x A` computes `dA = x^T dy`: it needs the linear's input
+# `x` and the gradient of its output `dy`, nothing else. Measured on one Llama-shaped layer
+# (hidden 512, feed-forward 1,376, 1,024 tokens; `zb.held_for_w`):
+
+# %%
+small = llama_shapes.Shape("small", 100, 512, 1, 1376, 8, 8)
+held = zb.held_for_w(llama_shapes.Block(small), torch.randn(1, 1024, 512, requires_grad=True))
+print(f"saved for backward by the layer's forward: {held['saved'] / 1e6:.1f} MB")
+print(f"the linears' inputs, which W needs:        {held['inputs'] / 1e6:.1f} MB "
+      f"({held['inputs'] / held['saved']:.0%})")
+print(f"their outputs' gradients, made by I:       {held['output_grads'] / 1e6:.1f} MB")
+print(f"still alive after torch's own I:           {held['torch_after_i'] / 1e6:.1f} MB")
+
+# %% [markdown]
+# So after I, a schedule could free about three quarters of what the forward saved (attention's
+# and the activation functions' tensors) and keep the linears' inputs, but it must also keep the
+# output gradients I made, another half of it: what waits for W is about three quarters as big
+# as the whole. Torch's runtime frees none of it: `stage_backward_input` (in
+# `torch/distributed/pipelining/_backward.py`) computes I with `retain_graph=True` and keeps the
+# graph's nodes where the weight path splits off, which reach back to the stage's input, so
+# every saved tensor stays alive until W: there, the whole microbatch waits, as the simulator
+# counts it.
 #
 # DualPipeV's simulated bubble is half the README's. Torch starts each half of a pair as soon as
 # its own input has arrived. The README's formula counts a pair as one unit that starts when
