@@ -168,6 +168,9 @@ COINCIDENCES: dict[tuple[str, str, float], str] = {
         "3.5 is a per-rank bubble in lecture 5's interleaved schedule",
     ("a2_data_parallel", "w_new_0", 0.55):
         "0.55 is lecture 10's gradient-clipping norm (a setting of its run, not an SGD step)",
+    ("a5_pipeline", "m_a", 161):
+        "161 is lecture 11's count of TP all-reduces under the block plan (4 x 40 layers + 1), "
+        "not a number of microbatches",
     ("a5_pipeline", "batch_a", 54):
         "54 is the days of Llama 3's pre-training in lecture 12 (419 interruptions in 54 days)",
     ("a11_at_scale", "q1_last_gb", 14.046178096):

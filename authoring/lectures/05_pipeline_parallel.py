@@ -328,10 +328,10 @@ for name, tl in zb_timelines.items():
 #
 # Which part waits? W of a linear `y = x A` computes `dA = x^T dy`: it needs the linear's input
 # `x` and the gradient of its output `dy`, nothing else. Measured on one Llama-shaped layer
-# (hidden 512, feed-forward 1,376, 1,024 tokens; `zb.held_for_w`):
+# (hidden 512, feed-forward 1,400, 1,024 tokens; `zb.held_for_w`):
 
 # %%
-small = llama_shapes.Shape("small", 100, 512, 1, 1376, 8, 8)
+small = llama_shapes.Shape("small", 100, 512, 1, 1400, 8, 8)
 held = zb.held_for_w(llama_shapes.Block(small), torch.randn(1, 1024, 512, requires_grad=True))
 print(f"saved for backward by the layer's forward: {held['saved'] / 1e6:.1f} MB")
 print(f"the linears' inputs, which W needs:        {held['inputs'] / 1e6:.1f} MB "
