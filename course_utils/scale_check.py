@@ -62,12 +62,12 @@ def tp_plan_worker(rank: int, world_size: int, tp_plan: str, seed: int = 0,
     from course_utils import backend, llama_shapes
 
     torch.manual_seed(seed)
-    reference = llama_shapes.build(model, device="cpu")
+    on = backend.device()
+    reference = llama_shapes.build(model, device=on)
     module = copy.deepcopy(reference)
-    llama_shapes.apply_tp(module, init_device_mesh(backend.device().type, (world_size,)),
-                          tp_plan)
+    llama_shapes.apply_tp(module, init_device_mesh(on.type, (world_size,)), tp_plan)
     ids = torch.randint(0, llama_shapes.shape(model).vocab, (batch, seq),
-                        generator=torch.Generator().manual_seed(100 + seed))
+                        generator=torch.Generator().manual_seed(100 + seed)).to(on)
     ref_loss = reference(ids).float().pow(2).mean()
     ref_loss.backward()
     log = scale_comms.CollectiveLog()
