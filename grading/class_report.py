@@ -109,7 +109,7 @@ def misconception(message: str) -> tuple[str, str, bool]:
 
 _FLAG_KINDS = [  # (pattern, replacement): what makes two students' flags the same kind
     (re.compile(r" \(cells [^)]*\)$"), ""),
-    (re.compile(r"^(?:(?:line \d+|\w+_test(?:, \w+_test)*): |cell [^,]+, )"), ""),
+    (re.compile(r"^(?:(?:line \d+|\w+_test(?:, \w+_test)*): |cell \S+?(?:, |: ))"), ""),
     (re.compile(r"\(by chance: 1 in [\d,]+; "), "("),
     (re.compile(r"^test cell \S+ was"), "a test cell was"),
     (re.compile(r"uses course_utils\.[\w.]+(?: \(through a computed name\))?, which"),

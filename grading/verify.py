@@ -186,12 +186,13 @@ def _verify_student(assignment: str, student: str, data: Path) -> StudentResult:
 
 
 def condense(flags: list[str]) -> list[str]:
-    """Merge flags that differ only by cell and line: "cells q1, q2: assigns to math.isclose"."""
+    """Merge flags that differ only by cell and line: "assigns to math.isclose (cells q1,
+    q2)", "nbgrader metadata edited (points) (cells q1, q1_test)"."""
     import re
 
     groups: dict[str, list[str]] = {}
     for flag in flags:
-        m = re.match(r"cell (\S+), line \S+: (.*)", flag)
+        m = re.match(r"cell (\S+?)(?:, line \S+)?: (.*)", flag)
         if m:
             groups.setdefault(m.group(2), [])
             if m.group(1) not in groups[m.group(2)]:

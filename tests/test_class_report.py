@@ -41,7 +41,9 @@ def _class():
                          ("q2_test", 1, 1, "")],
                  flags=["q2_test, q3_test: the answers are what the numbers of ann give, not "
                         "eve's own (by chance: 1 in 64; evidence of a copied answer)",
-                        "line 1: assigns to math.isclose"]),
+                        "line 1: assigns to math.isclose",
+                        "cell q1: nbgrader metadata edited (cell_type, checksum)",
+                        "cell cell-04: nbgrader metadata edited (cell_type, checksum)"]),
         StudentResult("fay", "not graded: its Slurm task: job 7_5 ended TIMEOUT"),
     ]
 
@@ -73,6 +75,8 @@ def test_flags_are_grouped_across_students_and_the_slowest_listed():
     s = class_report.summarize("a1_training_state", _class())
     flags = dict(s.flags)
     assert flags["assigns to math.isclose"] == ["dan", "eve"]
+    # a flag naming its cell ("cell q1: ...", a comma inside the message) keeps its whole text
+    assert flags["nbgrader metadata edited (cell_type, checksum)"] == ["eve"]
     # the same kind of flag on different questions, with different names in it: one line
     copied = ("the answers are what the numbers of a classmate give, not the student's own "
               "(evidence of a copied answer)")
