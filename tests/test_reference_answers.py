@@ -542,6 +542,28 @@ def test_a12_judge_names_each_piece_of_state_lost(seed, samples, save_at):
             resume_check.diagnose(job, save_at, wrong)
 
 
+def test_a12_q2_judge_names_both_of_dalys_intervals():
+    """Lecture 12 prints Daly's higher-order estimate beside Young's: a student who gives it (or
+    Daly's first correction) for Young's interval is told which it is."""
+    import math
+
+    from course_utils import checkpoint_interval, variants
+    from grading import judge
+
+    rules = judge.load("a12_checkpointing")
+    g = variants.givens("a12_checkpointing", student="student001")
+    n, m, delta, restart = g.q2
+    mtbf_s = m / n * 3600
+    tau = math.sqrt(2 * delta * mtbf_s)
+    right = {"q2_mtbf_h": m / n, "q2_interval_min": tau / 60,
+             "q2_lost": checkpoint_interval.waste(tau, delta, mtbf_s, restart)}
+    rules.q2_test(_Got(right, givens=g), None)
+    for wrong, words in [(checkpoint_interval.daly_interval(delta, mtbf_s), "higher-order"),
+                         (tau - delta, "first correction")]:
+        with pytest.raises(AssertionError, match=words):
+            rules.q2_test(_Got({**right, "q2_interval_min": wrong / 60}, givens=g), None)
+
+
 def test_a12_judge_tells_one_copy_of_the_generators_from_none():
     """Every rank with rank 0's generator (one key, which DCP writes once) is named apart from
     generators that were never restored."""

@@ -90,8 +90,11 @@ def q2_test(got, ref):
                                                "not one GPU's"),
         (math.sqrt(2 * delta * mtbf_h) / 60, "delta is in seconds and M in hours: put M in "
                                              "seconds first"),
-        (tau / 60 - delta / 60, "that is Daly's refinement, sqrt(2 delta M) - delta: the question "
-                                "asks for Young's interval"),
+        (tau / 60 - delta / 60, "that is Daly's first correction, sqrt(2 delta M) - delta: the "
+                                "question asks for Young's interval"),
+        ((tau * (1 + math.sqrt(delta / (2 * mtbf_s)) / 3 + delta / (2 * mtbf_s) / 9) - delta) / 60,
+         "that is Daly's higher-order estimate (lecture 12): the question asks for Young's "
+         "interval, sqrt(2 delta M)"),
     ])
     check_number("q2_lost", got["q2_lost"], delta / tau + (tau / 2 + restart) / mtbf_s, mistakes=[
         (delta / tau + tau / 2 / mtbf_s, "the restart is lost at every failure too: add R / M"),
