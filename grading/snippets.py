@@ -90,13 +90,13 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
                            "    optimizer.load_gathered(torch.cat(parts))\n"
                            "    return loss if g.last else None",
                      "D times too large"),
-    # a11: the course's even split, 16N / (TP x PP x DP), for both stages
+    # a11: everything split evenly, 16N / (TP x PP x DP), for both stages
     "a11_at_scale": ("q1", "from course_utils import llama_shapes\n"
                            "name, tp, pp, dp = G.q1\n"
                            "n = llama_shapes.param_count(name)\n"
                            "q1_first_gb = 16 * n / (tp * pp * dp) / 1e9\n"
                            "q1_last_gb = q1_first_gb",
-                     "the course's even split"),
+                     "everything split evenly"),
     # a12: every rank's generators under one key, which DCP writes once
     "a12_checkpointing": ("q3", "import torch.distributed.checkpoint as dcp\n"
                                 "from torch.distributed.checkpoint.state_dict import (\n"
