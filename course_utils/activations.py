@@ -34,6 +34,7 @@ Training also keeps, from each forward pass until its backward, the tensors back
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -80,11 +81,14 @@ def _check_shape(cfg: tiny_lm.TinyLMConfig, batch: Any, seq: Any) -> None:
 # ---------------------------------------------------------------------------- measurement
 
 
-def saved_bytes(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()) -> tuple[int, Any]:
+def saved_bytes(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = (),
+                refs: dict[int, Any] | None = None) -> tuple[int, Any]:
     """Run ``fn()`` and return (bytes of the tensors autograd saved for backward, fn's result).
 
     Each storage is counted once, whole (a view saves its whole buffer); tensors whose storage is
-    one of ``exclude``'s (the parameters) are left out.
+    one of ``exclude``'s (the parameters) are left out. ``refs``: a dict filled with (a weak
+    reference to one saved tensor, its storage's bytes) per counted storage, to see later which
+    are still alive.
     """
     if not callable(fn):
         raise ValueError(f"fn must be a callable taking no arguments; got {type(fn).__name__}")
@@ -101,8 +105,10 @@ def saved_bytes(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()) -> 
     def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
         key = storage.data_ptr()
-        if key not in skip:
-            seen.setdefault(key, storage.nbytes())
+        if key not in skip and key not in seen:
+            seen[key] = storage.nbytes()
+            if refs is not None:
+                refs[key] = (weakref.ref(t), seen[key])
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

@@ -3,8 +3,8 @@
 A :class:`Shape` is a published configuration (vocabulary, hidden size, layers, feed-forward
 size, attention and key/value heads). :func:`build` makes the part of it one pipeline stage
 holds (:func:`stage_layers`, balanced as torchtitan and Llama 3 split: the first stage also
-holds the embedding, the last the final norm
-and the output head) on the meta device (shapes, no storage: 405B parameters cost nothing), and
+holds the embedding, the last the final norm and the output head) on the meta device (shapes,
+no storage: 405B parameters cost nothing), and
 :func:`apply_tp` shards a stage with ``parallelize_module`` under one of three plans
 (:data:`TP_PLANS`), each Megatron's split (column-parallel q, k, v, w1, w3; row-parallel o,
 w2; vocabulary-parallel embedding and head; RMSNorm weights replicated), differing in what a

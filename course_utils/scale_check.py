@@ -14,6 +14,7 @@ Run it on any number of ranks (DP over all of them) with::
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
@@ -66,24 +67,22 @@ def tp_plan_worker(rank: int, world_size: int, tp_plan: str, seed: int = 0,
     reference = llama_shapes.build(model, device=on)
     module = copy.deepcopy(reference)
     llama_shapes.apply_tp(module, init_device_mesh(on.type, (world_size,)), tp_plan)
-    ids = torch.randint(0, llama_shapes.shape(model).vocab, (batch, seq),
+    vocab = llama_shapes.shape(model).vocab
+    ids = torch.randint(0, vocab, (batch, seq),
                         generator=torch.Generator().manual_seed(100 + seed)).to(on)
     ref_loss = reference(ids).float().pow(2).mean()
     ref_loss.backward()
     log = scale_comms.CollectiveLog()
     with log:      # the logits stay split by vocabulary: the loss adds up over the slices
-        local = module(ids).float().pow(2).sum() / ref_loss.new_tensor(ids.numel() * len(
-            reference.head.weight))
+        local = module(ids).float().pow(2).sum() / (ids.numel() * vocab)
         local.backward()
     loss = local.detach().clone()
     torch.distributed.all_reduce(loss)
     ref_grads = dict(reference.named_parameters())
     grads = {name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad,
                     ref_grads[name].grad) for name, p in module.named_parameters()}
-    kinds: dict[str, int] = {}
-    for kind, *_ in log.calls:
-        kinds[kind] = kinds.get(kind, 0) + 1
-    return {"loss": (float(loss), float(ref_loss.detach())), "grads": grads, "collectives": kinds}
+    return {"loss": (float(loss), float(ref_loss.detach())), "grads": grads,
+            "collectives": dict(Counter(kind for kind, *_ in log.calls))}
 
 
 def simulated(rank: int, model: str = "tiny", tp: int = 1, pp: int = 1, dp: int = 1,

@@ -184,8 +184,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.inner = optimizer_cls(masters, **kwargs) if masters else None
         # an Optimizer (its hooks and state_dict) whose groups and state are the inner one's
         super().__init__([{"params": masters}], dict(kwargs))
-        self.param_groups = self.inner.param_groups if self.inner is not None else []
-        self.state = self.inner.state if self.inner is not None else self.state
+        if self.inner is not None:
+            self.param_groups, self.state = self.inner.param_groups, self.inner.state
+        else:                                              # (this rank owns no slice)
+            self.param_groups = []
         self.allow_step = allow_step
         self.comm_s = 0.0           # seconds in the all-gathers, summed over steps
         self.grad_norm: float | None = None   # the last step's norm (before clipping)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from course_utils.validate import check_int, check_real
+from course_utils.validate import check_int, check_real, one_of
 
 __all__ = ["SPLIT_SCHEDULES", "V_SCHEDULES", "split_order", "overlapped_pairs", "paper_bubble",
            "min_microbatches", "paper_bubble_fraction", "paper_peak_activations", "held_for_w"]
@@ -237,10 +237,8 @@ def min_microbatches(schedule: str, p: int) -> int:
     * ``"dualpipev"``: 2P (torch's ``ScheduleDualPipeV`` refuses fewer).
     """
     check_int("p", p)
-    bounds = {"1f1b": 1, "zb-h1": p, "zbv": 2 * p - 1, "dualpipev": 2 * p}
-    if schedule not in bounds:
-        raise ValueError(f"schedule must be one of {list(bounds)}, got {schedule!r}")
-    return bounds[schedule]
+    return one_of("schedule", schedule,
+                  {"1f1b": 1, "zb-h1": p, "zbv": 2 * p - 1, "dualpipev": 2 * p})
 
 
 def paper_bubble_fraction(schedule: str, p: int, m: int, f: float, i: float, w: float) -> float:
@@ -275,28 +273,26 @@ def held_for_w(block: Any, x: Any) -> dict[str, int]:
     ``W`` of a linear ``y = x A`` computes ``dA = x^T dy``: it needs the linear's input ``x``
     (saved in forward) and the gradient of its output ``dy`` (made by ``I``), nothing else of
     the layer. Runs ``block(x)`` once and returns ``"saved"``, every tensor autograd saves for
-    backward (parameters left out, each storage once); ``"inputs"``, the distinct inputs of the
-    block's ``nn.Linear`` layers; ``"output_grads"``, their outputs' size (the ``dy`` that
-    wait with them); and ``"torch_after_i"``, what of ``"saved"`` is still alive after torch's
-    own I (``stage_backward_input`` in ``torch/distributed/pipelining/_backward.py``), before
-    its W.
+    backward (``activations.saved_bytes``: parameters left out, each storage once);
+    ``"inputs"``, the distinct inputs of the block's ``nn.Linear`` layers; ``"output_grads"``,
+    their outputs' size (the ``dy`` that wait with them); and ``"torch_after_i"``, what of
+    ``"saved"`` is still alive after torch's own I (``stage_backward_input`` in
+    ``torch/distributed/pipelining/_backward.py``), before its W.
     """
     import gc
-    import weakref
 
     import torch
     from torch.distributed.pipelining._backward import stage_backward_input
 
-    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
-    saved: dict[int, tuple[Any, int]] = {}
+    from course_utils import activations
+
+    if not isinstance(block, torch.nn.Module):
+        raise ValueError(f"block must be a torch.nn.Module; got {type(block).__name__}")
+    if not (isinstance(x, torch.Tensor) and x.requires_grad):
+        raise ValueError("x must be a tensor that requires grad (the stage's input, as I "
+                         f"computes its gradient); got {type(x).__name__}")
     inputs: dict[int, int] = {}
     outputs = 0
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            saved.setdefault(storage.data_ptr(), (weakref.ref(t), storage.nbytes()))
-        return t
 
     def pre(_module: Any, args: tuple) -> None:
         storage = args[0].untyped_storage()
@@ -309,16 +305,15 @@ def held_for_w(block: Any, x: Any) -> dict[str, int]:
     linears = [m for m in block.modules() if isinstance(m, torch.nn.Linear)]
     hooks = [h for m in linears for h in (m.register_forward_pre_hook(pre),
                                           m.register_forward_hook(post))]
+    refs: dict[int, Any] = {}
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            y = block(x)
+        saved, y = activations.saved_bytes(lambda: block(x), block.parameters(), refs=refs)
     finally:
         for h in hooks:
             h.remove()
     _, groups = stage_backward_input([y], [torch.ones_like(y)], [x], block.parameters())
     del y
     gc.collect()
-    alive = sum(n for ref, n in saved.values() if ref() is not None)
-    del groups
-    return {"saved": sum(n for _, n in saved.values()), "inputs": sum(inputs.values()),
-            "output_grads": outputs, "torch_after_i": alive}
+    alive = sum(n for ref, n in refs.values() if ref() is not None)
+    return {"saved": saved, "inputs": sum(inputs.values()), "output_grads": outputs,
+            "torch_after_i": alive}
