@@ -66,6 +66,9 @@ def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
 
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
+    one_of("tp_plan", tp_plan, llama_shapes.TP_PLANS)    # (checked whatever tp is)
+    reduce = one_of("reduce_dtype", reduce_dtype, {"bf16": torch.bfloat16,
+                                                     "fp32": torch.float32})
     if dist.get_world_size() != tp * pp * dp:
         raise ValueError(f"tp x pp x dp = {tp * pp * dp} must equal the world size "
                          f"{dist.get_world_size()}")
@@ -79,8 +82,6 @@ def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
     if tp > 1:
         llama_shapes.apply_tp(module, mesh["tp"], tp_plan)
     if strategy == "fsdp2":
-        reduce = one_of("reduce_dtype", reduce_dtype, {"bf16": torch.bfloat16,
-                                                         "fp32": torch.float32})
         policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
                   if mixed else MixedPrecisionPolicy())
         for layer in module.layers:

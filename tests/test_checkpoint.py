@@ -274,6 +274,17 @@ def test_youngs_interval_minimizes_the_first_order_waste_and_the_simulation():
         assert int(np.argmin(simulated)) == 2, simulated
 
 
+def test_what_lecture_12_says_of_use_deterministic_algorithms_is_this_torchs_docstring():
+    """Lecture 12 and a12 Q5's rubric: EmbeddingBag's backward is listed only with
+    mode='max', and this torch no longer asks for CUBLAS_WORKSPACE_CONFIG."""
+    doc = torch.use_deterministic_algorithms.__doc__
+    at = doc.index("torch.nn.EmbeddingBag")
+    assert "mode='max'" in doc[at:at + 120]
+    assert "CUBLAS_WORKSPACE_CONFIG" not in doc and "cuBLAS" not in doc
+    for name in ("scatter_add_", "index_add"):
+        assert name in doc
+
+
 def test_dalys_estimate_and_his_model():
     """Daly (2006): his example (delta 5 min, M 24 h) gives 116.7 min; past delta = 2M, M. His
     estimate sits at the exact model's minimum where Young's first order drifts off it, and the

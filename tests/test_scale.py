@@ -190,6 +190,8 @@ def test_fp32_gradient_reduction_sends_twice_the_bf16_reduce_scatter():
     assert fp32[("dp", "all_gather")] == bf16[("dp", "all_gather")]
     with pytest.raises(ValueError, match="reduce_dtype must be one of"):
         scale_comms.trace_step("tiny", 1, 1, 2, 0, reduce_dtype="fp16")
+    with pytest.raises(ValueError, match="tp_plan must be one of"):   # even with no TP
+        scale_comms.trace_step("tiny", 1, 1, 2, 0, tp_plan="megatron")
 
 
 def test_ring_bytes_per_rank():

@@ -353,8 +353,9 @@ None
 # ### BEGIN SOLUTION
 # (a) Non-deterministic GPU kernels: atomics add in the order threads arrive (attention's
 # backward: FlashAttention's deterministic=True backward, or torch.backends.cudnn.deterministic
-# for SDPA's cuDNN path; cuBLAS's split workspace: CUBLAS_WORKSPACE_CONFIG=:4096:8; index_add,
-# scatter_add_: torch.use_deterministic_algorithms(True)); cuDNN autotuning picks another
+# for SDPA's cuDNN path; on older PyTorch releases, cuBLAS's shared workspace:
+# CUBLAS_WORKSPACE_CONFIG=:4096:8; index_add, scatter_add_:
+# torch.use_deterministic_algorithms(True)); cuDNN autotuning picks another
 # algorithm in the new process: torch.backends.cudnn.benchmark = False; NCCL may choose another
 # algorithm, protocol or channel count on other nodes, so the all-reduce adds in another
 # order: pin NCCL_ALGO and NCCL_PROTO (and the same topology). (b) Compare the state right
@@ -365,9 +366,9 @@ None
 #
 # **Rubric** (2 points):
 # * 1 point: two real sources of run-to-run differences on GPUs (atomics / non-deterministic
-#   kernels such as attention's backward or cuBLAS's workspace, autotuning, NCCL's reduction
-#   order), each with a setting that removes it. TF32 is not one (it changes results against
-#   fp32, the same way every run).
+#   kernels such as attention's backward or, on older PyTorch, cuBLAS's workspace,
+#   autotuning, NCCL's reduction order), each with a setting that removes it. TF32 is not one
+#   (it changes results against fp32, the same way every run).
 # * 1 point: a check of completeness that does not need bit-exact training (compare the loaded
 #   state with the saved state, or a deterministic rerun, or the size of run-to-run noise).
 # * 0 points: blames a missing piece of state without evidence, or says GPUs cannot resume.

@@ -157,15 +157,16 @@ print("and one process running the same job rank by rank ends with the same weig
 # resumed run *is* the uninterrupted one. On GPUs several things break that:
 #
 # * **Non-deterministic kernels**: some CUDA kernels add with atomics in whatever order the
-#   threads arrive. In an LLM the main ones are attention's backward (FlashAttention's fast
+#   threads arrive. In an LLM the main one is attention's backward (FlashAttention's fast
 #   backward; its `deterministic=True` backward, an argument of `flash_attn_func`, is slower;
 #   `scaled_dot_product_attention`'s docstring says its cuDNN path may pick a
-#   non-deterministic algorithm) and cuBLAS matrix products that split their work over a
-#   workspace (`CUBLAS_WORKSPACE_CONFIG=:4096:8` makes them repeatable, as PyTorch's
-#   reproducibility notes say). `torch.use_deterministic_algorithms(True)` makes the
-#   operations it knows deterministic or refuses them: its docstring lists `scatter_add_` and
-#   `index_add` on CUDA among the first, the backward of `EmbeddingBag` with `mode='max'`
-#   among the second.
+#   non-deterministic algorithm). cuBLAS matrix products were another until PyTorch gave each
+#   handle and stream a workspace of its own: older releases asked for
+#   `CUBLAS_WORKSPACE_CONFIG=:4096:8`, and this one's `use_deterministic_algorithms`
+#   docstring no longer names it (PyTorch pull request 161749 dropped the requirement).
+#   `torch.use_deterministic_algorithms(True)` makes the operations it knows deterministic or
+#   refuses them: its docstring lists `scatter_add_` and `index_add` on CUDA among the first,
+#   the backward of `EmbeddingBag` with `mode='max'` among the second.
 # * **Autotuning**: with `torch.backends.cudnn.benchmark = True`, each new process times several
 #   convolution algorithms and keeps the fastest (PyTorch's reproducibility notes), which may add
 #   in another order after a restart.
