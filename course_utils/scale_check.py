@@ -1,8 +1,8 @@
 """The simulation checked against real ranks (module 11).
 
 :func:`real_rank_worker` runs on real gloo (or NCCL) ranks through ``launch.run``: it shards a
-small Llama-shaped model exactly as ``scale_memory.shard_stage`` does, runs one forward and
-backward while :class:`scale_comms.CollectiveLog` records every collective, and returns the
+small Llama-shaped model exactly as ``scale_memory.shard_stage`` does, runs a step's forwards
+and backwards (one microbatch, or several with gradients accumulated) while :class:`scale_comms.CollectiveLog` records every collective, and returns the
 bytes its sharded tensors hold (the gradients measured after the backward, as distinct
 storages) and its collectives by mesh axis. :func:`simulated` computes the same for a rank
 from the fake process group; :func:`compare` lists every difference (none expected).
@@ -36,14 +36,19 @@ def _grad_bytes(module: torch.nn.Module) -> int:
 
 
 def real_rank_worker(rank: int, world_size: int, model: str = "tiny", tp: int = 1, pp: int = 1,
-                     dp: int | None = None, batch: int = 2, seq: int = 8) -> dict[str, Any]:
-    """One rank's measured bytes and collectives (fp32) after one forward and backward."""
+                     dp: int | None = None, batch: int = 2, seq: int = 8, microbatches: int = 1,
+                     reshard_after_forward: bool = True) -> dict[str, Any]:
+    """One rank's measured bytes and collectives (fp32) after a step of ``microbatches``
+    forwards and backwards (``scale_comms.accumulate``)."""
     dp = dp or world_size // (tp * pp)
     torch.manual_seed(rank)
-    module, mesh = scale_memory.shard_stage(model, tp, pp, dp)
+    module, mesh = scale_memory.shard_stage(model, tp, pp, dp,
+                                            reshard_after_forward=reshard_after_forward)
     log = scale_comms.CollectiveLog()
     with log:
-        scale_comms.one_step(module, model, batch, seq, mixed=False)
+        for i in range(microbatches):
+            scale_comms.accumulate(module, i, microbatches)
+            scale_comms.one_step(module, model, batch, seq, mixed=False)
     grads = _grad_bytes(module)
     state = scale_memory.state_bytes(module)
     rows = scale_comms.summarize(log.calls, scale_comms.axis_names(mesh))
@@ -86,10 +91,13 @@ def tp_plan_worker(rank: int, world_size: int, tp_plan: str, seed: int = 0,
 
 
 def simulated(rank: int, model: str = "tiny", tp: int = 1, pp: int = 1, dp: int = 1,
-              batch: int = 2, seq: int = 8) -> dict[str, Any]:
+              batch: int = 2, seq: int = 8, microbatches: int = 1,
+              reshard_after_forward: bool = True) -> dict[str, Any]:
     """The same rank's figures from the fake process group (every layer traced, fp32)."""
     state = scale_memory.rank_state(model, tp, pp, dp, rank)
-    trace = scale_comms.trace_step(model, tp, pp, dp, rank, batch, seq, full=True, mixed=False)
+    trace = scale_comms.trace_step(model, tp, pp, dp, rank, batch, seq, full=True, mixed=False,
+                                   microbatches=microbatches,
+                                   reshard_after_forward=reshard_after_forward)
     rows = {f"{a} {k}": (v["calls"], int(v["buffer"]))
             for (a, k), v in sorted(trace["rows"].items())}
     return {"weights": state["weights"], "grads": state["grads"],
@@ -106,16 +114,19 @@ def compare(real: list[dict], sims: list[dict]) -> list[str]:
     return out
 
 
-def check(tp: int, pp: int, dp: int, model: str = "tiny", timeout_s: float = 120.0
+def check(tp: int, pp: int, dp: int, model: str = "tiny", timeout_s: float = 120.0,
+          microbatches: int = 1, reshard_after_forward: bool = True
           ) -> tuple[list[dict], list[dict], list[str]]:
     """Run :func:`real_rank_worker` on ``tp * pp * dp`` real ranks and :func:`simulated` for
     each; return (measured, simulated, differences)."""
     import functools
 
     world = tp * pp * dp
-    real = launch.run(functools.partial(real_rank_worker, model=model, tp=tp, pp=pp, dp=dp),
+    step = dict(microbatches=microbatches, reshard_after_forward=reshard_after_forward)
+    real = launch.run(functools.partial(real_rank_worker, model=model, tp=tp, pp=pp, dp=dp,
+                                        **step),
                       world, timeout_s=timeout_s, threads_per_rank=1, show_output=False)
-    sims = [simulated(r, model, tp, pp, dp) for r in range(world)]
+    sims = [simulated(r, model, tp, pp, dp, **step) for r in range(world)]
     return real, sims, compare(real, sims)
 
 

@@ -28,8 +28,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_utils import backend, llama_shapes, scale_memory, zero
+from course_utils.validate import check_int
 
-__all__ = ["KINDS", "CollectiveLog", "one_step", "summarize", "axis_names", "trace_step",
+__all__ = ["KINDS", "CollectiveLog", "one_step", "accumulate", "summarize", "axis_names", "trace_step",
            "course_comms", "sent_bytes"]
 
 KINDS = {"_allgather_base_": "all_gather", "all_gather_into_tensor": "all_gather",
@@ -81,6 +82,18 @@ def _buffer(kind: str, func, args: tuple) -> int:
     return t.numel() * t.element_size()
 
 
+def accumulate(module: torch.nn.Module, microbatch: int, microbatches: int) -> None:
+    """Set FSDP2 for ``microbatch`` of a step's ``microbatches``, as ``torch.distributed.
+    pipelining`` does (``stage.py``: ``backward_maybe_with_nosync`` turns gradient sync and
+    resharding off for every backward; ``perform_reduce_grad`` reduce-scatters once at the
+    end): here with FSDP2's public switches, on in the last backward only."""
+    if hasattr(module, "set_requires_gradient_sync"):
+        last = microbatch == microbatches - 1
+        module.set_requires_gradient_sync(last)
+        module.set_reshard_after_backward(last)
+        module.set_is_last_backward(last)
+
+
 def one_step(module: torch.nn.Module, model: str, batch: int, seq: int,
              mixed: bool, seq_shards: int = 1) -> None:
     """A forward and backward of one ``batch x seq`` microbatch through a stage: token ids
@@ -122,20 +135,25 @@ def axis_names(mesh: Any) -> dict[str, str]:
 
 
 def _trace(model: str, tp: int, pp: int, dp: int, n_layers: int, batch: int,
-           seq: int, mixed: bool, tp_plan: str,
-           reduce_dtype: str) -> dict[tuple[str, str], list[float]]:
+           seq: int, mixed: bool, tp_plan: str, reduce_dtype: str, microbatches: int,
+           reshard_after_forward: bool) -> dict[tuple[str, str], list[float]]:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.tensor.debug import CommDebugMode
 
     module, mesh = scale_memory.shard_stage(model, tp, pp, dp, n_layers=n_layers, mixed=mixed,
-                                            tp_plan=tp_plan, reduce_dtype=reduce_dtype)
-    log, counts = CollectiveLog(), CommDebugMode()
+                                            tp_plan=tp_plan, reduce_dtype=reduce_dtype,
+                                            reshard_after_forward=reshard_after_forward)
+    log, counted = CollectiveLog(), 0
     with FakeTensorMode(allow_non_fake_inputs=True):
         module.to_empty(device=backend.SIMULATED_DEVICE)
-        with counts, log:
-            one_step(module, model, batch, seq, mixed, tp if tp_plan == "sequence" else 1)
-    if counts.get_total_counts() != len(log.calls):
-        raise RuntimeError(f"CommDebugMode counted {counts.get_total_counts()} collectives, "
+        for i in range(microbatches):
+            accumulate(module, i, microbatches)
+            counts = CommDebugMode()  # (one per forward: its module tracker fails on a second)
+            with counts, log:
+                one_step(module, model, batch, seq, mixed, tp if tp_plan == "sequence" else 1)
+            counted += counts.get_total_counts()
+    if counted != len(log.calls):
+        raise RuntimeError(f"CommDebugMode counted {counted} collectives, "
                            f"the log {len(log.calls)}")
     return summarize(log.calls, axis_names(mesh))
 
@@ -143,22 +161,30 @@ def _trace(model: str, tp: int, pp: int, dp: int, n_layers: int, batch: int,
 def trace_step(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
                batch: int = 1, seq: int = 4096, full: bool = False,
                mixed: bool = True, tp_plan: str = "per_linear",
-               reduce_dtype: str = "bf16") -> dict[str, Any]:
-    """One forward and backward of a ``batch x seq`` microbatch on ``rank``, traced.
+               reduce_dtype: str = "bf16", microbatches: int = 1,
+               reshard_after_forward: bool = True) -> dict[str, Any]:
+    """The forward and backward passes of ``microbatches`` microbatches of ``batch x seq``
+    tokens on ``rank`` (one step, gradients accumulated: :func:`accumulate`), traced.
 
     Returns ``{"rows": {(axis, kind): {"calls", "buffer", "sent"}}, "layers", "layers_traced"}``
     (bytes; ``sent`` per rank under rings). ``full``: trace every layer of the stage (slow for
     big stages) instead of one and two layers extended. ``mixed``: bf16 gathers, reductions and
     activations (the course's formulas), else fp32; ``reduce_dtype``: ``"fp32"`` reduces the
     gradients in fp32 under ``mixed`` (torchtitan's default). ``tp_plan``: one of
-    ``llama_shapes.TP_PLANS``.
+    ``llama_shapes.TP_PLANS``. ``reshard_after_forward``: FSDP2's; torchtitan passes
+    ``not pp_enabled`` (under PP each stage keeps its weights gathered for the whole step).
     """
+    check_int("microbatches", microbatches, 1)
+    if not isinstance(reshard_after_forward, bool):
+        raise ValueError(f"reshard_after_forward must be True or False; "
+                         f"got {reshard_after_forward!r}")
     s = llama_shapes.shape(model)
     coords = scale_memory.mesh_coords(rank, tp, pp, dp)
     n = len(llama_shapes.stage_layers(s.layers, pp, coords["pp"]))
     def traced(layers: int) -> dict:
         return backend.fake_job(rank, tp * pp * dp, _trace, model, tp, pp, dp, layers, batch,
-                                seq, mixed, tp_plan, reduce_dtype)
+                                seq, mixed, tp_plan, reduce_dtype, microbatches,
+                                reshard_after_forward)
 
     if full or n <= 1:
         rows, n_traced = traced(n), n

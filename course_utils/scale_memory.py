@@ -49,7 +49,8 @@ def mesh_coords(rank: int, tp: int, pp: int, dp: int) -> dict[str, int]:
 def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
                 n_layers: int | None = None, mixed: bool = False,
                 tp_plan: str = "per_linear", split: str = "balanced",
-                reduce_dtype: str = "bf16") -> tuple[Any, Any]:
+                reduce_dtype: str = "bf16",
+                reshard_after_forward: bool = True) -> tuple[Any, Any]:
     """This rank's stage of ``model``, sharded as a real job shards it; returns (module, mesh).
 
     Call inside :func:`backend.fake_job` (or a real group) of ``tp * pp * dp`` ranks.
@@ -58,7 +59,8 @@ def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
     ``tp_plan``: one of ``llama_shapes.TP_PLANS`` (the bytes are the same under each);
     ``split``: how the layers go to stages (``llama_shapes.SPLITS``); ``reduce_dtype``
     (``mixed`` only): ``"bf16"`` or ``"fp32"`` gradient reduction (torchtitan's default and
-    Llama 3's is fp32).
+    Llama 3's is fp32); ``reshard_after_forward``: FSDP2's, for every layer (the root module
+    keeps FSDP2's default: gathered from forward to backward).
     """
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -85,8 +87,9 @@ def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
         policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
                   if mixed else MixedPrecisionPolicy())
         for layer in module.layers:
-            fully_shard(layer, mesh=mesh["dp"], mp_policy=policy)
-        fully_shard(module, mesh=mesh["dp"], mp_policy=policy)
+            fully_shard(layer, mesh=mesh["dp"], mp_policy=policy,
+                        reshard_after_forward=reshard_after_forward)
+        fully_shard(module, mesh=mesh["dp"], mp_policy=policy)  # (the root: kept gathered)
     return module, mesh
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from course_utils import llama_shapes, memory, scale_comms, scale_memory
 
 __all__ = ["LESSON", "PUBLISHED", "lesson_rows", "lesson_table", "draw_lesson", "comm_rows",
-           "comm_table", "plan_rows", "plan_table", "job_rows", "job_table", "rss_mb"]
+           "comm_table", "plan_rows", "plan_table", "STEP_SETTINGS", "step_rows", "step_table", "job_rows", "job_table", "rss_mb"]
 
 # The lesson's figures (GB), for N = 7e9 on 8 GPUs and 70e9 on TP 4 x PP 2 x DP 4.
 LESSON = {"DDP": 112.0, "ZeRO-1": 38.5, "ZeRO-2": 26.25, "ZeRO-3": 14.0, "70B 3-D": 35.0}
@@ -140,6 +140,41 @@ def plan_table(rows: list[tuple[str, str, int, float]]) -> str:
                   for k, (_, kind, calls, gb) in enumerate(mine)]
         lines.append(f"{'':<12}{'in all':<16}{sum(r[2] for r in mine):>6}"
                      f"{sum(r[3] for r in mine):>9.2f}")
+    return "\n".join(lines)
+
+
+STEP_SETTINGS = (("one microbatch", 1, True), ("step, FSDP2 default", None, True),
+                 ("step, torchtitan PP", None, False))
+
+
+def step_rows(model: str, tp: int, pp: int, dp: int, rank: int = 0, microbatches: int = 4,
+              batch: int = 1, seq: int = 4096) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(axis, kind) -> ``[(calls, GB sent)]`` for each of :data:`STEP_SETTINGS`: one
+    microbatch; a step of ``microbatches`` with FSDP2 resharding each layer after forward;
+    the same step with no reshard after forward (torchtitan's ``not pp_enabled``). The PP
+    sends are the course's count (one activation each way per microbatch: not traced)."""
+    out: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for k, (_, m, reshard) in enumerate(STEP_SETTINGS):
+        m = m or microbatches
+        rows = dict(scale_comms.trace_step(model, tp, pp, dp, rank, batch, seq, microbatches=m,
+                                           reshard_after_forward=reshard)["rows"])
+        pp_sent = scale_comms.course_comms(model, tp, pp, dp, rank, batch, seq).get(("pp", "send"))
+        if pp_sent:
+            sends = (rank // (tp * dp) > 0) + (rank // (tp * dp) < pp - 1)
+            rows[("pp", "send")] = {"calls": m * sends, "sent": m * pp_sent}
+        for key, v in rows.items():
+            out.setdefault(key, [(0, 0.0)] * len(STEP_SETTINGS))[k] = (v["calls"],
+                                                                       v["sent"] / memory.GB)
+    return dict(sorted(out.items()))
+
+
+def step_table(rows: dict[tuple[str, str], list[tuple[int, float]]]) -> str:
+    """:func:`step_rows` as text: calls and GB sent under each setting."""
+    lines = [f"{'':<21}" + "".join(f"{label:>22}" for label, _, _ in STEP_SETTINGS),
+             f"{'axis':<5}{'collective':<16}" + f"{'calls':>12}{'GB sent':>10}" * 3]
+    for (axis, kind), cells in rows.items():
+        lines.append(f"{axis:<5}{kind:<16}" + "".join(f"{calls:>12}{gb:>10.2f}"
+                                                      for calls, gb in cells))
     return "\n".join(lines)
 
 

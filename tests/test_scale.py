@@ -194,6 +194,31 @@ def test_fp32_gradient_reduction_sends_twice_the_bf16_reduce_scatter():
         scale_comms.trace_step("tiny", 1, 1, 2, 0, tp_plan="megatron")
 
 
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_a_step_of_m_microbatches_repeats_tp_and_reduces_dp_once(m):
+    """70B on TP 4 x PP 2 x DP 4, rank 0 (40 layers and the root's embedding): a step of m
+    microbatches all-reduces over TP m times as often as one microbatch, reduce-scatters over
+    DP once, and all-gathers 41 + 40 m times under FSDP2's default (every backward gathers the
+    layers again) or 41 times, for any m, when the layers stay gathered (torchtitan under PP).
+    The extension from one and two layers agrees with tracing all of a 7B stage."""
+    one = scale_comms.trace_step("70B", 4, 2, 4, 0)["rows"]
+    n = 40
+    for reshard, gathers in ((True, n + 1 + n * m), (False, n + 1)):
+        rows = scale_comms.trace_step("70B", 4, 2, 4, 0, microbatches=m,
+                                      reshard_after_forward=reshard)["rows"]
+        assert rows[("tp", "all_reduce")]["calls"] == m * one[("tp", "all_reduce")]["calls"]
+        assert rows[("tp", "all_reduce")]["sent"] == m * one[("tp", "all_reduce")]["sent"]
+        assert rows[("dp", "reduce_scatter")] == one[("dp", "reduce_scatter")]
+        assert rows[("dp", "all_gather")]["calls"] == gathers
+    kw = dict(batch=1, seq=16, microbatches=m, reshard_after_forward=True)
+    assert (scale_comms.trace_step("7B", 2, 8, 1, 15, **kw)["rows"]
+            == scale_comms.trace_step("7B", 2, 8, 1, 15, full=True, **kw)["rows"])
+    with pytest.raises(ValueError, match="microbatches must be"):
+        scale_comms.trace_step("tiny", 1, 1, 2, 0, microbatches=0)
+    with pytest.raises(ValueError, match="reshard_after_forward must be True or False"):
+        scale_comms.trace_step("tiny", 1, 1, 2, 0, reshard_after_forward="no")
+
+
 def test_ring_bytes_per_rank():
     assert scale_comms.sent_bytes("all_reduce", 800, 4) == 1200
     assert scale_comms.sent_bytes("all_gather", 800, 4) == 600
@@ -222,11 +247,15 @@ def test_each_tp_plan_on_real_ranks_equals_one_process():
             assert r["collectives"] == want[plan], (plan, r["collectives"])
 
 
-@pytest.mark.parametrize("tp,pp,dp", [(2, 2, 2), (1, 1, 8)])
-def test_real_gloo_ranks_equal_the_simulation(tp, pp, dp):
+@pytest.mark.parametrize("tp,pp,dp,step", [(2, 2, 2, {}), (1, 1, 8, {}),
+                                           (2, 2, 2, {"microbatches": 3}),
+                                           (2, 2, 2, {"microbatches": 3,
+                                                      "reshard_after_forward": False})])
+def test_real_gloo_ranks_equal_the_simulation(tp, pp, dp, step):
     """8 real ranks: each rank's weights, measured gradients, AdamW state and collectives (count
-    and bytes per axis) equal the fake process group's for that rank."""
-    real, sims, differences = scale_check.check(tp, pp, dp)
+    and bytes per axis) equal the fake process group's for that rank, for one microbatch and
+    for a step of three (gradients accumulated, with and without resharding after forward)."""
+    real, sims, differences = scale_check.check(tp, pp, dp, **step)
     assert differences == []
     assert len(real) == 8 and all(r["rows"] for r in real)
     if dp == 8:  # vocabulary 100 over 8 ranks: the last ranks hold less

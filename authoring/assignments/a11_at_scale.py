@@ -184,8 +184,9 @@ None
 # %% [markdown]
 # ## Q3. One step's traffic per axis (3 points)
 #
-# One forward and backward of one sequence of 4096 tokens through rank 0's stage (the first),
-# as lecture 11 traced it: FSDP2 gathers bf16 weights (2 bytes) and reduces bf16 gradients, the
+# One forward and backward of one sequence of 4096 tokens through rank 0's stage (the first):
+# one microbatch, not a whole step of several (lecture 11, section 2), as lecture 11 traced
+# it with FSDP2's default resharding: FSDP2 gathers bf16 weights (2 bytes) and reduces bf16 gradients, the
 # activations are bf16. The TP plan is lecture 11's `per_linear` (`llama_shapes.apply_tp`): it
 # all-reduces each row-parallel output (o, w2) in forward and each column-parallel linear's
 # input gradient (q, k, v, w1, w3, each its own) in backward, and the embedding's output in

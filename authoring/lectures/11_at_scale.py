@@ -184,6 +184,32 @@ print(scale_tables.plan_table(scale_tables.plan_rows("70B", tp=4, pp=2, dp=4, ra
 # reduce-scatter and an all-gather), and in exchange each rank keeps only its slice of the
 # sequence's activations between layers (module 8). `tests/test_scale.py` runs the three plans
 # on 2 real gloo ranks and checks the loss and every gradient against one process.
+#
+# **One microbatch is not one step.** Everything above is one forward and backward of one
+# sequence. A step with PP = 2 runs m >= 2 microbatches through each stage (module 5: a
+# schedule needs m >= P to fill its pipe), and each repeats TP's all-reduces and PP's sends.
+# The gradients add up over the m microbatches and are reduced once: PyTorch's pipeline
+# schedules turn FSDP2's gradient sync and its reshard after backward off for every
+# microbatch and reduce-scatter once at the end (`torch/distributed/pipelining/stage.py`,
+# `backward_maybe_with_nosync` and `perform_reduce_grad`); `scale_comms.trace_step(...,
+# microbatches=m)` does the same with FSDP2's public switches (`set_requires_gradient_sync`,
+# `set_reshard_after_backward`). Whether the all-gathers repeat is FSDP2's
+# `reshard_after_forward`: by default each layer is freed after its forward and gathered
+# again for its backward, every microbatch; torchtitan passes `reshard_after_forward = not
+# pp_enabled`, so under PP a stage keeps its (bf16) weights gathered for the whole step.
+# Rank 0, a step of 4 microbatches, traced three ways:
+
+# %%
+steps = scale_tables.step_rows("70B", tp=4, pp=2, dp=4, rank=0, microbatches=4)
+print(scale_tables.step_table(steps))
+
+# %% [markdown]
+# TP's all-reduces and PP's sends grow with m (1,124 = 4 x 281); DP's reduce-scatter does
+# not (41 calls, once per step). DP's all-gathers are 41 + 40 m under FSDP2's default (the
+# first forward gathers the 40 layers and the root, each microbatch's backward gathers the
+# layers again) and 41 under torchtitan's setting, the same for any m: it trades the
+# gathers for holding the stage's gathered weights through the step. Per step, TP's
+# traffic is what grows: a reason TP stays inside a node.
 
 # %% [markdown]
 # ## 3. Checked on real ranks
@@ -240,8 +266,8 @@ print(f"405B, 1,024 ranks, even split: rank 0 holds {even['total'] / memory.GB:.
 # Other things this simulation of Llama 3's job does not do as Llama 3 did: its pipeline ran
 # interleaved virtual stages (several chunks per rank); its mesh was ordered [TP, CP, PP, DP]
 # with DP outermost (here [PP, DP, TP]: the same shards, other neighbours); and its FSDP did
-# not reshard the weights after forward (here FSDP2's default does, which changes the
-# all-gathers, not the persistent bytes).
+# not reshard the weights after forward (the tables above use FSDP2's default, which
+# changes the all-gathers, not the persistent bytes; section 2 traces both settings).
 #
 # On this machine (varies, not compared):
 
@@ -289,10 +315,12 @@ print(f"simulated, largest rank:                      "
 # | 405B TP 8 x PP 16 x DP 8 (1,024 ranks) | — | 6.34 GB | 6.10-6.38 GB | embedding and head are not quite a layer (6.90 GB with the even split) |
 # | Llama 3 405B, 16,384 ranks | — | 0.40 GB | 0.37-0.40 GB | and uneven vocabulary shards |
 #
-# One step's traffic on the 70B mesh: DP's reduce-scatter as the formula; DP's all-gather
-# 81 of 82 (the root stays gathered); TP's all-reduces 281 under the per-linear plan, 161
-# (Megatron's 4 per layer and the embedding's) when each half-layer shares one DTensor input,
-# and the same bytes as all-gathers and reduce-scatters under sequence parallelism.
+# One microbatch's traffic on the 70B mesh: DP's reduce-scatter as the formula; DP's
+# all-gather 81 of 82 (the root stays gathered); TP's all-reduces 281 under the per-linear
+# plan, 161 (Megatron's 4 per layer and the embedding's) when each half-layer shares one
+# DTensor input, and the same bytes as all-gathers and reduce-scatters under sequence
+# parallelism. A step of m microbatches repeats TP's and PP's traffic m times, reduces DP's
+# gradients once, and gathers once too when the weights stay gathered (torchtitan under PP).
 # Each job above takes seconds on 2 CPU cores and the whole notebook under 1 GB (its peak is
 # printed above); the times are printed above and by `benchmarks/scale_sim.py`.
 #
