@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
-__all__ = ["PRELOAD", "PIECES", "CheckpointError", "state_to_save", "save", "load", "verify",
+__all__ = ["PRELOAD", "PIECES", "PER_RANK", "CheckpointError", "state_to_save", "save", "load", "verify",
            "latest", "step_folder", "file_bytes", "job_folder"]
 
 PRELOAD = ("torch.distributed.checkpoint", "torch.distributed.checkpoint.state_dict",
@@ -42,6 +42,11 @@ it once, before the first launch (each rank would pay ~0.7 s for DCP otherwise).
 PIECES = ("weights", "optimizer", "schedule", "torch RNG", "NumPy RNG", "Python RNG",
           "sampler epoch", "position", "step")
 """What a checkpoint of a ``resume_job`` run holds; ``load(omit=...)`` takes any of them."""
+
+PER_RANK = ("torch RNG", "NumPy RNG", "Python RNG")
+"""The pieces saved per rank (under a key per rank): a run resumed on another number of ranks
+leaves them out (``load(omit=PER_RANK)``); only a job whose draws do not depend on the rank
+(``resume_job.Job(sampler="global", dropout=0.0)``) resumes the same run without them."""
 
 
 class CheckpointError(ValueError):
@@ -103,6 +108,15 @@ def load(trainer, path: str | os.PathLike, omit: Iterable[str] = ()) -> None:
     if unknown:
         raise ValueError(f"omit must name pieces from {PIECES}; got {sorted(unknown)}")
     state = state_to_save(trainer, optimizer="optimizer" not in omit)
+    rng_key = _rng_key(trainer.rank)
+    if set(PER_RANK) <= omit:       # (a rank of a larger job has no key of its own to read)
+        del state[rng_key]
+    elif not any(k.startswith(rng_key + ".") for k in verify(path).state_dict_metadata):
+        raise CheckpointError(
+            f"{Path(path).name} holds no generators of rank {trainer.rank}: it was saved by "
+            f"fewer ranks. Resuming on another number of ranks leaves the per-rank generators "
+            f"out (omit=checkpoint.PER_RANK); the run is the same only if no draw depends on "
+            f"the rank (resume_job.Job(sampler='global', dropout=0.0))")
     verify(path, state)
     if "weights" in omit:           # (the model's state dict is the parameters themselves)
         del state["model"]
@@ -113,7 +127,7 @@ def load(trainer, path: str | os.PathLike, omit: Iterable[str] = ()) -> None:
         set_optimizer_state_dict(trainer.model, trainer.optimizer, state["optim"])
     if "schedule" not in omit:
         trainer.scheduler.load_state_dict(state["schedule"])
-    rng = state[_rng_key(trainer.rank)]
+    rng = state.get(rng_key, {})
     if "torch RNG" not in omit:
         torch.set_rng_state(rng["torch"])
         if "cuda" in rng:

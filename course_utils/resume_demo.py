@@ -24,8 +24,9 @@ import numpy as np
 
 from course_utils import backend, checkpoint, resume_job
 
-__all__ = ["omission_worker", "resume_worker", "before_wrapping_worker",
-           "killed_while_saving_worker", "departures", "departure_table", "same_bits"]
+__all__ = ["omission_worker", "resume_worker", "resized_worker", "before_wrapping_worker",
+           "killed_while_saving_worker", "departures", "departure_table", "resized_runs",
+           "resized_table", "same_bits"]
 
 
 def _quiet() -> None:
@@ -67,6 +68,19 @@ def resume_worker(rank: int, world_size: int, job: resume_job.Job, path: str) ->
     loaded = resume_job.snapshot(trainer)
     losses = resume_job.train(trainer, job.steps)
     return {"loaded": loaded, "losses": losses, "final": resume_job.snapshot(trainer)}
+
+
+def resized_worker(rank: int, world_size: int, job: resume_job.Job, path: str) -> dict[str, Any]:
+    """A new job on ``world_size`` ranks resumed from ``path``, which a job of ``job``'s size
+    saved: the same global batch (``job.resized``), the per-rank generators left out
+    (``checkpoint.PER_RANK``: the saving ranks' are not this job's); its losses and final
+    weights."""
+    _quiet()
+    new = job.resized(world_size)
+    trainer = resume_job.fresh(new, rank, world_size)
+    checkpoint.load(trainer, path, omit=checkpoint.PER_RANK)
+    losses = resume_job.train(trainer, new.steps)
+    return {"losses": losses, "weights": resume_job.snapshot(trainer)["weights"]}
 
 
 def before_wrapping_worker(rank: int, world_size: int, job: resume_job.Job,
@@ -150,6 +164,45 @@ def departure_table(result: dict[str, Any], omits: Sequence[tuple[str, ...]],
         first = "none" if d["first"] is None else str(d["first"])
         lines.append(f"{', '.join(omit) or 'nothing':>31}   {first:>20}   {d['largest']:>25.2e}"
                      f"   {steps:>{len(last)}}")
+    return "\n".join(lines)
+
+
+def resized_runs(folder: str, save_at: int = 6, saved_by: int = 4,
+                 resumed_by: Sequence[int] = (2, 1), seed: int = 0,
+                 timeout_s: float = 180.0) -> list[dict[str, Any]]:
+    """For each of ``resume_job.SAMPLERS``: a run of ``saved_by`` ranks (global batch 8, no
+    dropout) saved at ``save_at`` into ``folder``, then resumed by each of ``resumed_by`` ranks
+    (:func:`resized_worker`); per resume, the largest relative loss difference from the
+    uninterrupted run and the largest weight difference at the end."""
+    import functools
+
+    from course_utils import launch
+
+    rows = []
+    for sampler in resume_job.SAMPLERS:
+        job = resume_job.Job(world_size=saved_by, rows=8 // saved_by, dropout=0.0,
+                             sampler=sampler, seed=seed)
+        path = os.path.join(folder, f"{sampler}_step_{save_at}")
+        [ref, *_] = launch.run(functools.partial(omission_worker, job=job, path=path,
+                                                 save_at=save_at), saved_by,
+                               timeout_s=timeout_s, threads_per_rank=1)
+        want = np.array(ref["uninterrupted"][save_at:])
+        for world in resumed_by:
+            [again, *_] = launch.run(functools.partial(resized_worker, job=job, path=path),
+                                     world, timeout_s=timeout_s, threads_per_rank=1)
+            rows.append({"sampler": sampler, "from": saved_by, "to": world,
+                         "loss": float(np.max(np.abs(np.array(again["losses"]) - want) / want)),
+                         "weights": max(float(np.max(np.abs(again["weights"][k] - w)))
+                                        for k, w in ref["weights"].items())})
+    return rows
+
+
+def resized_table(rows: list[dict[str, Any]]) -> str:
+    """:func:`resized_runs` as text."""
+    lines = [f"{'sampler':<12}{'ranks':>9}{'largest loss difference':>26}"
+             f"{'largest weight difference':>28}"]
+    lines += [f"{r['sampler']:<12}{r['from']:>4} -> {r['to']:<2}{r['loss']:>25.1e}"
+              f"{r['weights']:>28.1e}" for r in rows]
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ saves and loads).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import math
@@ -35,16 +36,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils import backend
-from course_utils.validate import check_int, check_real
+from course_utils.validate import check_int, check_real, one_of
 
-__all__ = ["Job", "Trainer", "Schedule", "fresh", "train", "snapshot", "reference_run", "digest",
-           "dataset", "build_model"]
+__all__ = ["SAMPLERS", "Job", "GlobalSampler", "Trainer", "Schedule", "fresh", "train",
+           "snapshot", "reference_run", "digest", "dataset", "build_model"]
+
+SAMPLERS = ("distributed", "global")
+"""``Job.sampler``: torch's ``DistributedSampler`` (rows dealt out by rank) or
+:class:`GlobalSampler` (each rank its slice of the global batch: resumable on other DP sizes)."""
 
 
 @dataclass(frozen=True)
 class Job:
     """A run's settings: ranks, data (``samples`` rows, ``rows`` per rank per step), model sizes,
-    ``steps`` optimizer steps, AdamW's ``lr`` with ``warmup`` steps, dropout and input noise."""
+    ``steps`` optimizer steps, AdamW's ``lr`` with ``warmup`` steps, dropout, input noise and
+    the ``sampler`` (one of :data:`SAMPLERS`; ``"global"`` needs ``dropout=0.0``)."""
 
     world_size: int = 2
     seed: int = 0
@@ -58,6 +64,7 @@ class Job:
     warmup: int = 3
     dropout: float = 0.25
     noise: float = 0.3
+    sampler: str = "distributed"
 
     def __post_init__(self) -> None:
         for name in ("world_size", "steps", "samples", "rows", "features", "hidden", "classes",
@@ -71,6 +78,21 @@ class Job:
         if self.samples // self.world_size < self.rows:
             raise ValueError(f"samples={self.samples} gives each of world_size={self.world_size} "
                              f"ranks fewer than rows={self.rows} rows per epoch")
+        one_of("sampler", self.sampler, dict.fromkeys(SAMPLERS))
+        if self.sampler == "global" and self.dropout:
+            raise ValueError(f"dropout must be 0.0 with sampler='global'; got {self.dropout!r} "
+                             "(dropout draws from each rank's torch generator, which depends "
+                             "on the number of ranks and cannot be resharded)")
+
+    def resized(self, world_size: int) -> "Job":
+        """The same run on ``world_size`` ranks: the same global batch (``rows x
+        world_size``), each rank taking its share."""
+        check_int("world_size", world_size)
+        if self.rows * self.world_size % world_size:
+            raise ValueError(f"world_size must divide the global batch of "
+                             f"{self.rows * self.world_size} rows; got {world_size}")
+        return dataclasses.replace(self, world_size=world_size,
+                                   rows=self.rows * self.world_size // world_size)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -90,6 +112,44 @@ class Schedule:
         if s < self.warmup:
             return (s + 1) / self.warmup
         return max(0.1, 1.0 - 0.9 * (s - self.warmup) / max(1, self.steps - self.warmup))
+
+
+class GlobalSampler:
+    """A sampler whose position is the job's, not the rank's: one permutation of all samples
+    per epoch (seeded by the job's seed and the epoch), cut into global batches of
+    ``global_batch`` rows; rank ``r`` of ``world_size`` takes rows ``[r b, (r + 1) b)`` of
+    each (``b = global_batch / world_size``). The same epoch and step give the same global
+    batch on any number of ranks, so a run resumed on another DP size sees the same samples
+    in the same order. (torch's ``DistributedSampler`` deals the permutation out rank by
+    rank, ``indices[rank::num_replicas]``: which rows a rank sees depends on the world size.)"""
+
+    def __init__(self, samples: int, global_batch: int, rank: int, world_size: int,
+                 seed: int) -> None:
+        if global_batch % world_size:
+            raise ValueError(f"world_size={world_size} must divide global_batch={global_batch}")
+        self.samples, self.global_batch, self.seed = samples, global_batch, seed
+        self.rank, self.world_size, self.epoch = rank, world_size, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        order = torch.randperm(self.samples, generator=torch.Generator().manual_seed(
+            self.seed * 1_000_003 + self.epoch)).tolist()
+        b = self.global_batch // self.world_size
+        for start in range(0, self.samples // self.global_batch * self.global_batch,
+                           self.global_batch):
+            yield from order[start + self.rank * b:start + (self.rank + 1) * b]
+
+
+def _sampler(job: Job, rank: int, world_size: int) -> Any:
+    """The job's sampler for ``rank``: torch's ``DistributedSampler`` or :class:`GlobalSampler`."""
+    if job.sampler == "global":
+        return GlobalSampler(job.samples, job.rows * world_size, rank, world_size, job.seed)
+    from torch.utils.data import DistributedSampler
+
+    return DistributedSampler(range(job.samples), num_replicas=world_size, rank=rank,
+                              shuffle=True, seed=job.seed, drop_last=True)
 
 
 def dataset(job: Job) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,7 +199,6 @@ def fresh(job: Job, rank: int, world_size: int) -> Trainer:
     built, sharded by ``fully_shard``, then the optimizer made over the sharded parameters."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.utils.data import DistributedSampler
 
     if world_size != job.world_size:
         raise ValueError(f"the job has {job.world_size} ranks; got world_size={world_size}")
@@ -148,17 +207,25 @@ def fresh(job: Job, rank: int, world_size: int) -> Trainer:
     fully_shard(model, mesh=init_device_mesh(backend.device().type, (world_size,)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, Schedule(job.warmup, job.steps))
-    sampler = DistributedSampler(range(job.samples), num_replicas=world_size, rank=rank,
-                                 shuffle=True, seed=job.seed, drop_last=True)
-    return Trainer(job, rank, model, optimizer, scheduler, sampler)
+    return Trainer(job, rank, model, optimizer, scheduler, _sampler(job, rank, world_size))
 
 
-def _batch(job: Job, data: tuple, order: list[int], position: int) -> tuple[torch.Tensor, ...]:
-    """The rows of one step and their augmentation: NumPy's noise, Python's masked feature."""
+def _batch(job: Job, data: tuple, order: list[int], position: int,
+           epoch: int = 0) -> tuple[torch.Tensor, ...]:
+    """The rows of one step and their augmentation: NumPy's noise and Python's masked feature
+    from the rank's generators; under ``sampler="global"`` from a generator of each sample's
+    own (seeded by the job's seed, the epoch and the sample), so that no rank's draws decide
+    another sample's."""
     idx = order[position * job.rows:(position + 1) * job.rows]
     x, y = data[0][idx].clone(), data[1][idx]                              # (rows, F), (rows,)
-    x += job.noise * torch.from_numpy(np.random.standard_normal(x.shape)).float()
-    x[:, random.randrange(job.features)] = 0.0
+    if job.sampler == "global":
+        for row, i in enumerate(idx):
+            gen = np.random.default_rng((job.seed, epoch, i))
+            x[row] += job.noise * torch.from_numpy(gen.standard_normal(job.features)).float()
+            x[row, int(gen.integers(job.features))] = 0.0
+    else:
+        x += job.noise * torch.from_numpy(np.random.standard_normal(x.shape)).float()
+        x[:, random.randrange(job.features)] = 0.0
     return backend.to_device(x), backend.to_device(y)
 
 
@@ -167,7 +234,7 @@ def train(trainer: Trainer, until: int) -> list[float]:
     job, data = trainer.job, dataset(trainer.job)
     losses = []
     while trainer.step < until:
-        x, y = _batch(job, data, list(trainer.sampler), trainer.position)
+        x, y = _batch(job, data, list(trainer.sampler), trainer.position, trainer.sampler.epoch)
         loss = F.cross_entropy(trainer.model(x), y)        # dropout draws from torch's generator
         loss.backward()
         trainer.optimizer.step()
@@ -257,15 +324,12 @@ def reference_run(job: Job, at: int | None = None) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=16)
 def _reference_run(job: Job, at: int | None) -> dict[str, Any]:
-    from torch.utils.data import DistributedSampler
-
     model = build_model(job)
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, Schedule(job.warmup, job.steps))
     d, data = job.world_size, dataset(job)
     streams = [_RankStreams(job, r) for r in range(d)]
-    samplers = [DistributedSampler(range(job.samples), num_replicas=d, rank=r, shuffle=True,
-                                   seed=job.seed, drop_last=True) for r in range(d)]
+    samplers = [_sampler(job, r, d) for r in range(d)]
     losses, epoch, position, state_at = [], 0, 0, None
     for step in range(job.steps + 1):
         if step == at:
@@ -277,7 +341,7 @@ def _reference_run(job: Job, at: int | None) -> dict[str, Any]:
         for r in range(d):                       # each rank's rows, noise, mask and dropout
             samplers[r].set_epoch(epoch)
             with streams[r]:
-                x, y = _batch(job, data, list(samplers[r]), position)
+                x, y = _batch(job, data, list(samplers[r]), position, epoch)
                 loss_r = F.cross_entropy(model(x), y)
             (loss_r / d).backward()                   # FSDP2 averages the ranks' gradients
             total += loss_r.item()

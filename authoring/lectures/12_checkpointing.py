@@ -226,6 +226,31 @@ print("predicted == measured on every rank:", all(
 print({layout: f"{resharded[0][layout]['loss']:.7f}" for layout in reshard.LAYOUTS})
 
 # %% [markdown]
+# **The data reshards too, or the run changes.** DCP reshards the model and the optimizer.
+# What else a checkpoint holds was made for one number of ranks: each rank's generators (saved
+# under a key per rank: a new rank 3 has none to load) and the sampler's partition. torch's
+# `DistributedSampler` deals each epoch's permutation out rank by rank
+# (`indices[self.rank : self.total_size : self.num_replicas]` in
+# `torch/utils/data/distributed.py`), so the rows rank 0 sees at step 7 depend on how many
+# ranks there are. torchtitan's data loader stores the world size and refuses another ("Data
+# loader resharding is not yet supported", its comment says). `resume_job.GlobalSampler` keys the position to the job instead: one
+# permutation per epoch, cut into global batches of fixed size, and each rank takes its slice
+# of the global batch; the input noise and the masked feature are drawn from a generator of
+# each sample's own. Saved at step 6 by 4 ranks (global batch 8, no dropout: dropout draws
+# from each rank's generator), resumed by 2 (`resume_demo.resized_worker`: the same global
+# batch, `checkpoint.load(..., omit=checkpoint.PER_RANK)`):
+
+# %%
+print(resume_demo.resized_table(resume_demo.resized_runs(workdir, resumed_by=(2,))))
+
+# %% [markdown]
+# With torch's sampler the resumed run is another run: other rows on each rank, other noise, a
+# loss up to 13 % away. With the global sampler it is the same run, up to the order in which
+# floats are added (the gradients now average over 2 ranks' sums of 4 rows, not 4 ranks' sums of
+# 2): a relative difference of about 1e-7. (`tests/test_checkpoint.py` checks 4 -> 2 and 4 -> 1,
+# two seeds.)
+
+# %% [markdown]
 # ## 4. A lost rank
 #
 # `torchrun` runs an **agent** on each node that starts the ranks and watches them. With
@@ -375,7 +400,10 @@ print(f"60 s stall: simulated vs Daly's model at most {np.max(abs(sim / exact - 
 # parameter its slices touch; with bf16 weights, the pieces' fp32 master copy too); and the
 # step. The gradient buffer is zeroed after each step: nothing to save. Neither is there for
 # the data: step `s` reads `MarkovCorpus.batch(s, ...)`. A first job trains 6 steps and saves
-# after 3; a new job (8 new processes) loads it and trains steps 3 to 5.
+# after 3; a new job (8 new processes) loads it and trains steps 3 to 5. Its keys name mesh
+# coordinates (`pp0.tp1.<name>`, `pp0.tp1.dp1.3.exp_avg`), not whole tensors with their
+# placements: this checkpoint resumes on the same mesh only. Resuming it on another mesh would
+# need each tensor saved under its name as a DTensor, as FSDP2's are in section 3.
 
 # %%
 plan3d = train3d.Plan(steps=6)
