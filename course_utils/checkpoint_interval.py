@@ -29,6 +29,7 @@ ends). :func:`save_cost_worker` measures both on real ranks.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from typing import Any
@@ -38,16 +39,20 @@ import numpy as np
 from course_utils.validate import check_int, check_real
 
 __all__ = ["waste", "expected_waste", "young_interval", "daly_interval", "simulate",
-           "save_cost_worker"]
+           "save_cost_worker", "async_save_worker"]
 
 
-def waste(tau: float, delta: float, mtbf: float, restart: float = 0.0) -> float:
-    """First-order time lost per unit of useful training: ``delta / tau + (tau / 2 + restart) /
-    mtbf`` (all in the same unit of time)."""
+def waste(tau: float, delta: float, mtbf: float, restart: float = 0.0,
+          write: float = 0.0) -> float:
+    """First-order time lost per unit of useful training: ``delta / tau + (tau / 2 + write +
+    restart) / mtbf`` (all in the same unit of time). ``write``: how long a save stays not yet
+    durable after the stall ends (an ``async_save``'s background write): a failure then rolls
+    back to the save before, so the redone work is ``tau / 2 + write`` on average."""
     for name, value in (("tau", tau), ("delta", delta), ("mtbf", mtbf)):
         check_real(name, value)
     check_real("restart", restart, 0, strict=False)
-    return delta / tau + (tau / 2 + restart) / mtbf
+    check_real("write", write, 0, strict=False)
+    return delta / tau + (tau / 2 + write + restart) / mtbf
 
 
 def young_interval(delta: float, mtbf: float) -> float:
@@ -156,3 +161,87 @@ def save_cost_worker(rank: int, world_size: int, path: str, numel: int = 1_000_0
     return {"bytes": sum(t.to_local().numel() * 4 for t in state.values()),
             "sync": statistics.median(sync), "async_blocked": statistics.median(blocked),
             "async_total": statistics.median(total), "load": statistics.median(loads)}
+
+
+def async_save_worker(rank: int, world_size: int, path: str, numel: int = 2_000_000,
+                      write_s: float = 0.5) -> dict[str, Any]:
+    """Collective: what ``dcp.async_save``'s return means, measured on a sharded state of
+    ``numel`` float32 weights + Adam's two moments, written to storage that takes ``write_s``
+    seconds more per rank (a ``FileSystemWriter`` that waits before writing: slow storage).
+
+    Returns ``state_bytes`` (this rank's), ``staged_bytes`` (the tensors of the copy that
+    DCP's ``DefaultStager`` hands the writer, none sharing memory with the state),
+    ``resident_growth`` (how much this process's resident memory grew meanwhile), ``stalled_s`` (until it returns), ``durable_at_return``
+    (whether ``checkpoint.verify`` accepts the folder then: a failure now would lose it),
+    ``next_save_waits_s`` (a next save waits for this one first, as torchtitan's
+    ``CheckpointManager._async_wait`` does: the rest of the write), ``durable_after`` and
+    ``holds_values_at_save`` (the weights changed in place after the return; the checkpoint
+    has the values at the save)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from course_utils import backend, checkpoint
+
+    check_int("numel", numel)
+    check_real("write_s", write_s, 0, strict=False)
+
+    class SlowStorage(FileSystemWriter):
+        def write_data(self, plan, planner):
+            time.sleep(write_s)
+            return super().write_data(plan, planner)
+
+    class CountingStager(DefaultStager):       # async_save's own default, counted
+        copied = 0
+
+        def stage(self, state_dict):
+            out = super().stage(state_dict)
+            mine = {v.to_local().untyped_storage().data_ptr() for v in state.values()}
+            for v in out.values():
+                local = v.to_local() if hasattr(v, "to_local") else v
+                if local.untyped_storage().data_ptr() not in mine:
+                    self.copied += local.numel() * local.element_size()
+            return out
+
+    def durable() -> bool:
+        try:
+            checkpoint.verify(path)
+        except checkpoint.CheckpointError:
+            return False
+        return True
+
+    def resident() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    mesh = init_device_mesh(backend.device().type, (world_size,))
+    gen = torch.Generator().manual_seed(rank)
+    state = {name: distribute_tensor(torch.randn(numel, generator=gen), mesh, [Shard(0)])
+             for name in ("weights", "exp_avg", "exp_avg_sq")}
+    group = backend.new_group()
+    before = resident()
+    t0 = time.perf_counter()
+    stager = CountingStager(StagingOptions(False, False, False, False))
+    future = dcp.async_save(state, storage_writer=SlowStorage(path), process_group=group,
+                            async_stager=stager)
+    stalled = time.perf_counter() - t0
+    growth = resident() - before
+    at_return = durable()
+    for t in state.values():            # training goes on, changing the weights in place
+        t.to_local().add_(1.0)
+    t1 = time.perf_counter()
+    future.result()                     # the next save waits for this one first
+    waited = time.perf_counter() - t1
+    torch.distributed.barrier()
+    back = {k: torch.zeros_like(v) for k, v in state.items()}
+    dcp.load(back, checkpoint_id=path)
+    same = all(torch.equal(back[k].to_local() + 1.0, state[k].to_local()) for k in state)
+    stager.close()
+    torch.distributed.destroy_process_group(group)
+    return {"state_bytes": sum(t.to_local().numel() * 4 for t in state.values()),
+            "staged_bytes": stager.copied, "resident_growth": growth, "stalled_s": stalled, "durable_at_return": at_return,
+            "next_save_waits_s": waited, "durable_after": durable(),
+            "holds_values_at_save": same}

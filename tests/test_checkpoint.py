@@ -124,6 +124,26 @@ def test_a_run_resumed_on_another_dp_size_sees_the_same_samples(tmp_path, seed):
                    threads_per_rank=1, show_output=False)
 
 
+def test_an_async_save_is_durable_only_when_its_write_ends(tmp_path):
+    """2 ranks, 12 MB of state each, storage 0.5 s slow: when async_save returns, the folder is
+    refused (a failure then loses it); the next save waits for the write; the staged copy is
+    the rank's whole state in memory of its own; the checkpoint holds the values at the save
+    although training changed them in place. First order, the write adds to the redone work."""
+    out = launch.run(functools.partial(checkpoint_interval.async_save_worker,
+                                       path=str(tmp_path / "async")), 2, timeout_s=120,
+                     threads_per_rank=1)
+    for r in out:
+        assert r["staged_bytes"] == r["state_bytes"] == 3 * 1_000_000 * 4
+        assert r["resident_growth"] >= 0.9 * r["state_bytes"]
+        assert not r["durable_at_return"] and r["durable_after"] and r["holds_values_at_save"]
+        assert r["next_save_waits_s"] >= 0.4 > r["stalled_s"]
+    w = checkpoint_interval.waste
+    assert w(300.0, 5.0, 1e4, 60.0, write=50.0) - w(300.0, 5.0, 1e4, 60.0) == pytest.approx(
+        50.0 / 1e4)
+    with pytest.raises(ValueError, match="write"):
+        w(300.0, 5.0, 1e4, write=-1.0)
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_resharding_reads_and_writes_the_predicted_bytes(tmp_path, world):
     out = launch.run(functools.partial(reshard.reshard_worker, path=str(tmp_path / "mlp")), world,
