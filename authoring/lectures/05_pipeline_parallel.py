@@ -35,10 +35,11 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import backward_split as bs
-from course_utils import launch, llama_shapes, style
+from course_utils import fiw_times, launch, llama_shapes, style
 from course_utils import pipeline_parallel as pp
 from course_utils import pipeline_pictures as pics
 from course_utils import pipeline_schedule as ps
+from course_utils import post_validation
 from course_utils import zero_bubble as zb
 from course_utils import zero_bubble_parallel as zbp
 from course_utils.widgets.pipeline_timeline import PipelineTimeline
@@ -279,7 +280,8 @@ print("FLOPs of one (5 x 16) -> 8 layer:", bs.matmul_flops(5, 16, 8))
 # * **ZBV** (Qi et al., section 6; torch's `ScheduleZBVZeroBubble`) gives each rank two chunks in
 #   a V: rank r holds stages r and 2P - 1 - r, so rank 0 holds both the first and the last.
 # * **DualPipeV** is DeepSeek's DualPipe (DeepSeek-V3 technical report, section 3.2.1) cut in
-#   half onto the same V (the DualPipe repository's README; torch's `ScheduleDualPipeV`). In its
+#   half onto the same V, a procedure Sea AI Lab introduced as "Cut-in-half" (a blog post the
+#   DualPipe repository's README credits; torch's `ScheduleDualPipeV`). In its
 #   steady phase a rank runs a forward of one chunk and a whole backward of the other as a pair.
 #   DeepSeek overlaps the pair's computation with its communication. Torch runs the two halves
 #   one after the other, and so do we here.
@@ -396,6 +398,42 @@ print("ZBV, F = I = W, P = 4, m = 4 to 7: " + ", ".join(f"{x:.1%}" for x in zbv_
 # almost half the step. ZBV needs more than P: each microbatch short of 2P - 1 leaves one
 # forward's time idle on every rank, so it reaches zero only at m = 7 on 4 ranks (at m = 3 on
 # 2).
+#
+# ### F = I = W holds for a linear layer, not for a transformer layer
+#
+# For one linear layer, F, I and W are each one matrix product of the same size, so equal
+# times are a fair model. A transformer layer also multiplies activations by activations: the
+# attention scores q k^T and their product with v. These have no weights, so they add to F
+# (two products) and to I (four: the gradients of q, k, v and of the scores), and nothing to
+# W; norms, softmax and the activation function have no weights either. `fiw_times.Layer` is
+# a pre-norm layer (width 256, 4 heads, 512 tokens) with its attention written out as matrix
+# products, and `fiw_times.layer_flops` counts its products (`tests/test_fiw_times.py` checks
+# the count against `torch.utils.flop_counter.FlopCounterMode`). The schedules, run with times
+# in proportion to those counts:
+
+# %%
+flops = fiw_times.layer_flops(hidden=256, seq=512, heads=4)
+print({k: f"{v / flops['W']:.2f} x W" for k, v in flops.items()})
+print(fiw_times.compare_table(flops, p=4, m=8))
+
+# %% [markdown]
+# And the same layer timed on this machine (one thread; I and W as torch's pipeline runs them,
+# `stage_backward_input` and `stage_backward_weight`). The times differ from machine to machine;
+# on the one that built this notebook, I came out longer than F and W shorter, further apart
+# than the counts, because the weightless norm, softmax and GELU add their backward to I:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+measured = fiw_times.measure_fiw(hidden=256, seq=512, heads=4)
+print({k: f"{measured[k] * 1e3:.1f} ms" for k in "FIW"})
+print(fiw_times.compare_table(measured, p=4, m=8))
+
+# %% [markdown]
+# 1F1B does not change (it never splits B). The zero-bubble schedules lose part of their gain:
+# I is on the critical path and longer than the model says, and W is too short to fill the
+# gaps it was meant to fill. ZBV's zero holds only at equal times. The longer the sequence
+# against the width, the larger I gets against W (`benchmarks/fiw_times.py --seq 2048
+# --hidden 128`).
 #
 # ### Try it: the schedule explorer
 #
@@ -641,8 +679,8 @@ for name, row in zb_measured.items():
 #
 # **The optimizer's global check.** The "no check" columns earlier assumed that a rank may start
 # its next step as soon as its own work is done. Most training setups do not allow that. Clipping
-# needs the gradient norm over all stages, and mixed precision needs a check for inf and NaN
-# over all stages. Both are an all-reduce before the optimizer step, so every rank waits for the
+# needs the gradient norm over all stages, and fp16 training with a loss scaler needs a check
+# for inf and NaN over all stages. Both are an all-reduce before the optimizer step, so every rank waits for the
 # slowest one's last W. For ZBV that wait was the whole bubble: 5.9 % with the check, 0 %
 # without. Qi et al. (section 4) remove the wait with *post-validation*. The partial norm
 # travels forward from stage to stage. Each stage steps at once with the clipping factor its
@@ -665,7 +703,36 @@ for max_norm in (1e6, 1e-3):
 # %% [markdown]
 # Under the threshold nobody rolls back. Over it, every stage but the last used a partial norm
 # that was too small and redoes its step. Either way the weights are the ones the in-order check
-# gives. The price is a kept copy of the weights, and a second step after each rollback.
+# gives. The price here is a kept copy of the weights, and a second step after each rollback.
+#
+# **Rolling back AdamW in place.** Qi et al.'s code keeps no copy. A stage steps early only
+# while the norm summed so far needs no clipping (`can_local_step` in their Megatron fork); if
+# the whole norm then says it did, the stage inverts its AdamW step in place
+# (`rollback_adamw`, `megatron/core/optimizer/zbpp_optimizer_helper.py`): the update is
+# recomputed from the new moments, p = (p' + lr m_hat / (sqrt(v_hat) + eps)) / (1 - lr wd), each
+# moment is un-updated with the gradient, m = (m' - (1 - b1) g) / b1 and likewise v, and the step
+# count goes back by one. No copy is kept, but the gradient must stay until the check arrives,
+# and the inverse is exact only up to rounding. (Their `--enable-exactly-numeric-match` keeps a
+# copy of the weights and both moments instead.) `post_validation.post_validation_run` does
+# both on 4 stages, 3 AdamW steps, with a threshold every step exceeds, against
+# `clip_grad_norm_` + `torch.optim.AdamW` in one process (`post_validation.adamw_step` is
+# torch's AdamW op for op, equal bit for bit; a third way keeps the early step and never
+# rolls back):
+
+# %%
+pv = post_validation.post_validation_run(p=4, steps=3, max_norm=0.12)
+for way, r in pv["ways"].items():
+    print(f"{way:12s} rollbacks {r['rollbacks']}   largest |w - reference| "
+          f"{r['max_abs_diff']:.1e}   bytes kept for rolling back {r['extra_bytes']:,}")
+
+# %% [markdown]
+# The kept copy ends equal to the reference bit for bit, at 12 bytes per fp32 parameter it
+# copies; the inverse ends about 3e-8 away with no copy; not rolling back leaves the weights
+# 1e-3 away after three steps. The course's SGD version above keeps the copy: it is exact,
+# and its weights are tiny. Which global check a step needs depends on the precision: clipping
+# always needs the norm; the inf/NaN check belongs to fp16 with a loss scaler
+# (`torch.amp.GradScaler`, made for float16), and bf16 training usually runs without one
+# (Megatron's optimizer sets no grad scaler for bf16), leaving only the norm.
 #
 # ## Smaller microbatches run less efficiently
 #
