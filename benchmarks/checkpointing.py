@@ -1,5 +1,6 @@
-"""Module 12's figures: save and load times (dcp.save vs dcp.async_save), the resharding bytes,
-and the lost-rank run's timeline.
+"""Module 12's figures: save and load times (dcp.save vs dcp.async_save), what async_save's
+return means, a resume on another DP size, the resharding bytes, and the lost-rank run's
+timeline.
 
 Run: .venv/bin/python benchmarks/checkpointing.py [--numel N] [--repeats R]
 """
@@ -44,6 +45,15 @@ def main() -> None:
                    timeout_s=300, threads_per_rank=1)
         print(f"a new 2-rank job that loads the step-6 checkpoint and trains 6 steps: "
               f"{time.perf_counter() - t0:.2f} s (launch included)")
+        facts = launch.run(functools.partial(checkpoint_interval.async_save_worker,
+                                             path=f"{folder}/async"), 2, timeout_s=300,
+                           threads_per_rank=1)[0]
+        print(f"async_save, {facts['state_bytes'] / 1e6:.0f} MB a rank, storage 0.5 s slow: "
+              f"stalled {facts['stalled_s'] * 1e3:.0f} ms; durable at return "
+              f"{facts['durable_at_return']}; the next save waited "
+              f"{facts['next_save_waits_s']:.2f} s; staged {facts['staged_bytes'] / 1e6:.0f} MB,"
+              f" resident memory +{facts['resident_growth'] / 1e6:.1f} MB")
+        print(resume_demo.resized_table(resume_demo.resized_runs(folder)))
         out = launch.run(functools.partial(reshard.reshard_worker, path=f"{folder}/mlp"), 4,
                          timeout_s=300, threads_per_rank=1)
         print(reshard.table(out))
