@@ -23,7 +23,7 @@ order. :func:`node_worker` logs its events (start, steps, saves, load, kill) wit
 times to a file per rank and attempt, which outlives the process; :func:`summary` reads them.
 
 The same worker under the ``torchrun`` command, two shells on one machine (the second is killed
-with its rank at step 5)::
+with its rank in step 3)::
 
     torchrun --nnodes 1:2 --nproc-per-node 1 --max-restarts 1 --rdzv-backend c10d \\
         --rdzv-endpoint 127.0.0.1:29411 --rdzv-conf is_host=1,last_call_timeout=1 \\
@@ -58,10 +58,10 @@ class Plan:
     (``_sanitize`` in ``torch/distributed/elastic/rendezvous/dynamic_rendezvous.py``; torchrun's
     defaults are 5 s x 3 and a last call of 30 s)."""
 
-    steps: int = 10
+    steps: int = 6
     every: int = 2
-    step_s: float = 0.2
-    kill_step: int = 5
+    step_s: float = 0.1
+    kill_step: int = 3
     last_call_s: int = 1
     keep_alive_s: int = 1
     keep_alive_attempts: int = 2
@@ -172,8 +172,10 @@ def _node(folder: str, name: str, port: int, plan_fields: dict) -> None:
         start_method="fork", logs_specs=DefaultLogsSpecs(log_dir=os.path.join(folder,
                                                                               f"logs_{name}")))
     results = elastic_launch(config, node_worker)(folder, plan_fields)
-    with open(os.path.join(folder, f"result_{name}.json"), "w") as f:
+    with open(os.path.join(folder, f"result_{name}.part"), "w") as f:
         json.dump({str(k): v for k, v in results.items()}, f)
+    os.replace(os.path.join(folder, f"result_{name}.part"),       # (whole, or not there)
+               os.path.join(folder, f"result_{name}.json"))
 
 
 def _free_port() -> int:
@@ -204,9 +206,13 @@ def run(plan: Plan = Plan(), timeout_s: float = 180.0) -> dict[str, Any]:
         for name in NODES:
             agents.append(ctx.Process(target=_node, args=(folder, name, port, asdict(plan))))
             agents[-1].start()
-        agents[0].join(timeout_s)
-        if agents[0].exitcode is None:
-            raise TimeoutError(f"the lost-node job did not finish in {timeout_s:g} s; stopped")
+        result, deadline = os.path.join(folder, "result_a.json"), time.monotonic() + timeout_s
+        while not os.path.exists(result) and agents[0].exitcode is None:  # (not the agent's
+            if time.monotonic() > deadline:                                # own shutdown)
+                raise TimeoutError(f"the lost-node job did not finish in {timeout_s:g} s; "
+                                   "stopped")
+            time.sleep(0.05)
+        agents[0].join(10)
         if agents[0].exitcode != 0:
             with open(os.path.join(folder, "agent_a.log"), errors="replace") as f:
                 tail = f.read().splitlines()[-15:]

@@ -173,27 +173,32 @@ def resized_runs(folder: str, save_at: int = 6, saved_by: int = 4,
     """For each of ``resume_job.SAMPLERS``: a run of ``saved_by`` ranks (global batch 8, no
     dropout) saved at ``save_at`` into ``folder``, then resumed by each of ``resumed_by`` ranks
     (:func:`resized_worker`); per resume, the largest relative loss difference from the
-    uninterrupted run and the largest weight difference at the end."""
+    uninterrupted run and the largest weight difference at the end. One launch per world size
+    (``pipeline_parallel.jobs_worker``), the samplers one after the other in it."""
     import functools
 
     from course_utils import launch
+    from course_utils.pipeline_parallel import jobs_worker
 
+    jobs = {sampler: resume_job.Job(world_size=saved_by, rows=8 // saved_by, dropout=0.0,
+                                    sampler=sampler, seed=seed)
+            for sampler in resume_job.SAMPLERS}
+    paths = {sampler: os.path.join(folder, f"{sampler}_step_{save_at}") for sampler in jobs}
+    [saved, *_] = launch.run(functools.partial(jobs_worker, jobs=[
+        (omission_worker, dict(job=job, path=paths[s], save_at=save_at))
+        for s, job in jobs.items()]), saved_by, timeout_s=timeout_s, threads_per_rank=1)
+    resumed = {world: launch.run(functools.partial(jobs_worker, jobs=[
+        (resized_worker, dict(job=job, path=paths[s])) for s, job in jobs.items()]),
+        world, timeout_s=timeout_s, threads_per_rank=1)[0] for world in resumed_by}
     rows = []
-    for sampler in resume_job.SAMPLERS:
-        job = resume_job.Job(world_size=saved_by, rows=8 // saved_by, dropout=0.0,
-                             sampler=sampler, seed=seed)
-        path = os.path.join(folder, f"{sampler}_step_{save_at}")
-        [ref, *_] = launch.run(functools.partial(omission_worker, job=job, path=path,
-                                                 save_at=save_at), saved_by,
-                               timeout_s=timeout_s, threads_per_rank=1)
-        want = np.array(ref["uninterrupted"][save_at:])
+    for k, sampler in enumerate(jobs):
+        want = np.array(saved[k]["uninterrupted"][save_at:])
         for world in resumed_by:
-            [again, *_] = launch.run(functools.partial(resized_worker, job=job, path=path),
-                                     world, timeout_s=timeout_s, threads_per_rank=1)
+            again = resumed[world][k]
             rows.append({"sampler": sampler, "from": saved_by, "to": world,
                          "loss": float(np.max(np.abs(np.array(again["losses"]) - want) / want)),
-                         "weights": max(float(np.max(np.abs(again["weights"][k] - w)))
-                                        for k, w in ref["weights"].items())})
+                         "weights": max(float(np.max(np.abs(again["weights"][name] - w)))
+                                        for name, w in saved[k]["weights"].items())})
     return rows
 
 

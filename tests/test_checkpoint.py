@@ -185,8 +185,8 @@ def test_a_lost_rank_is_restarted_by_torchruns_agent_and_ends_where_it_would_hav
 
 def test_a_lost_node_is_left_out_and_the_job_goes_on_with_the_other():
     """Two torchrun agents (two "nodes", c10d rendezvous, 1 to 2 nodes); node b's agent and
-    rank are killed together at step 5; node a's agent starts a round without b once b's
-    heartbeat has lapsed, and its one rank resumes from step 4 with the same global batch:
+    rank are killed together in step 3; node a's agent starts a round without b once b's
+    heartbeat has lapsed, and its one rank resumes from step 2 with the same global batch:
     every later loss equals the uninterrupted run's within float reduction order. Nothing of
     either node is left running."""
     import psutil
@@ -194,8 +194,8 @@ def test_a_lost_node_is_left_out_and_the_job_goes_on_with_the_other():
     plan = lost_node.Plan()
     out = lost_node.run(plan, timeout_s=240)
     assert out["worlds"] == [(0, 2), (1, 1)]
-    assert (out["kill"]["node"], out["kill"]["step"], out["resumed_from"]) == ("b", 5, 4)
-    assert out["redone"] == 2 and len(out["losses"]) == plan.steps - 4
+    assert (out["kill"]["node"], out["kill"]["step"], out["resumed_from"]) == ("b", 3, 2)
+    assert out["redone"] == 2 and len(out["losses"]) == plan.steps - 2
     assert out["largest_difference"] < 1e-6
     assert out["restart_s"] > plan.keep_alive_s      # (b is dead only once its heartbeat lapses)
     assert len(out["pids"]) == 5                      # 2 agents, a's 2 ranks, b's rank

@@ -307,7 +307,7 @@ plt.show()
 # one agent per node; when a node goes silent, the agents left start a new round without it,
 # and the job goes on with fewer ranks. `lost_node.run` starts two agents on this machine as two
 # nodes (node a hosts the rendezvous store), one rank each, and kills node b's agent and rank
-# together in step 5. The job is the global-sampler run of section 3 (global batch 8), saved
+# together in step 3. The job is the global-sampler run of section 3 (global batch 8), saved
 # every 2 steps, so one rank resumes it with the same batches:
 
 # %%
