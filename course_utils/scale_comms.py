@@ -20,6 +20,7 @@ way between neighbouring stages.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections import defaultdict
 from typing import Any
@@ -158,6 +159,17 @@ def _trace(model: str, tp: int, pp: int, dp: int, n_layers: int, batch: int,
     return summarize(log.calls, axis_names(mesh))
 
 
+@functools.lru_cache(maxsize=128)
+def _traced(model: str, tp: int, pp: int, dp: int, pp_coord: int, tp_coord: int, layers: int,
+            *rest: Any) -> dict[tuple[str, str], list[float]]:
+    """:func:`_trace` on the fake rank at DP coordinate 0 of (``pp_coord``, ``tp_coord``): the
+    ranks of one (PP, TP) position run the same collectives on the same buffers, whatever their
+    DP coordinate (FSDP2 pads uneven shards to the same size; ``tests/test_scale.py`` compares
+    every real rank with it), so one trace per position serves them all (kept per process)."""
+    rank = (pp_coord * dp) * tp + tp_coord
+    return backend.fake_job(rank, tp * pp * dp, _trace, model, tp, pp, dp, layers, *rest)
+
+
 def trace_step(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
                batch: int = 1, seq: int = 4096, full: bool = False,
                mixed: bool = True, tp_plan: str = "per_linear",
@@ -181,10 +193,11 @@ def trace_step(model: str, tp: int = 1, pp: int = 1, dp: int = 1, rank: int = 0,
     s = llama_shapes.shape(model)
     coords = scale_memory.mesh_coords(rank, tp, pp, dp)
     n = len(llama_shapes.stage_layers(s.layers, pp, coords["pp"]))
+
     def traced(layers: int) -> dict:
-        return backend.fake_job(rank, tp * pp * dp, _trace, model, tp, pp, dp, layers, batch,
-                                seq, mixed, tp_plan, reduce_dtype, microbatches,
-                                reshard_after_forward)
+        return {key: list(v) for key, v in _traced(
+            model, tp, pp, dp, coords["pp"], coords["tp"], layers, batch, seq, mixed, tp_plan,
+            reduce_dtype, microbatches, reshard_after_forward).items()}
 
     if full or n <= 1:
         rows, n_traced = traced(n), n
