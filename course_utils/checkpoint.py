@@ -31,7 +31,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
-__all__ = ["PRELOAD", "PIECES", "PER_RANK", "CheckpointError", "state_to_save", "save", "load", "verify",
+__all__ = ["PRELOAD", "PIECES", "PER_RANK", "CheckpointError", "state_to_save", "save", "load",
+           "verify",
            "latest", "step_folder", "file_bytes", "job_folder"]
 
 PRELOAD = ("torch.distributed.checkpoint", "torch.distributed.checkpoint.state_dict",

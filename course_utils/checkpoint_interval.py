@@ -171,7 +171,8 @@ def async_save_worker(rank: int, world_size: int, path: str, numel: int = 2_000_
 
     Returns ``state_bytes`` (this rank's), ``staged_bytes`` (the tensors of the copy that
     DCP's ``DefaultStager`` hands the writer, none sharing memory with the state),
-    ``resident_growth`` (how much this process's resident memory grew meanwhile), ``stalled_s`` (until it returns), ``durable_at_return``
+    ``resident_growth`` (how much this process's resident memory grew meanwhile),
+    ``stalled_s`` (until it returns), ``durable_at_return``
     (whether ``checkpoint.verify`` accepts the folder then: a failure now would lose it),
     ``next_save_waits_s`` (a next save waits for this one first, as torchtitan's
     ``CheckpointManager._async_wait`` does: the rest of the write), ``durable_after`` and
@@ -242,6 +243,7 @@ def async_save_worker(rank: int, world_size: int, path: str, numel: int = 2_000_
     stager.close()
     torch.distributed.destroy_process_group(group)
     return {"state_bytes": sum(t.to_local().numel() * 4 for t in state.values()),
-            "staged_bytes": stager.copied, "resident_growth": growth, "stalled_s": stalled, "durable_at_return": at_return,
+            "staged_bytes": stager.copied, "resident_growth": growth, "stalled_s": stalled,
+            "durable_at_return": at_return,
             "next_save_waits_s": waited, "durable_after": durable(),
             "holds_values_at_save": same}

@@ -2,9 +2,10 @@
 
 :func:`real_rank_worker` runs on real gloo (or NCCL) ranks through ``launch.run``: it shards a
 small Llama-shaped model exactly as ``scale_memory.shard_stage`` does, runs a step's forwards
-and backwards (one microbatch, or several with gradients accumulated) while :class:`scale_comms.CollectiveLog` records every collective, and returns the
-bytes its sharded tensors hold (the gradients measured after the backward, as distinct
-storages) and its collectives by mesh axis. :func:`simulated` computes the same for a rank
+and backwards (one microbatch, or several with gradients accumulated) while
+:class:`scale_comms.CollectiveLog` records every collective, and returns the bytes its sharded
+tensors hold (the gradients measured after the backward, as distinct storages) and its
+collectives by mesh axis. :func:`simulated` computes the same for a rank
 from the fake process group; :func:`compare` lists every difference (none expected).
 
 Run it on any number of ranks (DP over all of them) with::

@@ -31,8 +31,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from course_utils import backend, llama_shapes, scale_memory, zero
 from course_utils.validate import check_int
 
-__all__ = ["KINDS", "CollectiveLog", "one_step", "accumulate", "summarize", "axis_names", "trace_step",
-           "course_comms", "sent_bytes"]
+__all__ = ["KINDS", "CollectiveLog", "one_step", "accumulate", "summarize", "axis_names",
+           "trace_step", "course_comms", "sent_bytes"]
 
 KINDS = {"_allgather_base_": "all_gather", "all_gather_into_tensor": "all_gather",
          "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",

@@ -13,7 +13,8 @@ from typing import Any
 from course_utils import llama_shapes, memory, scale_comms, scale_memory
 
 __all__ = ["LESSON", "PUBLISHED", "lesson_rows", "lesson_table", "draw_lesson", "comm_rows",
-           "comm_table", "plan_rows", "plan_table", "STEP_SETTINGS", "step_rows", "step_table", "job_rows", "job_table", "rss_mb"]
+           "comm_table", "plan_rows", "plan_table", "STEP_SETTINGS", "step_rows", "step_table",
+           "job_rows", "job_table", "rss_mb"]
 
 # The lesson's figures (GB), for N = 7e9 on 8 GPUs and 70e9 on TP 4 x PP 2 x DP 4.
 LESSON = {"DDP": 112.0, "ZeRO-1": 38.5, "ZeRO-2": 26.25, "ZeRO-3": 14.0, "70B 3-D": 35.0}
@@ -160,7 +161,8 @@ def step_rows(model: str, tp: int, pp: int, dp: int, rank: int = 0, microbatches
                                            reshard_after_forward=reshard)["rows"])
         pp_sent = scale_comms.course_comms(model, tp, pp, dp, rank, batch, seq).get(("pp", "send"))
         if pp_sent:
-            sends = (rank // (tp * dp) > 0) + (rank // (tp * dp) < pp - 1)
+            stage = scale_memory.mesh_coords(rank, tp, pp, dp)["pp"]
+            sends = (stage > 0) + (stage < pp - 1)
             rows[("pp", "send")] = {"calls": m * sends, "sent": m * pp_sent}
         for key, v in rows.items():
             out.setdefault(key, [(0, 0.0)] * len(STEP_SETTINGS))[k] = (v["calls"],

@@ -247,17 +247,18 @@ def test_each_tp_plan_on_real_ranks_equals_one_process():
             assert r["collectives"] == want[plan], (plan, r["collectives"])
 
 
-@pytest.mark.parametrize("tp,pp,dp,step", [(2, 2, 2, {}), (1, 1, 8, {}),
+@pytest.mark.parametrize("tp,pp,dp,step", [(2, 2, 2, {}), (1, 1, 8, {}), (2, 2, 3, {}),
                                            (2, 2, 2, {"microbatches": 3}),
                                            (2, 2, 2, {"microbatches": 3,
                                                       "reshard_after_forward": False})])
 def test_real_gloo_ranks_equal_the_simulation(tp, pp, dp, step):
-    """8 real ranks: each rank's weights, measured gradients, AdamW state and collectives (count
-    and bytes per axis) equal the fake process group's for that rank, for one microbatch and
-    for a step of three (gradients accumulated, with and without resharding after forward)."""
+    """8 or 12 real ranks: each rank's weights, measured gradients, AdamW state and collectives
+    (count and bytes per axis) equal the fake process group's for that rank, for one microbatch
+    and for a step of three (gradients accumulated, with and without resharding after
+    forward); DP 3 and DP 8 make the shards uneven."""
     real, sims, differences = scale_check.check(tp, pp, dp, **step)
     assert differences == []
-    assert len(real) == 8 and all(r["rows"] for r in real)
+    assert len(real) == tp * pp * dp and all(r["rows"] for r in real)
     if dp == 8:  # vocabulary 100 over 8 ranks: the last ranks hold less
         assert real[0]["optimizer"] > real[7]["optimizer"]
         assert real[0]["weights"] == real[7]["weights"]

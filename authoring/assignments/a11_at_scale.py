@@ -185,15 +185,15 @@ None
 # ## Q3. One step's traffic per axis (3 points)
 #
 # One forward and backward of one sequence of 4096 tokens through rank 0's stage (the first):
-# one microbatch, not a whole step of several (lecture 11, section 2), as lecture 11 traced
-# it with FSDP2's default resharding: FSDP2 gathers bf16 weights (2 bytes) and reduces bf16 gradients, the
-# activations are bf16. The TP plan is lecture 11's `per_linear` (`llama_shapes.apply_tp`): it
-# all-reduces each row-parallel output (o, w2) in forward and each column-parallel linear's
-# input gradient (q, k, v, w1, w3, each its own) in backward, and the embedding's output in
-# forward (not the `block` plan, whose shared inputs all-reduce once per half-layer); FSDP2 gathers every layer before its forward and again
-# before its backward, but keeps the root's own weights (the embedding) gathered between them.
-# A ring sends 2(g-1)/g of an all-reduce's buffer and (g-1)/g of an all-gather's output over
-# a group of g ranks.
+# one microbatch, not a whole step of several (lecture 11, section 2), as lecture 11 traced it
+# with FSDP2's default resharding: FSDP2 gathers bf16 weights (2 bytes) and reduces bf16
+# gradients, the activations are bf16. The TP plan is lecture 11's `per_linear`
+# (`llama_shapes.apply_tp`): it all-reduces each row-parallel output (o, w2) in forward and each
+# column-parallel linear's input gradient (q, k, v, w1, w3, each its own) in backward, and the
+# embedding's output in forward (not the `block` plan, whose shared inputs all-reduce once per
+# half-layer); FSDP2 gathers every layer before its forward and again before its backward, but
+# keeps the root's own weights (the embedding) gathered between them. A ring sends 2(g-1)/g of
+# an all-reduce's buffer and (g-1)/g of an all-gather's output over a group of g ranks.
 #
 # *Practice (not graded)*: Llama 7B on TP 4 x PP 4 x DP 3, rank 0. Set `practice_tp_calls`
 # (TP all-reduces), `practice_tp_gb` (GB rank 0 sends in them) and `practice_dp_gather_gb`

@@ -678,16 +678,16 @@ for name, row in zb_measured.items():
 # place, and one tensor serves both. (`tests/test_zero_bubble.py` asserts each count.)
 #
 # **The optimizer's global check.** The "no check" columns earlier assumed that a rank may start
-# its next step as soon as its own work is done. Most training setups do not allow that. Clipping
-# needs the gradient norm over all stages, and fp16 training with a loss scaler needs a check
-# for inf and NaN over all stages. Both are an all-reduce before the optimizer step, so every rank waits for the
-# slowest one's last W. For ZBV that wait was the whole bubble: 5.9 % with the check, 0 %
-# without. Qi et al. (section 4) remove the wait with *post-validation*. The partial norm
-# travels forward from stage to stage. Each stage steps at once with the clipping factor its
-# partial norm gives, and keeps its old weights. The last stage knows the whole norm and sends
-# it back. A stage whose factor was wrong rolls back and steps again. The synchronous answer is
-# unchanged. Two runs on 4 ranks, SGD with clipping at a threshold the norm stays under, and
-# at one it exceeds:
+# its next step as soon as its own work is done. Most training setups do not allow that.
+# Clipping needs the gradient norm over all stages, and fp16 training with a loss scaler needs a
+# check for inf and NaN over all stages. Both are an all-reduce before the optimizer step, so
+# every rank waits for the slowest one's last W. For ZBV that wait was the whole bubble: 5.9 %
+# with the check, 0 % without. Qi et al. (section 4) remove the wait with *post-validation*. The
+# partial norm travels forward from stage to stage. Each stage steps at once with the clipping
+# factor its partial norm gives, and keeps its old weights. The last stage knows the whole norm
+# and sends it back. A stage whose factor was wrong rolls back and steps again. The synchronous
+# answer is unchanged. Two runs on 4 ranks, SGD with clipping at a threshold the norm stays
+# under, and at one it exceeds:
 
 # %%
 for max_norm in (1e6, 1e-3):

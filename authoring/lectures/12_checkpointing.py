@@ -227,19 +227,19 @@ print("predicted == measured on every rank:", all(
 print({layout: f"{resharded[0][layout]['loss']:.7f}" for layout in reshard.LAYOUTS})
 
 # %% [markdown]
-# **The data reshards too, or the run changes.** DCP reshards the model and the optimizer.
-# What else a checkpoint holds was made for one number of ranks: each rank's generators (saved
-# under a key per rank: a new rank 3 has none to load) and the sampler's partition. torch's
-# `DistributedSampler` deals each epoch's permutation out rank by rank
-# (`indices[self.rank : self.total_size : self.num_replicas]` in
-# `torch/utils/data/distributed.py`), so the rows rank 0 sees at step 7 depend on how many
-# ranks there are. torchtitan's data loader stores the world size and refuses another ("Data
-# loader resharding is not yet supported", its comment says). `resume_job.GlobalSampler` keys the position to the job instead: one
-# permutation per epoch, cut into global batches of fixed size, and each rank takes its slice
-# of the global batch; the input noise and the masked feature are drawn from a generator of
-# each sample's own. Saved at step 6 by 4 ranks (global batch 8, no dropout: dropout draws
-# from each rank's generator), resumed by 2 (`resume_demo.resized_worker`: the same global
-# batch, `checkpoint.load(..., omit=checkpoint.PER_RANK)`):
+# **The data reshards too, or the run changes.** DCP reshards the model and the optimizer. What
+# else a checkpoint holds was made for one number of ranks: each rank's generators (saved under
+# a key per rank: a new rank 3 has none to load) and the sampler's partition. torch's
+# `DistributedSampler` deals each epoch's permutation out rank by rank (`indices[self.rank :
+# self.total_size : self.num_replicas]` in `torch/utils/data/distributed.py`), so the rows rank
+# 0 sees at step 7 depend on how many ranks there are. torchtitan's data loader stores the world
+# size and refuses another ("Data loader resharding is not yet supported", its comment says).
+# `resume_job.GlobalSampler` keys the position to the job instead: one permutation per epoch,
+# cut into global batches of fixed size, and each rank takes its slice of the global batch; the
+# input noise and the masked feature are drawn from a generator of each sample's own. Saved at
+# step 6 by 4 ranks (global batch 8, no dropout: dropout draws from each rank's generator),
+# resumed by 2 (`resume_demo.resized_worker`: the same global batch, `checkpoint.load(...,
+# omit=checkpoint.PER_RANK)`):
 
 # %%
 print(resume_demo.resized_table(resume_demo.resized_runs(workdir, resumed_by=(2,))))
