@@ -204,18 +204,22 @@ def compare_rows(times: Mapping[str, float], p: int = 4, m: int = 8,
              "paper_measured": _paper(s, p, m, f, i, w)} for s in SCHEDULES]
 
 
-def compare_table(times: Mapping[str, float], p: int = 4, m: int = 8, sync: bool = False) -> str:
-    """:func:`compare_rows` as text, a row per schedule."""
+def compare_table(times: Mapping[str, float], p: int = 4, m: int = 8, sync: bool = False,
+                  label: str = "measured") -> str:
+    """:func:`compare_rows` as text, a row per schedule; ``label`` names ``times`` in the
+    header (``"measured"``, or ``"FLOPs"`` for :func:`layer_flops`)."""
     _, i, w = _fiw(times)
     rows = compare_rows(times, p, m, sync)
+    if not isinstance(label, str) or not 0 < len(label) <= 9:
+        raise ValueError(f"label must be a str of 1 to 9 characters; got {label!r}")
 
     def pct(x: float | None) -> str:
         return f"{'-' if x is None else f'{x:.1%}':>9s}"
 
     head = (f"P={p} m={m}, idle share {'with' if sync else 'without'} the global check; "
-            f"measured F:I:W = 1 : {i:.2f} : {w:.2f}\n"
-            f"{'schedule':<11s}{'F=I=W':>9s}{'measured':>9s}   paper: {'F=I=W':>9s}"
-            f"{'measured':>9s}")
+            f"{label} F:I:W = {1 / w:.2f} : {i / w:.2f} : 1\n"
+            f"{'schedule':<11s}{'F=I=W':>9s}{label:>9s}   paper: {'F=I=W':>9s}"
+            f"{label:>9s}")
     lines = [f"{r['schedule']:<11s}{pct(r['equal'])}{pct(r['measured'])}          "
              f"{pct(r['paper_equal'])}{pct(r['paper_measured'])}" for r in rows]
     note = ("zbv: no formula at unequal times. dualpipev: the formula counts DeepSeek's "

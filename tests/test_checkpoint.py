@@ -180,7 +180,8 @@ def test_a_lost_rank_is_restarted_by_torchruns_agent_and_ends_where_it_would_hav
     attempts = {e["attempt"] for e in out["killed"]["events"] if e["event"] == "start"}
     assert attempts == {0, 1} and any("1/1 attempts left" in line for line in out["agent"])
     predicted = lost_rank.predicted_lost_s(plan, kill["restart_s"])
-    assert abs(kill["lost_s"] - predicted) < max(0.5, 0.3 * predicted), (kill, predicted)
+    # (timing noise: another test's ranks may share the 2 cores)
+    assert abs(kill["lost_s"] - predicted) < max(1.0, 0.5 * predicted), (kill, predicted)
 
 
 def test_a_lost_node_is_left_out_and_the_job_goes_on_with_the_other():

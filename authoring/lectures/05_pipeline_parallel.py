@@ -414,7 +414,7 @@ print("ZBV, F = I = W, P = 4, m = 4 to 7: " + ", ".join(f"{x:.1%}" for x in zbv_
 # %%
 flops = fiw_times.layer_flops(hidden=256, seq=512, heads=4)
 print({k: f"{v / flops['W']:.2f} x W" for k, v in flops.items()})
-print(fiw_times.compare_table(flops, p=4, m=8))
+print(fiw_times.compare_table(flops, p=4, m=8, label="FLOPs"))
 
 # %% [markdown]
 # And the same layer timed on this machine (one thread; I and W as torch's pipeline runs them,

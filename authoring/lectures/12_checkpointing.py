@@ -300,9 +300,9 @@ plt.show()
 # job under the `torchrun` command.
 #
 # **A lost node.** Restarting every rank where it was helps when the fault was passing. At
-# scale it mostly is not: of Llama 3 405B's 419 unexpected interruptions in 54 days, 78 % were
-# confirmed or suspected hardware, a faulty GPU 30.1 % and its HBM3 memory 17.2 % (Llama Team
-# 2024, Table 5). A restart on the same node meets the same GPU. The cure is to leave the host
+# scale it mostly is not: of Llama 3 405B's 419 unexpected interruptions in 54 days, more than
+# three quarters were confirmed or suspected hardware, faulty GPUs and their HBM3 memory nearly
+# half of all (Llama Team 2024, Table 5). A restart on the same node meets the same GPU. The cure is to leave the host
 # out, and torchrun does it when the job is **elastic**: `--nnodes 1:2` and a c10d rendezvous,
 # one agent per node; when a node goes silent, the agents left start a new round without it,
 # and the job goes on with fewer ranks. `lost_node.run` starts two agents on this machine as two
