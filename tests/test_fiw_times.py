@@ -108,7 +108,11 @@ def test_unequal_times_move_the_split_schedules_only():
     assert rows["zb-h1"]["measured"] == pytest.approx(ft.schedule_idle("zb-h1", 4, 8, f, i, w))
     assert [rows["1f1b"]["equal"], rows["1f1b"]["measured"]] == pytest.approx([3 / 11] * 2)
     text = ft.compare_table({"F": 2.0, "I": 3.4, "W": 1.4})
-    assert "1 : 1.70 : 0.70" in text and len(text.splitlines()) == 2 + len(ft.SCHEDULES) + 1
+    assert "measured F:I:W = 1.43 : 2.43 : 1" in text
+    assert len(text.splitlines()) == 2 + len(ft.SCHEDULES) + 1
+    assert "FLOPs F:I:W" in ft.compare_table({"F": 2.0, "I": 3.4, "W": 1.4}, label="FLOPs")
+    with pytest.raises(ValueError, match="label must be"):
+        ft.compare_table({"F": 2.0, "I": 3.4, "W": 1.4}, label="")
 
 
 # ------------------------------------------------------------------------ measured
