@@ -48,7 +48,7 @@ def main() -> None:
         facts = launch.run(functools.partial(checkpoint_interval.async_save_worker,
                                              path=f"{folder}/async"), 2, timeout_s=300,
                            threads_per_rank=1)[0]
-        print(f"async_save, {facts['state_bytes'] / 1e6:.0f} MB a rank, storage 0.5 s slow: "
+        print(f"async_save, {facts['state_bytes'] / 1e6:.0f} MB a rank, storage 0.3 s slow: "
               f"stalled {facts['stalled_s'] * 1e3:.0f} ms; durable at return "
               f"{facts['durable_at_return']}; the next save waited "
               f"{facts['next_save_waits_s']:.2f} s; staged {facts['staged_bytes'] / 1e6:.0f} MB,"

@@ -164,7 +164,7 @@ def save_cost_worker(rank: int, world_size: int, path: str, numel: int = 1_000_0
 
 
 def async_save_worker(rank: int, world_size: int, path: str, numel: int = 2_000_000,
-                      write_s: float = 0.5) -> dict[str, Any]:
+                      write_s: float = 0.3) -> dict[str, Any]:
     """Collective: what ``dcp.async_save``'s return means, measured on a sharded state of
     ``numel`` float32 weights + Adam's two moments, written to storage that takes ``write_s``
     seconds more per rank (a ``FileSystemWriter`` that waits before writing: slow storage).

@@ -125,7 +125,7 @@ def test_a_run_resumed_on_another_dp_size_sees_the_same_samples(tmp_path, seed):
 
 
 def test_an_async_save_is_durable_only_when_its_write_ends(tmp_path):
-    """2 ranks, 12 MB of state each, storage 0.5 s slow: when async_save returns, the folder is
+    """2 ranks, 12 MB of state each, storage 0.3 s slow: when async_save returns, the folder is
     refused (a failure then loses it); the next save waits for the write; the staged copy is
     the rank's whole state in memory of its own; the checkpoint holds the values at the save
     although training changed them in place. First order, the write adds to the redone work."""
@@ -136,7 +136,7 @@ def test_an_async_save_is_durable_only_when_its_write_ends(tmp_path):
         assert r["staged_bytes"] == r["state_bytes"] == 3 * 1_000_000 * 4
         assert r["resident_growth"] >= 0.9 * r["state_bytes"]
         assert not r["durable_at_return"] and r["durable_after"] and r["holds_values_at_save"]
-        assert r["next_save_waits_s"] >= 0.4 > r["stalled_s"]
+        assert r["next_save_waits_s"] >= 0.25 > r["stalled_s"]
     w = checkpoint_interval.waste
     assert w(300.0, 5.0, 1e4, 60.0, write=50.0) - w(300.0, 5.0, 1e4, 60.0) == pytest.approx(
         50.0 / 1e4)

@@ -360,7 +360,7 @@ print(f"dcp.save: {c['sync'] * 1e3:.0f} ms stalled; dcp.async_save: {c['async_bl
 # **What `async_save`'s return means.** It returns once the state is copied (staged); the
 # checkpoint exists only when its future completes. Three consequences, measured by
 # `checkpoint_interval.async_save_worker` on 2 ranks (12 MB of state each, written to storage
-# made 0.5 s slower, so that the write is still going on when we look):
+# made 0.3 s slower, so that the write is still going on when we look):
 #
 # * **durable late**: when `async_save` returns, `checkpoint.verify` refuses the folder (no
 #   `.metadata` yet): a failure now loses this checkpoint, and the job rolls back to the one
