@@ -22,11 +22,13 @@ losses follow the uninterrupted run's (``resume_job.reference_run``) up to float
 order. :func:`node_worker` logs its events (start, steps, saves, load, kill) with wall-clock
 times to a file per rank and attempt, which outlives the process; :func:`summary` reads them.
 
-The same worker under the ``torchrun`` command, two shells on one machine (the second is killed
-with its rank in step 3)::
+The same worker under the ``torchrun`` command, two shells on one machine started within a few
+seconds of each other (the first round waits ``last_call_timeout`` for the second node; the
+second node is killed with its rank in step 3)::
 
     torchrun --nnodes 1:2 --nproc-per-node 1 --max-restarts 1 --rdzv-backend c10d \\
-        --rdzv-endpoint 127.0.0.1:29411 --rdzv-conf is_host=1,last_call_timeout=1 \\
+        --rdzv-id lost-node --rdzv-endpoint 127.0.0.1:29411 --rdzv-conf \\
+        is_host=1,last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=2 \\
         -m course_utils.lost_node a FOLDER
     torchrun (the same, with is_host=0) -m course_utils.lost_node b FOLDER
 """
@@ -130,7 +132,10 @@ def node_worker(folder: str, plan_fields: dict) -> dict[str, Any]:
         if node == "b" and attempt == 0 and step == plan.kill_step:
             time.sleep(max(0.0, t0 + plan.step_s / 2 - time.time()))
             _log(folder, "killed", rank=rank, attempt=attempt, step=step)
-            os.killpg(os.getpgid(0), signal.SIGKILL)        # the node: its agent and its rank
+            # the node: its agent (this rank's parent) first, then this rank and whatever shares
+            # its process group (under the torchrun command a rank has a group of its own)
+            os.kill(os.getppid(), signal.SIGKILL)
+            os.killpg(os.getpgid(0), signal.SIGKILL)
         time.sleep(max(0.0, t0 + plan.step_s - time.time()))
         if trainer.step % plan.every == 0 and trainer.step < job.steps:
             checkpoint.save(trainer, checkpoint.step_folder(root, trainer.step))

@@ -1,16 +1,19 @@
 """Module 12: checkpoints on real gloo ranks (resume, resharding, a kill in the middle of a save,
-a lost rank under torchrun's agent and under the torchrun command, module 10's trainer), and
-the checks, formulas and predictions at the value level."""
+a lost rank under torchrun's agent and under the torchrun command, a lost node, module 10's
+trainer), and the checks, formulas and predictions at the value level."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -219,6 +222,46 @@ def test_the_torchrun_command_restarts_the_killed_job(tmp_path):
     assert [e["step"] for e in events if e["event"] == "killed"] == [6]
     assert {e["step"] for e in events if e["event"] == "loaded"} == {4}
     assert sorted(re.findall(r"rank (\d) returned: (\d+)", out.stdout)) == [("0", "6"), ("1", "6")]
+
+
+def test_the_torchrun_commands_leave_the_lost_node_out(tmp_path):
+    """The two ``torchrun`` commands of ``lost_node``'s docstring, a second apart: node b's
+    agent and rank die in step 3, node a goes on alone from the step-2 checkpoint and ends."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    conf = "last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=2"
+    nodes = []
+    for node, host in (("a", 1), ("b", 0)):
+        nodes.append(subprocess.Popen(
+            [str(torchrun), "--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "1",
+             "--rdzv-backend", "c10d", "--rdzv-id", "lost-node", "--rdzv-endpoint",
+             f"127.0.0.1:{port}", "--rdzv-conf", f"is_host={host},{conf}",
+             "-m", "course_utils.lost_node", node, str(tmp_path)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
+            start_new_session=True))
+        time.sleep(1)
+    try:
+        out_a, _ = nodes[0].communicate(timeout=240)
+        nodes[1].wait(timeout=60)
+    finally:
+        for proc in nodes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert nodes[0].returncode == 0, out_a[-3000:]
+    assert nodes[1].returncode == -signal.SIGKILL
+    events = {node: [json.loads(line) for line in
+                     (tmp_path / f"events.{node}.jsonl").read_text().splitlines()]
+              for node in ("a", "b")}
+    assert [e["step"] for e in events["b"] if e["event"] == "killed"] == [3]
+    assert [(e["attempt"], e["world"]) for e in events["a"] if e["event"] == "start"] == [
+        (0, 2), (1, 1)]
+    assert [e["step"] for e in events["a"] if e["event"] == "loaded"] == [2]
+    assert "rank 0 returned: 4" in out_a
 
 
 # ----------------------------------------------------------------------------- the values
