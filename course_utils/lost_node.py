@@ -197,11 +197,11 @@ def run(plan: Plan = Plan(), timeout_s: float = 180.0) -> dict[str, Any]:
     import multiprocessing
 
     from course_utils import checkpoint, launch
+    from course_utils.validate import check_real
 
     if not isinstance(plan, Plan):
         raise ValueError(f"plan must be a lost_node.Plan; got {type(plan).__name__}")
-    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds; got {timeout_s!r}")
+    check_real("timeout_s", timeout_s)
     launch.preload(*checkpoint.PRELOAD, "course_utils.lost_node")
     launch.run(launch.ping, 1, timeout_s=timeout_s)                  # the forkserver, ready
     folder = tempfile.mkdtemp(prefix="course-lost-node-")

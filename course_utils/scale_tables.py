@@ -154,15 +154,15 @@ def step_rows(model: str, tp: int, pp: int, dp: int, rank: int = 0, microbatches
     microbatch; a step of ``microbatches`` with FSDP2 resharding each layer after forward;
     the same step with no reshard after forward (torchtitan's ``not pp_enabled``). The PP
     sends are the course's count (one activation each way per microbatch: not traced)."""
+    pp_sent = scale_comms.course_comms(model, tp, pp, dp, rank, batch, seq).get(("pp", "send"))
+    stage = scale_memory.mesh_coords(rank, tp, pp, dp)["pp"]
+    sends = (stage > 0) + (stage < pp - 1)           # activations out, gradients back
     out: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for k, (_, m, reshard) in enumerate(STEP_SETTINGS):
         m = m or microbatches
         rows = dict(scale_comms.trace_step(model, tp, pp, dp, rank, batch, seq, microbatches=m,
                                            reshard_after_forward=reshard)["rows"])
-        pp_sent = scale_comms.course_comms(model, tp, pp, dp, rank, batch, seq).get(("pp", "send"))
         if pp_sent:
-            stage = scale_memory.mesh_coords(rank, tp, pp, dp)["pp"]
-            sends = (stage > 0) + (stage < pp - 1)
             rows[("pp", "send")] = {"calls": m * sends, "sent": m * pp_sent}
         for key, v in rows.items():
             out.setdefault(key, [(0, 0.0)] * len(STEP_SETTINGS))[k] = (v["calls"],

@@ -332,6 +332,12 @@ def test_bad_arguments_are_named():
         lost_rank.Plan(kill_step=10)
     with pytest.raises(ValueError, match="kill_rank"):
         lost_rank.Plan(kill_rank=2)
+    with pytest.raises(ValueError, match="kill_step must be a step from 1 to 5"):
+        lost_node.Plan(kill_step=6)
+    with pytest.raises(ValueError, match="keep_alive_s must be an int"):
+        lost_node.Plan(keep_alive_s=0)
+    with pytest.raises(ValueError, match="timeout_s must be a finite number > 0"):
+        lost_node.run(timeout_s=0)
     with pytest.raises(ValueError, match="layout must be one of"):
         reshard.boxes("DP 8", "0.weight", 0)
     with pytest.raises(ValueError, match="save_at"):
