@@ -49,7 +49,7 @@ clean:
 SUBMISSIONS ?= submissions
 DEST ?= dist/student-course
 WORKERS ?= 2
-.PHONY: release collect autograde feedback report export formgrader bench-grading bench-executors student-copy check
+.PHONY: release collect autograde feedback report export formgrader hub bench-grading bench-executors student-copy check
 
 # Self-study (the full repository): grade your own copy of one assignment, make check A=a3_zero
 A ?=
@@ -77,6 +77,11 @@ report: setup  ## re-check grades outside the kernel: reports/<assignment>.csv a
 
 export: setup  ## grades.csv and grades_verified.csv in $$COURSE_DATA
 	$(PY) scripts/grade.py export
+
+# The class on a JupyterHub (root; docs/instructor.md, "A class on JupyterHub"): Ctrl-C stops it.
+HUB_PORT ?= 8000
+hub: setup  ## the class's JupyterHub from $$COURSE_DATA/roster.csv (then scripts/hub.py release A, ...)
+	$(PY) scripts/hub.py up --port $(HUB_PORT)
 
 formgrader: setup  ## JupyterLab on the repository root: Nbgrader > Formgrader
 	$(PY) -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=.

@@ -396,6 +396,22 @@ def command(cmd: list[str], folder: KernelFolder, connection_file: Path, memory_
     return _join_cgroups(args, groups)
 
 
+def host_view(read_only: list[Path], writable: list[Path]) -> list[str]:
+    """bwrap options for an empty root holding only the system's basics (:data:`HOST_PATHS`),
+    the Python environment and ``read_only``, read-only, and ``writable`` (each at its own
+    path); a private ``/tmp``, ``/dev``, ``/proc`` with ``/proc/sys`` read-only. The class
+    hub's student servers run in it (hub/spawner.py)."""
+    args = ["--tmpfs", "/", "--perms", "01777", "--tmpfs", "/tmp"]
+    made: set[str] = set()
+    args += _host_binds(made)
+    for path in [*_environment_roots(), *map(Path, read_only)]:
+        args += [*_way_to(path, made), "--ro-bind", str(path), str(path)]
+    for path in map(Path, writable):
+        args += [*_way_to(path, made), "--bind", str(path), str(path)]
+    return [*args, "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
+            "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger", "--remount-ro", "/"]
+
+
 def _way_to(path: Path, made: set[str]) -> list[str]:
     """bwrap options that make the folders on the way to ``path`` (not ``path`` itself) as
     mode 0755, so the kernel's own uid can pass (bwrap makes them 0700, as root's own); a
@@ -596,5 +612,5 @@ class SandboxedKernelManager(AsyncKernelManager):
 
 __all__ = ["ENVIRONMENT", "HOST_PATHS", "KernelFolder", "SandboxUnavailable",
            "SandboxedKernelManager", "allowlist", "bwrap_path", "command", "description",
-           "enabled", "environment", "has_cpu_cgroup", "has_memory_cgroup", "has_pids_cgroup",
+           "enabled", "environment", "has_cpu_cgroup", "host_view", "has_memory_cgroup", "has_pids_cgroup",
            "require", "sweep_orphan_folders"]

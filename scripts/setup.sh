@@ -55,6 +55,18 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "done"
 fi
 
+# The class hub's proxy (scripts/hub.py, make hub): JupyterHub's configurable-http-proxy, a Node
+# program, into .venv/node. Skipped where npm is missing (the hub then says how to get it).
+chp=.venv/node/node_modules/.bin/configurable-http-proxy
+if [ ! -x "$chp" ] && command -v npm >/dev/null 2>&1; then
+    if npm install --silent --no-audit --no-fund --prefix .venv/node configurable-http-proxy@5.3.0 \
+            >/dev/null 2>&1; then
+        say "installed configurable-http-proxy 5.3.0 (the class hub's proxy) into .venv/node"
+    else
+        echo "setup: npm could not install configurable-http-proxy (only make hub needs it)" >&2
+    fi
+fi
+
 # jsonschema imports rfc3987-syntax (pulled in by jupyter-events' jsonschema[format-nongpl]) as it
 # is imported, and that builds 38 Lark parsers: 1.6 s of CPU in every process that imports
 # nbformat (nbgrader, nbclient, JupyterLab, every test worker; benchmarks/import_cost.py). It

@@ -21,13 +21,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import shutil
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKSPACE = ROOT / "workspace"
+# (COURSE_WORKSPACE: elsewhere, as the class hub keeps each student's in their home)
+WORKSPACE = Path(os.environ.get("COURSE_WORKSPACE") or ROOT / "workspace")
 # which version of the course's notebook each copy was made from: {copy's path: sha256}
 RECORD = Path(".course") / "copies.json"
 
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         print(err, file=sys.stderr)
         return 2
     for path in made:
-        print(f"workspace: {path.relative_to(ROOT)}")
+        print(f"workspace: {path.relative_to(WORKSPACE.parent)}")
     notice = update_notice(outdated())
     if notice:
         print(notice)

@@ -65,7 +65,7 @@ SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.p
                 "tests/test_site.py", "tests/test_train3d.py", "tests/test_zero.py",
                 "tests/test_zero1.py"}
 # Files whose shared fixture runs for minutes: queued first, with the grading groups.
-HEAVY_FILES = {"tests/test_student_copy.py", "tests/test_grading_host.py", "tests/test_slurm.py"}
+HEAVY_FILES = {"tests/test_student_copy.py", "tests/test_hub.py", "tests/test_grading_host.py", "tests/test_slurm.py"}
 _GRADING_FILES = {"tests/test_assignments.py", "tests/test_grading_integrity.py",
                   "tests/test_visible_checks.py", "tests/test_variant_grading.py"}
 _ASSIGNMENT = re.compile(r"\[(a\d+_[a-z_]+?)(?:-|\])")

@@ -1,0 +1,10 @@
+"""The class on a JupyterHub (issue 47; docs/instructor.md, "A class on JupyterHub").
+
+Serves no lecture: it is the instructor's. ``scripts/hub.py`` is its command line.
+
+* :mod:`hub.accounts`: one Unix account per roster student, first passwords;
+* :mod:`hub.spawner`: ``CourseSpawner``, each student's server as their own user, with limits;
+* :mod:`hub.exchange`: nbgrader's exchange with safe modes, collect checked against the owner,
+  feedback handed back;
+* ``hub/jupyterhub_config.py``: JupyterHub's configuration (authenticator, spawner, services).
+"""

@@ -1,0 +1,424 @@
+"""The class on a real JupyterHub (issue 47): scripts/hub.py brings up JupyterHub 6 with its
+real proxy (configurable-http-proxy), authenticator (FirstUseAuthenticator, first passwords
+given), spawner (each student's server as their own Unix user, in a bubblewrap sandbox and
+cgroups) and nbgrader's exchange. Three students: two do an assignment (one right, one with the
+typical mistake), the third tries every crossing.
+
+Needs root, bubblewrap and the proxy (`make setup` installs it where npm is): as CI has them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import pwd
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+
+A = "a1_training_state"
+HUB = [sys.executable, str(ROOT / "scripts" / "hub.py")]
+STUDENTS = ("dtpt-ann", "dtpt-bo", "dtpt-mal")  # right, typical mistake, the one who attacks
+PROXY = ROOT / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the hub makes Unix accounts: root only"),
+    pytest.mark.skipif(not PROXY.exists(), reason="configurable-http-proxy is not installed "
+                                                  "(make setup does it where npm is)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Hub:
+    """A running ``scripts/hub.py up`` and what a test needs of it."""
+
+    def __init__(self, tmp: Path, students: tuple[str, ...] = STUDENTS, cull_timeout: int = 3600):
+        self.data, self.state, self.homes = tmp / "data", tmp / "state", tmp / "homes"
+        self.data.mkdir()
+        rows = "".join(f"{s},{s[5:].title()},Test,{s}@example.org\n" for s in students)
+        (self.data / "roster.csv").write_text("id,first_name,last_name,email\n" + rows)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = dict(os.environ, COURSE_DATA=str(self.data))
+        self.out = tmp / "hub.out"
+        with self.out.open("w") as out:
+            self.proc = subprocess.Popen(
+                [*HUB, "--state", str(self.state), "up", "--port", str(self.port), "--ip",
+                 "127.0.0.1", "--homes", str(self.homes), "--cull-timeout", str(cull_timeout)],
+                env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        t0 = time.monotonic()
+        while "answers at" not in self.out.read_text():
+            assert self.proc.poll() is None, self.out.read_text()
+            assert time.monotonic() - t0 < 180, self.out.read_text()
+            time.sleep(0.3)
+        with open(self.state / "private" / "handout.csv") as f:
+            self.passwords = {row["id"]: row["first_password"] for row in csv.DictReader(f)}
+
+    def step(self, *args: str) -> str:
+        out = subprocess.run([*HUB, "--state", str(self.state), *args], env=self.env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(120)
+        return self.out.read_text()
+
+
+def login(hub: Hub, user: str, password: str | None = None):
+    """A requests session logged in through the hub's real login form."""
+    import requests
+
+    s = requests.Session()
+    page = s.get(f"{hub.url}/hub/login").text
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+    r = s.post(f"{hub.url}/hub/login", data={"_xsrf": xsrf, "username": user,
+                                              "password": password or hub.passwords[user]})
+    s.login_status = r.status_code
+    s.user = user
+    return s
+
+
+def open_lab(hub: Hub, s) -> None:
+    """Start the student's server (the hub's spawn page) and wait for JupyterLab."""
+    s.get(f"{hub.url}/hub/spawn")
+    t0 = time.monotonic()
+    while True:
+        r = s.get(f"{hub.url}/user/{s.user}/lab")
+        if r.status_code == 200 and r.url.endswith(f"/user/{s.user}/lab"):
+            return
+        assert time.monotonic() - t0 < 120, (r.status_code, r.url)
+        time.sleep(1)
+
+
+def browser_login(page, hub: Hub, user: str) -> None:
+    """Log in through the hub's login page in Chromium."""
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", hub.passwords[user])
+    page.click("#login_submit")
+
+
+def assignment_list(page) -> None:
+    """Open nbgrader's Assignment List from JupyterLab's Nbgrader menu."""
+    page.click("#jp-MainMenu >> text=Nbgrader")
+    menu = page.inner_text(".lm-Menu")
+    assert "Formgrader" not in menu and "Assignment List" in menu, menu
+    page.click(".lm-Menu >> text=Assignment List")
+
+
+def xsrf(s, where: str) -> str:
+    return [c.value for c in s.cookies if c.name == "_xsrf" and c.path.startswith(where)][0]
+
+
+def server_api(hub: Hub, s, method: str, path: str, **kw):
+    base = f"/user/{s.user}/"
+    return s.request(method, f"{hub.url}{base}{path}",
+                     headers={"X-XSRFToken": xsrf(s, base)}, **kw)
+
+
+def run_code(hub: Hub, s, code: str, timeout: float = 300) -> tuple[str, str]:
+    """(stdout, error) of ``code`` run in a new kernel of the student's own server."""
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    kernel = server_api(hub, s, "POST", "api/kernels", json={"name": "python3"}).json()["id"]
+    cookie = "; ".join(f"{c.name}={c.value}" for c in s.cookies
+                       if c.path.startswith(f"/user/{s.user}") or c.path == "/")
+    url = f"ws://127.0.0.1:{hub.port}/user/{s.user}/api/kernels/{kernel}/channels"
+    msg_id = uuid.uuid4().hex
+
+    async def go():
+        ws = await websocket_connect(HTTPRequest(url, headers={"Cookie": cookie,
+                                                               "X-XSRFToken": xsrf(s, f"/user/{s.user}/")}))
+        ws.write_message(json.dumps({
+            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": s.user,
+                       "session": uuid.uuid4().hex, "version": "5.3", "date": ""},
+            "parent_header": {}, "metadata": {}, "channel": "shell",
+            "content": {"code": code, "silent": False, "store_history": False,
+                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
+        out, err = [], ""
+        while True:
+            msg = json.loads(await asyncio.wait_for(ws.read_message(), timeout))
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = msg["header"]["msg_type"]
+            if kind == "stream":
+                out.append(msg["content"]["text"])
+            elif kind == "error":
+                err = f"{msg['content']['ename']}: {msg['content']['evalue']}"
+            elif kind == "status" and msg["content"]["execution_state"] == "idle":
+                ws.close()
+                return "".join(out), err
+
+    try:  # (in a thread of its own: Playwright's sync API holds this thread's event loop)
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, go()).result()
+    finally:
+        server_api(hub, s, "DELETE", f"api/kernels/{kernel}")
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    from hub import accounts
+
+    for s in STUDENTS:
+        accounts.remove_account(s)
+    h = Hub(tmp_path_factory.mktemp("hub"))
+    try:
+        yield h
+    finally:
+        if h.proc.poll() is None:
+            h.stop()
+        for s in STUDENTS:
+            subprocess.run(["pkill", "-KILL", "-u", s], capture_output=True)
+            accounts.remove_account(s)
+
+
+def _answer_notebooks() -> dict[str, nbformat.NotebookNode]:
+    from grading import synthetic
+
+    cases = {c.kind: (c, files) for c, files in synthetic.cases_for(A)}
+    return {"right": cases["honest_1"][1][f"{A}.ipynb"],
+            "mistake": cases["typical_mistake"][1][f"{A}.ipynb"]}
+
+
+def test_a_term_on_the_hub_and_every_crossing_refused(hub):
+    ann, bo, mal = STUDENTS
+    # no one logs in with a wrong password, nor claims an account by logging in first
+    wrong = login(hub, ann, "not-the-password-at-all")
+    assert wrong.get(f"{hub.url}/hub/api/user").status_code in (401, 403)
+    from jupyterlab_harness import chromium
+
+    with chromium() as browser:
+        _term(hub, browser)
+
+
+def _term(hub: Hub, browser) -> None:
+    ann, bo, mal = STUDENTS
+    sessions = {u: login(hub, u) for u in STUDENTS}
+    # ann does everything a student does in Chromium: log in, JupyterLab, the Assignments tab
+    page = browser.new_page(viewport={"width": 1300, "height": 850})
+    browser_login(page, hub, ann)
+    page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
+    assert page.url.endswith(f"/user/{ann}/lab"), page.url
+    for s in sessions.values():
+        open_lab(hub, s)
+    hub.step("release", A)
+    # the server and all it starts are in the student's own cgroups: 3 GiB, 1 CPU
+    server = [p for p in Path("/proc").iterdir() if p.name.isdigit() and p.stat().st_uid ==
+              pwd.getpwnam(ann).pw_uid and b"jupyterhub-singleuser" in (p / "cmdline").read_bytes()]
+    groups = dict(line.split(":", 2)[1:] for line in (server[0] / "cgroup").read_text().split())
+    memory = Path("/sys/fs/cgroup/memory") / groups["memory"].lstrip("/")
+    assert int((memory / "memory.limit_in_bytes").read_text()) == 3 << 30
+    cpu = Path("/sys/fs/cgroup/cpu") / next(
+        v for k, v in groups.items() if "cpu" in k.split(",")).lstrip("/")
+    assert int((cpu / "cpu.cfs_quota_us").read_text()) == int((cpu / "cpu.cfs_period_us").read_text())
+    assignment_list(page)
+    page.click("#released_assignments_list >> button:has-text('Fetch')", timeout=30_000)
+    page.wait_for_selector("#fetched_assignments_list >> button:has-text('Submit')",
+                           timeout=30_000)
+
+    # each student's server is their own Unix user, with their own numbers
+    for u, s in sessions.items():
+        if u != ann:
+            got = server_api(hub, s, "POST", "assignments/fetch",
+                             data={"assignment_id": A, "course_id": "dtp"})
+            assert got.status_code == 200 and got.json()["success"], got.text
+        out, err = run_code(hub, s, "import os, getpass\nfrom course_utils import variants\n"
+                                    f"print(getpass.getuser(), variants.identity(), "
+                                    f"os.path.exists({str(hub.state / 'private')!r}), "
+                                    f"os.path.exists({str(ROOT / 'solutions')!r}))")
+        assert (out.split(), err) == ([u, u, "False", "False"], "")
+        assert f"{A}.ipynb" in {c["name"] for c in server_api(
+            hub, s, "GET", f"api/contents/{A}").json()["content"]}
+    from course_utils import variants
+
+    assert variants.givens(A, student=ann) != variants.givens(A, student=bo)
+
+    # lecture 1 runs in a student's server (their sandbox, their limits)
+    out, err = run_code(hub, sessions[ann], (
+        "import os, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'nbconvert', '--to', 'notebook', "
+        "'--execute', '--output', '/tmp/l1.ipynb', "
+        "'lectures/01_training_state.ipynb'], capture_output=True, text=True, cwd=os.path.expanduser('~/workspace'))\n"
+        "print(r.returncode, r.stderr[-300:])"))
+    assert out.split()[0] == "0", (out, err)
+
+    # answer (the right one; the typical mistake) and submit through the Assignments API
+    notebooks = _answer_notebooks()
+    for u, kind in ((ann, "right"), (bo, "mistake")):
+        s = sessions[u]
+        put = server_api(hub, s, "PUT", f"api/contents/{A}/{A}.ipynb",
+                         json={"type": "notebook", "format": "json",
+                               "content": json.loads(nbformat.writes(notebooks[kind]))})
+        assert put.status_code in (200, 201), put.text
+        if u == ann:
+            page.click("#fetched_assignments_list >> button:has-text('Submit')")
+            page.wait_for_selector(f"#submitted_assignments_list >> text={A}", timeout=30_000)
+        else:
+            sub = server_api(hub, s, "POST", "assignments/submit",
+                             data={"assignment_id": A, "course_id": "dtp"})
+            assert sub.json()["success"], sub.text
+
+    # the third student tries every crossing from their own kernel
+    inbound = hub.state / "exchange" / "dtp" / "inbound"
+    out, err = run_code(hub, sessions[mal], f"""
+import os, subprocess, sys, urllib.request, urllib.error
+def tried(f):
+    try:
+        f()
+        return "OPEN"
+    except (OSError, urllib.error.URLError) as e:
+        return type(e).__name__
+print("home", tried(lambda: os.listdir({str(hub.homes / ann)!r})))
+print("inbound", tried(lambda: os.listdir({str(inbound)!r})))
+for name in ("jupyterhub.sqlite", "jupyterhub_cookie_secret", "passwords.dbm", "handout.csv"):
+    print(name, tried(lambda: open(os.path.join({str(hub.state / 'private')!r}, name)).read()))
+print("data", tried(lambda: os.listdir({str(hub.data)!r})))
+print("repo", tried(lambda: open({str(ROOT / 'solutions' / A / (A + '.ipynb'))!r}).read()))
+print("repo-holds", ",".join(sorted(os.listdir({str(ROOT)!r}))))
+r = subprocess.run(["nbgrader", "submit", "{A}", "--student", "{ann}"], capture_output=True,
+                   text=True, cwd=os.path.expanduser("~/workspace"))
+print("submit-as-ann", r.returncode)
+""")
+    seen = dict(line.split(" ", 1) for line in out.strip().splitlines())
+    assert err == "" and seen.pop("submit-as-ann") == "0", out + err  # (nbgrader lets it through)
+    assert seen.pop("repo-holds") == ".venv", seen  # (the environment, bound read-only)
+    assert all(v in ("FileNotFoundError", "PermissionError") for v in seen.values()), seen
+    assert seen["inbound"] == "PermissionError"
+    assert os.stat(hub.homes / ann).st_mode & 0o777 == 0o700
+    # another student's server and the formgrader: refused through the hub's proxy
+    assert sessions[mal].get(f"{hub.url}/user/{ann}/api/contents").status_code == 403
+    assert sessions[mal].get(f"{hub.url}/services/formgrader/formgrader").status_code == 403
+    hub_xsrf = xsrf(sessions[mal], "/hub/")
+    start = sessions[mal].post(f"{hub.url}/hub/api/users/{ann}/server",
+                               headers={"X-XSRFToken": hub_xsrf})
+    assert start.status_code in (403, 404) and "No access" in start.text, start.text
+    users = sessions[mal].get(f"{hub.url}/hub/api/users", headers={"X-XSRFToken": hub_xsrf})
+    assert users.status_code == 403 or [u["name"] for u in users.json()] == [mal], users.text
+
+    # the instructor collects (the submission handed in as ann by mal is refused), grades,
+    # releases feedback
+    said = hub.step("collect", A)
+    assert f"collected 2 submission(s)" in said, said
+    assert re.search(rf"REFUSED {ann}\+{A}\+.*by '{mal}'", said), said
+    assert f"{mal}: no submission" in said
+    graded = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "autograde", A],
+                            env=hub.env, capture_output=True, text=True, timeout=900)
+    assert graded.returncode == 0, graded.stdout + graded.stderr
+    said = hub.step("feedback", A)
+    assert "feedback released to 2 student(s)" in said, said
+
+    staff = browser.new_context().new_page()
+    browser_login(staff, hub, "instructor")  # (lands on the formgrader, the course's config)
+    staff.wait_for_selector(f"text={A}", timeout=60_000)
+    assert "/services/formgrader/" in staff.url, staff.url
+    staff.goto(f"{hub.url}/services/formgrader/formgrader/manage_submissions/{A}")
+    staff.wait_for_selector(f"text={ann}", timeout=30_000)
+    listed = staff.inner_text("body")
+    assert bo in listed and mal not in listed, listed
+    instructor = login(hub, "instructor")
+    assert instructor.get(f"{hub.url}/user/{ann}/api/contents").status_code == 403
+
+    # each student fetches their own feedback: their score, their message
+    for u, score, message in ((ann, "10.0 / 10.0", None), (bo, "8.0 / 10.0",
+                                                           "that is GiB (2**30 bytes)")):
+        s = sessions[u]
+        if u == ann:
+            page.click("#submitted_assignments_list >> button:has-text('Fetch Feedback')")
+            page.wait_for_selector("#submitted_assignments_list >> text=view feedback",
+                                   timeout=30_000)
+        else:
+            got = server_api(hub, s, "POST", "assignments/fetch_feedback",
+                             data={"assignment_id": A, "course_id": "dtp"})
+            assert got.json()["success"], got.text
+        listing = server_api(hub, s, "GET", f"api/contents/{A}/feedback").json()["content"]
+        stamp = listing[0]["name"]
+        html = server_api(hub, s, "GET", f"api/contents/{A}/feedback/{stamp}/{A}.html"
+                          ).json()["content"]
+        assert score in html, (u, re.findall(r"\d+\.\d / \d+\.\d", html))
+        if message:
+            assert message in html
+        if u == ann:  # (the page as ann's browser shows it, from her own server)
+            page.goto(f"{hub.url}/user/{ann}/files/{A}/feedback/{stamp}/{A}.html")
+            assert score in page.inner_text("body")
+
+    # Ctrl-C (SIGTERM): no hub, proxy, service or student process is left
+    text = hub.stop()
+    assert "no hub, proxy or student process is left" in text, text
+    uids = {pwd.getpwnam(u).pw_uid for u in STUDENTS}
+    left = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_text()
+                if p.stat().st_uid in uids or str(hub.state) in cmd or (
+                        "configurable-http-proxy" in cmd and str(hub.port) in cmd):
+                    left.append((p.name, (p / "cmdline").read_bytes()[:80]))
+            except OSError:
+                pass
+    assert not left, left
+
+
+def test_a_course_update_keeps_the_students_work_and_an_idle_server_is_culled(tmp_path):
+    from hub import accounts
+
+    student = "dtpt-cy"
+    accounts.remove_account(student)
+    hub = Hub(tmp_path, (student,), cull_timeout=20)
+    try:
+        s = login(hub, student)
+        open_lab(hub, s)
+        lecture = "lectures/01_training_state.ipynb"
+        mine = server_api(hub, s, "GET", f"api/contents/{lecture}").json()["content"]
+        mine["cells"].append(nbformat.v4.new_markdown_cell("my own notes"))
+        assert server_api(hub, s, "PUT", f"api/contents/{lecture}",
+                          json={"type": "notebook", "format": "json", "content": mine}).ok
+        # idle: jupyterhub-idle-culler stops the server (20 s without activity)
+        t0 = time.monotonic()
+        while s.get(f"{hub.url}/hub/api/user", headers={"X-XSRFToken": xsrf(s, "/hub/")}
+                    ).json()["servers"]:
+            assert time.monotonic() - t0 < 120, "the idle server was not culled"
+            time.sleep(2)
+        assert "Culling server" in (hub.state / "private" / "jupyterhub.log").read_text()
+        # the course changes: a lecture changed, a lecture added (hub.py update, as after a pull)
+        assert "the course is updated" in hub.step("update")
+        course = (hub.state / "course").resolve()
+        old = json.loads((course / "notebooks" / "01_training_state.ipynb").read_text())
+        old["cells"].append(nbformat.v4.new_markdown_cell("a correction from the course"))
+        (course / "notebooks" / "01_training_state.ipynb").write_text(json.dumps(old))
+        (course / "notebooks" / "14_added.ipynb").write_text(json.dumps(old))
+        open_lab(hub, s)  # (the next start brings the workspace up to date)
+        names = {c["name"] for c in server_api(hub, s, "GET", "api/contents/lectures"
+                                               ).json()["content"]}
+        assert "14_added.ipynb" in names
+        kept = server_api(hub, s, "GET", f"api/contents/{lecture}").json()["content"]
+        assert kept["cells"][-1]["source"] == "my own notes"
+        assert "newer version of 1 of your notebooks" in (
+            hub.state / "private" / "jupyterhub.log").read_text()
+    finally:
+        if hub.proc.poll() is None:
+            hub.stop()
+        subprocess.run(["pkill", "-KILL", "-u", student], capture_output=True)
+        accounts.remove_account(student)
