@@ -21,17 +21,13 @@ own Jupyter sockets (below). ``SandboxedKernelManager`` starts each kernel as
           setpriv --reuid <its own uid> ...               # (a root grader's kernel: not root)
           prlimit --as --fsize --core python -m ipykernel_launcher -f /run/jupyter/kernel.json
 
-What the kernel sees, and why each piece is there, is :func:`allowlist` (the instructor's guide
-prints it). What it does not see: the instructor's home, other checkouts of the course, the
-collect inbox, ``$COURSE_DATA`` (gradebook, reference runs, other students), this repository
-apart from ``course_utils``, the grader's environment variables. Its own notebook is not there
-either: nbclient sends it the cells as messages, and it needs no file of the submission.
-
-What the kernel can write: ``/tmp``, ``/home/student`` and its working folder ``/submission``
-(tmpfs that vanish with it; the grader never reads them), and its socket folder
-(:class:`KernelFolder`), whose sockets only its relay connects to, by descriptor. Who it is:
-never host root (:func:`_namespaces`); what it holds open: no file of the host (the relay gives
-it /dev/null and a pipe).
+What the kernel sees, and why, is :func:`allowlist` (the instructor's guide prints it); not the
+instructor's home, other checkouts, the collect inbox, ``$COURSE_DATA``, this repository apart
+from ``course_utils``, the grader's environment, nor its own notebook (nbclient sends cells as
+messages). It writes ``/tmp``, ``/home/student`` and ``/submission`` (tmpfs gone with it; the
+grader never reads them) and its socket folder (:class:`KernelFolder`; only its relay connects,
+by descriptor). It is never host root (:func:`_namespaces`) and holds no file of the host open
+(the relay gives it /dev/null and a pipe).
 
 Limits (each named in the report when it fires, :func:`describe_limits`):
 
@@ -40,10 +36,8 @@ Limits (each named in the report when it fires, :func:`describe_limits`):
   tree), the kernel and everything it starts, *files in its tmpfs and /dev/shm included*, are
   capped at the same size; past it the kernel is killed and restarted, and the cell says that
   the memory limit stopped it.
-* **Files**: ``RLIMIT_FSIZE`` (``max_file_mb``): a larger file fails with ``EFBIG``; the total
-  written is bounded by the memory cgroup (every writable folder is RAM).
-* **Processes and threads**: a ``pids`` cgroup (``max_tasks``). ``RLIMIT_NPROC`` would not do:
-  it never binds root.
+* **Files**: ``RLIMIT_FSIZE`` (``max_file_mb``; ``EFBIG``); the total is bounded by memory.
+* **Processes and threads**: a ``pids`` cgroup (``max_tasks``; ``RLIMIT_NPROC`` never binds root).
 * **CPU**: the kernel and everything it starts are one entity of the CPU scheduler (a ``cpu``
   cgroup; ``max_cpus`` caps it too), and after each cell the processes it left running are
   ended (:meth:`SandboxedKernelManager.end_strays`; ``grading/cgroups.py``).
@@ -54,9 +48,8 @@ Limits (each named in the report when it fires, :func:`describe_limits`):
   (:func:`grading.relay.bound_sockets`, :func:`grading.relay.guarded_unpack`);
   ``grading.preprocessors.RecoveringExecute`` caps what it keeps per cell and per notebook.
 
-Where ``bwrap`` is missing (macOS, or a Linux without the package) :func:`require` refuses to
-grade unless the instructor allows unisolated grading explicitly (``COURSE_SANDBOX=off``); the
-report then says that grading was not isolated.
+Without ``bwrap`` (macOS, a Linux without the package) :func:`require` refuses to grade unless
+the instructor allows it (``COURSE_SANDBOX=off``); the report then says grading was not isolated.
 """
 
 from __future__ import annotations
@@ -364,27 +357,13 @@ def command(cmd: list[str], folder: KernelFolder, connection_file: Path, memory_
             "--die-with-parent", "--clearenv"]
     for key, value in (env or environment()).items():
         args += ["--setenv", key, value]
-    # the private tmpfs folders first: a bind made after them may lie inside one (a checkout or
-    # its .venv under /tmp, a user called "student"); made before, the tmpfs would hide it.
-    # (mode 1777: the kernel's own uid, not bwrap's, writes them)
+    # private tmpfs /tmp, HOME and WORKDIR (mode 1777: the kernel's own uid writes them), made
+    # before any bind (a checkout or its .venv under /tmp, a user called "student")
     args += ["--unsetenv", "JPY_PARENT_PID",  # (already gone: its parent is not in the PID ns)
-             "--tmpfs", "/"]
-    for path in ("/tmp", HOME, WORKDIR):
-        args += ["--perms", "01777", "--tmpfs", path]
-    made: set[str] = set()
-    args += _host_binds(made)
-    for path in [*_environment_roots(), ROOT / "course_utils"]:
-        args += [*_way_to(path, made), "--ro-bind", str(path), str(path)]
-    for name in ("hosts", "passwd", "group"):
-        args += ["--ro-bind", str(folder.etc / name), f"/etc/{name}"]
-    args += [*_way_to(Path(CONNECTION_FILE), made), "--ro-bind", str(connection_file),
-             CONNECTION_FILE,
-             "--dev", "/dev", "--proc", "/proc"]
-    # the kernel's settings (/proc/sys: core_pattern, drop_caches, ...) read-only, whoever it is
-    args += ["--ro-bind", "/proc/sys", "/proc/sys",
-             "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
-             *_way_to(folder.sockets, made), "--bind", str(folder.sockets), str(folder.sockets),
-             "--chdir", WORKDIR, "--remount-ro", "/"]
+             *host_view([ROOT / "course_utils"], [folder.sockets],
+                        [*((folder.etc / n, f"/etc/{n}") for n in ("hosts", "passwd", "group")),
+                         (connection_file, CONNECTION_FILE)], ("/tmp", HOME, WORKDIR)),
+             "--chdir", WORKDIR]
     inner = [CONNECTION_FILE if a == str(connection_file) else a for a in cmd]
     if "ipykernel_launcher" in inner:  # (no "To connect another client" banner on the grader's
         inner.append("--IPKernelApp.log_level=CRITICAL")  # terminal: its parent pid is unseen)
@@ -396,18 +375,23 @@ def command(cmd: list[str], folder: KernelFolder, connection_file: Path, memory_
     return _join_cgroups(args, groups)
 
 
-def host_view(read_only: list[Path], writable: list[Path]) -> list[str]:
-    """bwrap options for an empty root holding only the system's basics (:data:`HOST_PATHS`),
-    the Python environment and ``read_only``, read-only, and ``writable`` (each at its own
-    path); a private ``/tmp``, ``/dev``, ``/proc`` with ``/proc/sys`` read-only. The class
-    hub's student servers run in it (hub/spawner.py)."""
-    args = ["--tmpfs", "/", "--perms", "01777", "--tmpfs", "/tmp"]
+def host_view(read_only: list[Path], writable: list[Path], files: list[tuple[Path, str]] = (),
+              private: tuple[str, ...] = ("/tmp",)) -> list[str]:
+    """bwrap options: an empty read-only root with ``private`` tmpfs, :data:`HOST_PATHS`, the
+    environment, ``read_only`` and ``files`` (host path, inside) read-only, ``writable``, /dev,
+    /proc with /proc/sys read-only (the grading kernel's view; the class hub's servers')."""
+    args = ["--tmpfs", "/"]
+    for path in private:  # (first: made after a bind inside one, the tmpfs would hide it)
+        args += ["--perms", "01777", "--tmpfs", path]
     made: set[str] = set()
     args += _host_binds(made)
     for path in [*_environment_roots(), *map(Path, read_only)]:
         args += [*_way_to(path, made), "--ro-bind", str(path), str(path)]
+    for src, inside in files:
+        args += [*_way_to(Path(inside), made), "--ro-bind", str(src), inside]
     for path in map(Path, writable):
         args += [*_way_to(path, made), "--bind", str(path), str(path)]
+    # the settings (/proc/sys: core_pattern, drop_caches, ...) read-only, whoever runs inside
     return [*args, "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
             "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger", "--remount-ro", "/"]
 
@@ -612,5 +596,5 @@ class SandboxedKernelManager(AsyncKernelManager):
 
 __all__ = ["ENVIRONMENT", "HOST_PATHS", "KernelFolder", "SandboxUnavailable",
            "SandboxedKernelManager", "allowlist", "bwrap_path", "command", "description",
-           "enabled", "environment", "has_cpu_cgroup", "host_view", "has_memory_cgroup", "has_pids_cgroup",
-           "require", "sweep_orphan_folders"]
+           "enabled", "environment", "has_cpu_cgroup", "has_memory_cgroup", "has_pids_cgroup",
+           "host_view", "require", "sweep_orphan_folders"]

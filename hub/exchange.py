@@ -133,7 +133,8 @@ def collect(assignment: str, exchange: Path, private: Path, data: Path,
     for name in sorted(os.listdir(kept)):
         m = _INBOUND.fullmatch(name)
         if m and m["student"] in students:
-            if m["student"] not in latest or _stamp(kept / name) >= _stamp(kept / latest[m["student"]]):
+            best = latest.get(m["student"])
+            if best is None or _stamp(kept / name) >= _stamp(kept / best):
                 latest[m["student"]] = name
     inbox = Path(private) / "inbox"
     if inbox.exists():

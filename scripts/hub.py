@@ -182,7 +182,8 @@ def up(settings: dict) -> int:
     env = dict(os.environ, COURSE_HUB_SETTINGS=str(private / "settings.json"),
                PYTHONPATH=str(ROOT), COURSE_DATA=settings["data"])
     log = private / "jupyterhub.log"
-    cmd = [str(ROOT / ".venv" / "bin" / "jupyterhub"), "-f", str(ROOT / "hub" / "jupyterhub_config.py")]
+    cmd = [str(ROOT / ".venv" / "bin" / "jupyterhub"), "-f",
+           str(ROOT / "hub" / "jupyterhub_config.py")]
     stop = {"signal": None}
 
     def on_signal(signum, _frame):

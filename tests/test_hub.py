@@ -149,8 +149,8 @@ def run_code(hub: Hub, s, code: str, timeout: float = 300) -> tuple[str, str]:
     msg_id = uuid.uuid4().hex
 
     async def go():
-        ws = await websocket_connect(HTTPRequest(url, headers={"Cookie": cookie,
-                                                               "X-XSRFToken": xsrf(s, f"/user/{s.user}/")}))
+        headers = {"Cookie": cookie, "X-XSRFToken": xsrf(s, f"/user/{s.user}/")}
+        ws = await websocket_connect(HTTPRequest(url, headers=headers))
         ws.write_message(json.dumps({
             "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": s.user,
                        "session": uuid.uuid4().hex, "version": "5.3", "date": ""},
@@ -226,14 +226,16 @@ def _term(hub: Hub, browser) -> None:
         open_lab(hub, s)
     hub.step("release", A)
     # the server and all it starts are in the student's own cgroups: 3 GiB, 1 CPU
-    server = [p for p in Path("/proc").iterdir() if p.name.isdigit() and p.stat().st_uid ==
-              pwd.getpwnam(ann).pw_uid and b"jupyterhub-singleuser" in (p / "cmdline").read_bytes()]
+    uid = pwd.getpwnam(ann).pw_uid
+    server = [p for p in Path("/proc").iterdir() if p.name.isdigit() and p.stat().st_uid == uid
+              and b"jupyterhub-singleuser" in (p / "cmdline").read_bytes()]
     groups = dict(line.split(":", 2)[1:] for line in (server[0] / "cgroup").read_text().split())
     memory = Path("/sys/fs/cgroup/memory") / groups["memory"].lstrip("/")
     assert int((memory / "memory.limit_in_bytes").read_text()) == 3 << 30
     cpu = Path("/sys/fs/cgroup/cpu") / next(
         v for k, v in groups.items() if "cpu" in k.split(",")).lstrip("/")
-    assert int((cpu / "cpu.cfs_quota_us").read_text()) == int((cpu / "cpu.cfs_period_us").read_text())
+    quota, period = (int((cpu / f"cpu.cfs_{k}_us").read_text()) for k in ("quota", "period"))
+    assert quota == period
     assignment_list(page)
     page.click("#released_assignments_list >> button:has-text('Fetch')", timeout=30_000)
     page.wait_for_selector("#fetched_assignments_list >> button:has-text('Submit')",
@@ -261,7 +263,8 @@ def _term(hub: Hub, browser) -> None:
         "import os, subprocess, sys\n"
         "r = subprocess.run([sys.executable, '-m', 'nbconvert', '--to', 'notebook', "
         "'--execute', '--output', '/tmp/l1.ipynb', "
-        "'lectures/01_training_state.ipynb'], capture_output=True, text=True, cwd=os.path.expanduser('~/workspace'))\n"
+        "'lectures/01_training_state.ipynb'], capture_output=True, text=True, "
+        "cwd=os.path.expanduser('~/workspace'))\n"
         "print(r.returncode, r.stderr[-300:])"))
     assert out.split()[0] == "0", (out, err)
 
