@@ -377,9 +377,8 @@ def command(cmd: list[str], folder: KernelFolder, connection_file: Path, memory_
 
 def host_view(read_only: list[Path], writable: list[Path], files: list[tuple[Path, str]] = (),
               private: tuple[str, ...] = ("/tmp",)) -> list[str]:
-    """bwrap options: an empty read-only root with ``private`` tmpfs, :data:`HOST_PATHS`, the
-    environment, ``read_only`` and ``files`` (host path, inside) read-only, ``writable``, /dev,
-    /proc with /proc/sys read-only (the grading kernel's view; the class hub's servers')."""
+    """bwrap options: an empty read-only root, ``private`` tmpfs, :data:`HOST_PATHS`, the Python
+    environment, ``read_only``, ``files`` (host, inside), /dev, /proc, ``writable`` binds last."""
     args = ["--tmpfs", "/"]
     for path in private:  # (first: made after a bind inside one, the tmpfs would hide it)
         args += ["--perms", "01777", "--tmpfs", path]
@@ -389,11 +388,12 @@ def host_view(read_only: list[Path], writable: list[Path], files: list[tuple[Pat
         args += [*_way_to(path, made), "--ro-bind", str(path), str(path)]
     for src, inside in files:
         args += [*_way_to(Path(inside), made), "--ro-bind", str(src), inside]
+    # /dev before the writable binds (one may be in /dev/shm); /proc/sys read-only, whoever runs
+    args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
+             "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
     for path in map(Path, writable):
         args += [*_way_to(path, made), "--bind", str(path), str(path)]
-    # the settings (/proc/sys: core_pattern, drop_caches, ...) read-only, whoever runs inside
-    return [*args, "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
-            "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger", "--remount-ro", "/"]
+    return [*args, "--remount-ro", "/"]
 
 
 def _way_to(path: Path, made: set[str]) -> list[str]:

@@ -149,6 +149,9 @@ def collect(assignment: str, exchange: Path, private: Path, data: Path,
     finally:
         for now, back in moved:
             os.rename(now, back)
+    for student in students:  # (the hub's roster: each one with nothing taken is named)
+        if student not in got.get(assignment, []):
+            got.missing.setdefault(assignment, {}).setdefault(student, "no submission")
     secrets = Path(private) / "secrets" / assignment
     secrets.mkdir(parents=True, exist_ok=True)
     for student, name in latest.items():

@@ -31,12 +31,13 @@ INCLUDE = ["notebooks", "assignments", "course_utils", "scripts/setup.sh", "scri
 # Tests that need solutions/, authoring/ or the grading machinery, or hold an assignment's
 # answer (test_capstone.py: a10's training steps; test_pitfalls.py: a10's fixes), stay with the
 # instructor.
-# Every test file that imports the grading package (found, not listed: a new grading test
-# cannot be forgotten) is one of them.
+# Every test file that imports the grading or hub package (found, not listed: a new grading
+# test cannot be forgotten) is one of them.
 _LISTED = ["test_assignments.py", "test_capstone.py", "test_pitfalls.py", "test_sources.py",
            "test_setup.py", "test_browser_course.py", "test_student_copy.py", "test_site.py",
            "test_slurm.py"]
-_IMPORTS_GRADING = re.compile(r"^\s*(?:from|import)\s+(?:grading|solutions|authoring)\b", re.M)
+_IMPORTS_GRADING = re.compile(r"^\s*(?:from|import)\s+(?:grading|solutions|authoring|hub)\b",
+                              re.M)
 INSTRUCTOR_TESTS = sorted(set(_LISTED) | {
     path.name for path in (ROOT / "tests").glob("test_*.py")
     if _IMPORTS_GRADING.search(path.read_text(encoding="utf-8"))})

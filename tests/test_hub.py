@@ -9,28 +9,22 @@ Needs root, bubblewrap and the proxy (`make setup` installs it where npm is): as
 
 from __future__ import annotations
 
-import asyncio
-import csv
 import json
 import os
 import pwd
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from conftest import ROOT
+from hub.client import RunningHub, login, open_lab, run_code, server_api, xsrf
 
 A = "a1_training_state"
-HUB = [sys.executable, str(ROOT / "scripts" / "hub.py")]
 STUDENTS = ("dtpt-ann", "dtpt-bo", "dtpt-mal")  # right, typical mistake, the one who attacks
 PROXY = ROOT / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 
@@ -42,76 +36,7 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Hub:
-    """A running ``scripts/hub.py up`` and what a test needs of it."""
-
-    def __init__(self, tmp: Path, students: tuple[str, ...] = STUDENTS, cull_timeout: int = 3600):
-        self.data, self.state, self.homes = tmp / "data", tmp / "state", tmp / "homes"
-        self.data.mkdir()
-        rows = "".join(f"{s},{s[5:].title()},Test,{s}@example.org\n" for s in students)
-        (self.data / "roster.csv").write_text("id,first_name,last_name,email\n" + rows)
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = dict(os.environ, COURSE_DATA=str(self.data))
-        self.out = tmp / "hub.out"
-        with self.out.open("w") as out:
-            self.proc = subprocess.Popen(
-                [*HUB, "--state", str(self.state), "up", "--port", str(self.port), "--ip",
-                 "127.0.0.1", "--homes", str(self.homes), "--cull-timeout", str(cull_timeout)],
-                env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        t0 = time.monotonic()
-        while "answers at" not in self.out.read_text():
-            assert self.proc.poll() is None, self.out.read_text()
-            assert time.monotonic() - t0 < 180, self.out.read_text()
-            time.sleep(0.3)
-        with open(self.state / "private" / "handout.csv") as f:
-            self.passwords = {row["id"]: row["first_password"] for row in csv.DictReader(f)}
-
-    def step(self, *args: str) -> str:
-        out = subprocess.run([*HUB, "--state", str(self.state), *args], env=self.env,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stdout + out.stderr
-        return out.stdout
-
-    def stop(self) -> str:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(120)
-        return self.out.read_text()
-
-
-def login(hub: Hub, user: str, password: str | None = None):
-    """A requests session logged in through the hub's real login form."""
-    import requests
-
-    s = requests.Session()
-    page = s.get(f"{hub.url}/hub/login").text
-    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
-    r = s.post(f"{hub.url}/hub/login", data={"_xsrf": xsrf, "username": user,
-                                              "password": password or hub.passwords[user]})
-    s.login_status = r.status_code
-    s.user = user
-    return s
-
-
-def open_lab(hub: Hub, s) -> None:
-    """Start the student's server (the hub's spawn page) and wait for JupyterLab."""
-    s.get(f"{hub.url}/hub/spawn")
-    t0 = time.monotonic()
-    while True:
-        r = s.get(f"{hub.url}/user/{s.user}/lab")
-        if r.status_code == 200 and r.url.endswith(f"/user/{s.user}/lab"):
-            return
-        assert time.monotonic() - t0 < 120, (r.status_code, r.url)
-        time.sleep(1)
-
-
-def browser_login(page, hub: Hub, user: str) -> None:
+def browser_login(page, hub: RunningHub, user: str) -> None:
     """Log in through the hub's login page in Chromium."""
     page.goto(f"{hub.url}/hub/login")
     page.fill("#username_input", user)
@@ -127,64 +52,13 @@ def assignment_list(page) -> None:
     page.click(".lm-Menu >> text=Assignment List")
 
 
-def xsrf(s, where: str) -> str:
-    return [c.value for c in s.cookies if c.name == "_xsrf" and c.path.startswith(where)][0]
-
-
-def server_api(hub: Hub, s, method: str, path: str, **kw):
-    base = f"/user/{s.user}/"
-    return s.request(method, f"{hub.url}{base}{path}",
-                     headers={"X-XSRFToken": xsrf(s, base)}, **kw)
-
-
-def run_code(hub: Hub, s, code: str, timeout: float = 300) -> tuple[str, str]:
-    """(stdout, error) of ``code`` run in a new kernel of the student's own server."""
-    from tornado.httpclient import HTTPRequest
-    from tornado.websocket import websocket_connect
-
-    kernel = server_api(hub, s, "POST", "api/kernels", json={"name": "python3"}).json()["id"]
-    cookie = "; ".join(f"{c.name}={c.value}" for c in s.cookies
-                       if c.path.startswith(f"/user/{s.user}") or c.path == "/")
-    url = f"ws://127.0.0.1:{hub.port}/user/{s.user}/api/kernels/{kernel}/channels"
-    msg_id = uuid.uuid4().hex
-
-    async def go():
-        headers = {"Cookie": cookie, "X-XSRFToken": xsrf(s, f"/user/{s.user}/")}
-        ws = await websocket_connect(HTTPRequest(url, headers=headers))
-        ws.write_message(json.dumps({
-            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": s.user,
-                       "session": uuid.uuid4().hex, "version": "5.3", "date": ""},
-            "parent_header": {}, "metadata": {}, "channel": "shell",
-            "content": {"code": code, "silent": False, "store_history": False,
-                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
-        out, err = [], ""
-        while True:
-            msg = json.loads(await asyncio.wait_for(ws.read_message(), timeout))
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind = msg["header"]["msg_type"]
-            if kind == "stream":
-                out.append(msg["content"]["text"])
-            elif kind == "error":
-                err = f"{msg['content']['ename']}: {msg['content']['evalue']}"
-            elif kind == "status" and msg["content"]["execution_state"] == "idle":
-                ws.close()
-                return "".join(out), err
-
-    try:  # (in a thread of its own: Playwright's sync API holds this thread's event loop)
-        with ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, go()).result()
-    finally:
-        server_api(hub, s, "DELETE", f"api/kernels/{kernel}")
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     from hub import accounts
 
     for s in STUDENTS:
         accounts.remove_account(s)
-    h = Hub(tmp_path_factory.mktemp("hub"))
+    h = RunningHub(tmp_path_factory.mktemp("hub"), STUDENTS)
     try:
         yield h
     finally:
@@ -214,7 +88,7 @@ def test_a_term_on_the_hub_and_every_crossing_refused(hub):
         _term(hub, browser)
 
 
-def _term(hub: Hub, browser) -> None:
+def _term(hub: RunningHub, browser) -> None:
     ann, bo, mal = STUDENTS
     sessions = {u: login(hub, u) for u in STUDENTS}
     # ann does everything a student does in Chromium: log in, JupyterLab, the Assignments tab
@@ -389,7 +263,7 @@ def test_a_course_update_keeps_the_students_work_and_an_idle_server_is_culled(tm
 
     student = "dtpt-cy"
     accounts.remove_account(student)
-    hub = Hub(tmp_path, (student,), cull_timeout=20)
+    hub = RunningHub(tmp_path, (student,), cull_timeout=20)
     try:
         s = login(hub, student)
         open_lab(hub, s)
@@ -425,3 +299,24 @@ def test_a_course_update_keeps_the_students_work_and_an_idle_server_is_culled(tm
             hub.stop()
         subprocess.run(["pkill", "-KILL", "-u", student], capture_output=True)
         accounts.remove_account(student)
+
+
+def test_the_guide_names_only_steps_the_hub_has_and_the_test_walks(capsys):
+    """docs/instructor.md's term on the hub: every ``scripts/hub.py`` step it names is one of
+    the script's (its ``--help`` exits 0; an unknown step exits 2), and the end-to-end tests
+    above run the steps a term needs."""
+    import importlib.util
+
+    guide = (ROOT / "docs" / "instructor.md").read_text()
+    section = guide[guide.index("## A class on JupyterHub"):guide.index("## When something")]
+    named = set(re.findall(r"scripts/hub\.py (\w+)", section))
+    assert {"up", "release", "collect", "feedback", "update", "password"} <= named, named
+    spec = importlib.util.spec_from_file_location("hub_script", ROOT / "scripts" / "hub.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for step in [*named, "no-such-step"]:
+        with pytest.raises(SystemExit) as exit_:
+            script.main([step, "--help"])
+        assert exit_.value.code == (2 if step == "no-such-step" else 0), step
+    walked = set(re.findall(r'hub\.step\("(\w+)"', Path(__file__).read_text()))
+    assert {"release", "collect", "feedback", "update"} <= walked, walked
