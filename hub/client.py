@@ -34,19 +34,22 @@ def _free_port() -> int:
 class RunningHub:
     """``scripts/hub.py up`` on 127.0.0.1 with a roster of ``students`` in ``tmp``."""
 
-    def __init__(self, tmp: Path, students: tuple[str, ...], cull_timeout: int = 3600):
+    def __init__(self, tmp: Path, students: tuple[str, ...], cull_timeout: int = 3600,
+                 spawner: str = "local", env: dict[str, str] | None = None):
         self.data, self.state, self.homes = tmp / "data", tmp / "state", tmp / "homes"
         self.data.mkdir()
         rows = "".join(f"{s},{s[5:].title()},Test,{s}@example.org\n" for s in students)
         (self.data / "roster.csv").write_text("id,first_name,last_name,email\n" + rows)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = dict(os.environ, COURSE_DATA=str(self.data))
+        self.env = dict(os.environ, **(env or {}), COURSE_DATA=str(self.data))
+        self.spawner = spawner
         self.out = tmp / "hub.out"
         with self.out.open("w") as out:
             self.proc = subprocess.Popen(
                 [*HUB, "--state", str(self.state), "up", "--port", str(self.port), "--ip",
-                 "127.0.0.1", "--homes", str(self.homes), "--cull-timeout", str(cull_timeout)],
+                 "127.0.0.1", "--homes", str(self.homes), "--cull-timeout", str(cull_timeout),
+                 "--spawner", spawner],
                 env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         t0 = time.monotonic()
         while "answers at" not in self.out.read_text():

@@ -49,17 +49,20 @@ c.Authenticator.allowed_users = set(S["students"]) | set(S["staff"])
 c.Authenticator.admin_users = {S["instructor"]}
 c.Authenticator.allow_all = False
 
-c.JupyterHub.spawner_class = "hub.spawner.CourseSpawner"
-c.CourseSpawner.course_dir = S["course_dir"]
-c.CourseSpawner.memory_bytes = S["memory_bytes"]
-c.CourseSpawner.cpus = S["cpus"]
-c.CourseSpawner.exchange = S["exchange"]
-c.CourseSpawner.student_config = S["student_config"]
+# each student's server: a process of this machine, or a Slurm job (batchspawner)
+c.JupyterHub.spawner_class = {"local": "hub.spawner.CourseSpawner",
+                              "slurm": "hub.spawner.CourseSlurmSpawner"}[S["spawner"]]
+c.StudentServer.course_dir = S["course_dir"]
+c.StudentServer.memory_bytes = S["memory_bytes"]
+c.StudentServer.cpus = S["cpus"]
+c.StudentServer.exchange = S["exchange"]
+c.StudentServer.student_config = S["student_config"]
+c.CourseSlurmSpawner.logs = str(PRIVATE / "slurm")
 c.Spawner.notebook_dir = "~/workspace"
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
-c.Spawner.env_keep = ["LANG", "LC_ALL"]
+c.Spawner.env_keep = ["LANG", "LC_ALL", "SLURM_CONF"]  # (sbatch and squeue find the cluster)
 c.Spawner.environment = {
     "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
     "PYTHONPATH": S["course_dir"],          # course_utils: the students' copy's

@@ -1,8 +1,7 @@
-"""The class's spawner: each student's JupyterLab as that student's Unix user, in their own home,
-inside cgroups of their own (memory, CPU, processes).
-
-JupyterHub's LocalProcessSpawner starts the server as the Unix user named like the hub user.
-This spawner adds what a class needs:
+"""The class's spawners: each student's JupyterLab as that student's Unix user, in their own
+home, in a sandbox: :class:`CourseSpawner` on this machine (JupyterHub's LocalProcessSpawner,
+in cgroups of the student's own), :class:`CourseSlurmSpawner` as a Slurm job (batchspawner's
+SlurmSpawner). What they add (:class:`StudentServer`):
 
 * it starts servers of course accounts only (:func:`hub.accounts.is_course_account`): the
   instructor and graders have no server here (their page is the formgrader service);
@@ -16,50 +15,60 @@ This spawner adds what a class needs:
   database or secrets. It shares the host's network (the hub's proxy reaches it; every request
   still needs the hub's login). bwrap starts as root and the server drops to the student's
   uid with ``setpriv`` (no capability, ``no_new_privs``);
-* the server and everything it starts (kernels, ranks) run in cgroups of their own
-  (``grading.cgroups.KernelCgroups``: memory without swap, a CPU quota, a process limit), joined
-  in the child before bwrap starts; they are emptied and removed when it stops.
+* on this machine the server and everything it starts (kernels, ranks) run in cgroups of their
+  own (``grading.cgroups.KernelCgroups``: memory without swap, a CPU quota, a process limit),
+  joined in the child before bwrap starts, emptied and removed when it stops; as a Slurm job,
+  memory and CPUs are the job's request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import pwd
 import signal
 import sys
 from pathlib import Path
 
+from batchspawner import SlurmSpawner
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Float, Integer, Unicode
+from traitlets.config import LoggingConfigurable
 
 from hub.accounts import is_course_account
 
+BIN = Path(sys.executable).parent
+SINGLEUSER = str(BIN / "jupyterhub-singleuser")
 
-class CourseSpawner(LocalProcessSpawner):
-    """LocalProcessSpawner for course accounts, with a workspace and limits (module doc)."""
+
+class StudentServer(LoggingConfigurable):
+    """What both spawners share (a mixin): course accounts only, the workspace, the sandbox."""
 
     course_dir = Unicode(help="the students' copy of the course the hub serves").tag(config=True)
     exchange = Unicode(help="nbgrader's exchange folder (writable in the sandbox)").tag(config=True)
     student_config = Unicode(help="the students' Jupyter configuration folder").tag(config=True)
     memory_bytes = Integer(3 << 30, help="memory per student (bytes, no swap)").tag(config=True)
     cpus = Float(1.0, help="CPUs per student (a quota)").tag(config=True)
-    max_tasks = Integer(1024, help="processes and threads per student").tag(config=True)
 
-    _groups = None
-    _server_cmd = [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
-
-    async def start(self):
+    async def prepare(self) -> None:
+        """Refuse an account the course did not make; bring the workspace up to date."""
         if not is_course_account(self.user.name):
             raise RuntimeError(f"{self.user.name} has no student server on this hub (only the "
                                f"roster's students do); the instructor's page is "
                                f"/services/formgrader/")
         await self._update_workspace()
-        from grading.cgroups import KernelCgroups
 
-        self._groups = KernelCgroups(self.max_tasks, self.memory_bytes, self.cpus)
-        self.cmd = self.sandboxed(self._server_cmd)
-        return await super().start()
+    async def _update_workspace(self) -> None:
+        home = pwd.getpwnam(self.user.name).pw_dir
+        env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "COURSE_WORKSPACE": str(Path(home) / "workspace")}
+        proc = await asyncio.create_subprocess_exec(
+            *self.sandboxed([sys.executable, str(Path(self.course_dir) / "scripts" /
+                                                 "workspace.py")]), env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 120)
+        self.log.info("workspace of %s: %s", self.user.name, out.decode(errors="replace")[-2000:])
 
     def sandboxed(self, cmd: list[str]) -> list[str]:
         """``cmd`` run as the student in their sandbox (see the module doc)."""
@@ -72,19 +81,26 @@ class CourseSpawner(LocalProcessSpawner):
                 *host_view([self.course_dir, self.student_config, "/etc/passwd", "/etc/group",
                             "/etc/hosts"], [entry.pw_dir, self.exchange]),
                 "--chdir", "/tmp",  # (bwrap, capless, cannot enter the 0700 home)
+                # (who they are, whoever submitted: a Slurm job of root's says USER=root)
+                "--setenv", "USER", entry.pw_name, "--setenv", "LOGNAME", entry.pw_name,
+                "--setenv", "HOME", entry.pw_dir,
                 SETPRIV, f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups",
                 "--inh-caps=-all", "--no-new-privs", "--", *cmd]
 
-    async def _update_workspace(self) -> None:
-        home = pwd.getpwnam(self.user.name).pw_dir
-        env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               "COURSE_WORKSPACE": str(Path(home) / "workspace")}
-        proc = await asyncio.create_subprocess_exec(
-            *self.sandboxed([sys.executable, str(Path(self.course_dir) / "scripts" /
-                                                 "workspace.py")]), env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        out, _ = await asyncio.wait_for(proc.communicate(), 120)
-        self.log.info("workspace of %s: %s", self.user.name, out.decode(errors="replace")[-2000:])
+
+class CourseSpawner(StudentServer, LocalProcessSpawner):
+    """Each server a process of this machine, in cgroups of its own (module doc)."""
+
+    max_tasks = Integer(1024, help="processes and threads per student").tag(config=True)
+    _groups = None
+
+    async def start(self):
+        await self.prepare()
+        from grading.cgroups import KernelCgroups
+
+        self._groups = KernelCgroups(self.max_tasks, self.memory_bytes, self.cpus)
+        self.cmd = self.sandboxed([SINGLEUSER])
+        return await super().start()
 
     def make_preexec_fn(self, name):
         procs = [str(p) for p in self._groups.procs_files()] if self._groups else []
@@ -110,3 +126,40 @@ class CourseSpawner(LocalProcessSpawner):
                     break
                 await asyncio.sleep(0.1)
             groups.remove()
+
+
+class CourseSlurmSpawner(StudentServer, SlurmSpawner):
+    """Each server a Slurm job (batchspawner): submitted by the hub (root), the job starts the
+    same sandbox, in which ``batchspawner-singleuser`` tells the hub its port and becomes the
+    student's JupyterLab. Memory and CPUs are asked of Slurm (``--mem``, ``--cpus-per-task``):
+    Slurm's own cgroups hold them where the cluster enables them (``TaskPlugin=task/cgroup``)."""
+
+    logs = Unicode(help="where the jobs' output goes (the hub's, not the student's)"
+                   ).tag(config=True)
+    exec_prefix = Unicode("")  # (the hub, root, submits; in the job, the sandbox drops to them)
+    req_srun = Unicode("")
+    batchspawner_singleuser_cmd = Unicode("")  # (inside the sandbox: see start)
+    batch_script = Unicode("""#!/bin/bash
+#SBATCH --output={{logs}}/slurm-%j.log
+#SBATCH --job-name=dtp-{{username}}
+#SBATCH --chdir=/tmp
+#SBATCH --export={{keepvars}}
+#SBATCH --mem={{memory}}
+#SBATCH --cpus-per-task={{nprocs}}
+{% if partition %}#SBATCH --partition={{partition}}
+{% endif %}{% if options %}#SBATCH {{options}}
+{% endif %}
+exec {{cmd}}
+""").tag(config=True)
+
+    def get_req_subvars(self):
+        subvars = super().get_req_subvars()
+        subvars["logs"] = self.logs
+        subvars["memory"] = subvars.get("memory") or f"{self.memory_bytes >> 20}M"
+        subvars["nprocs"] = subvars.get("nprocs") or max(1, math.ceil(self.cpus))
+        return subvars
+
+    async def start(self):
+        await self.prepare()
+        self.cmd = self.sandboxed([str(BIN / "batchspawner-singleuser"), SINGLEUSER])
+        return await super().start()

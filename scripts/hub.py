@@ -117,7 +117,8 @@ def _handout(private: Path, given: dict[str, str]) -> Path:
 
 
 def prepare(state: Path, data: Path, homes: Path, instructor: str, graders: list[str],
-            port: int, ip: str, memory_gb: float, cpus: float, cull_timeout: int) -> dict:
+            port: int, ip: str, memory_gb: float, cpus: float, cull_timeout: int,
+            spawner: str = "local") -> dict:
     """Everything the hub needs before it starts (accounts, folders, settings); returns the
     settings (also in ``private/settings.json``)."""
     if os.getuid() != 0:
@@ -136,6 +137,10 @@ def prepare(state: Path, data: Path, homes: Path, instructor: str, graders: list
     os.chmod(state, 0o711)
     where["private"].mkdir(exist_ok=True)
     os.chmod(where["private"], 0o700)
+    (where["private"] / "slurm").mkdir(exist_ok=True)  # (the Slurm jobs' output)
+    if spawner == "slurm" and not shutil.which("sbatch"):
+        raise SystemExit("hub: --spawner slurm needs Slurm's sbatch here (Debian: slurm-wlm; a "
+                         "one-node Slurm for trying: scripts/slurm_local.sh start)")
     data.mkdir(parents=True, exist_ok=True)
     os.chmod(data, 0o700)
     homes.mkdir(parents=True, exist_ok=True)
@@ -154,6 +159,7 @@ def prepare(state: Path, data: Path, homes: Path, instructor: str, graders: list
         "formgrader_port": _free_port(), "proxy": str(PROXY),
         "memory_bytes": int(memory_gb * 2**30), "cpus": cpus,
         "cull_timeout": cull_timeout, "cull_every": max(10, min(300, cull_timeout // 2)),
+        "spawner": spawner,
         "handout": str(_handout(where["private"], given)) if given else
         str(where["private"] / "handout.csv"),
     }
@@ -249,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpus", type=float, default=1.0, help="CPUs per student")
     p.add_argument("--cull-timeout", type=int, default=3600,
                    help="stop a student's server idle this many seconds")
+    p.add_argument("--spawner", choices=("local", "slurm"), default="local",
+                   help="each student's server a process of this machine (local) or a Slurm "
+                        "job (slurm: batchspawner; sbatch must work here, as root)")
     for step in ("release", "collect", "feedback"):
         sub.add_parser(step).add_argument("assignment")
     sub.add_parser("password", help="a new first password for one student").add_argument("id")
@@ -260,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "up":
         settings = prepare(args.state.resolve(), data, args.homes, args.instructor,
                            [g for g in args.graders.split(",") if g], args.port, args.ip,
-                           args.memory_gb, args.cpus, args.cull_timeout)
+                           args.memory_gb, args.cpus, args.cull_timeout, args.spawner)
         return up(settings)
     settings = _settings(args.state.resolve())
     ex, private, data = (Path(settings["exchange"]), Path(settings["private"]),

@@ -52,21 +52,39 @@ def assignment_list(page) -> None:
     page.click(".lm-Menu >> text=Assignment List")
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+@pytest.fixture(scope="module", params=["local", "slurm"])
+def hub(request, tmp_path_factory):
+    """The hub, its students' servers processes of this machine, or Slurm jobs on a real
+    one-node Slurm (scripts/slurm_local.sh) through batchspawner."""
     from hub import accounts
 
     for s in STUDENTS:
         accounts.remove_account(s)
-    h = RunningHub(tmp_path_factory.mktemp("hub"), STUDENTS)
+    env, slurm_dir = {}, None
+    if request.param == "slurm":
+        slurm_dir = tmp_path_factory.mktemp("slurm")
+        # (a server holds its CPU while it runs: 1 each, three students, on a 2-CPU machine)
+        started = subprocess.run([str(ROOT / "scripts" / "slurm_local.sh"), "start",
+                                  str(slurm_dir)], capture_output=True, text=True, timeout=120,
+                                 env=dict(os.environ, SLURM_LOCAL_CPUS="8"))
+        if started.returncode == 3:
+            pytest.skip(started.stderr.strip())
+        assert started.returncode == 0, started.stdout + started.stderr
+        env = {"SLURM_CONF": str(slurm_dir / "slurm.conf")}
     try:
-        yield h
+        h = RunningHub(tmp_path_factory.mktemp("hub"), STUDENTS, spawner=request.param, env=env)
+        try:
+            yield h
+        finally:
+            if h.proc.poll() is None:
+                h.stop()
     finally:
-        if h.proc.poll() is None:
-            h.stop()
         for s in STUDENTS:
             subprocess.run(["pkill", "-KILL", "-u", s], capture_output=True)
             accounts.remove_account(s)
+        if slurm_dir is not None:
+            subprocess.run([str(ROOT / "scripts" / "slurm_local.sh"), "stop", str(slurm_dir)],
+                           capture_output=True, timeout=120)
 
 
 def _answer_notebooks() -> dict[str, nbformat.NotebookNode]:
@@ -99,17 +117,22 @@ def _term(hub: RunningHub, browser) -> None:
     for s in sessions.values():
         open_lab(hub, s)
     hub.step("release", A)
-    # the server and all it starts are in the student's own cgroups: 3 GiB, 1 CPU
+    # limits of the student's own: 3 GiB, 1 CPU (here, cgroups; on Slurm, the job's request)
     uid = pwd.getpwnam(ann).pw_uid
     server = [p for p in Path("/proc").iterdir() if p.name.isdigit() and p.stat().st_uid == uid
               and b"jupyterhub-singleuser" in (p / "cmdline").read_bytes()]
-    groups = dict(line.split(":", 2)[1:] for line in (server[0] / "cgroup").read_text().split())
-    memory = Path("/sys/fs/cgroup/memory") / groups["memory"].lstrip("/")
-    assert int((memory / "memory.limit_in_bytes").read_text()) == 3 << 30
-    cpu = Path("/sys/fs/cgroup/cpu") / next(
-        v for k, v in groups.items() if "cpu" in k.split(",")).lstrip("/")
-    quota, period = (int((cpu / f"cpu.cfs_{k}_us").read_text()) for k in ("quota", "period"))
-    assert quota == period
+    if hub.spawner == "slurm":
+        job = subprocess.run(["squeue", "-h", "-n", f"dtp-{ann}", "-o", "%T %m %C"],
+                             env=hub.env, capture_output=True, text=True).stdout.split()
+        assert job == ["RUNNING", "3G", "1"], job
+    else:
+        groups = dict(line.split(":", 2)[1:] for line in (server[0] / "cgroup").read_text().split())
+        memory = Path("/sys/fs/cgroup/memory") / groups["memory"].lstrip("/")
+        assert int((memory / "memory.limit_in_bytes").read_text()) == 3 << 30
+        cpu = Path("/sys/fs/cgroup/cpu") / next(
+            v for k, v in groups.items() if "cpu" in k.split(",")).lstrip("/")
+        quota, period = (int((cpu / f"cpu.cfs_{k}_us").read_text()) for k in ("quota", "period"))
+        assert quota == period
     assignment_list(page)
     page.click("#released_assignments_list >> button:has-text('Fetch')", timeout=30_000)
     page.wait_for_selector("#fetched_assignments_list >> button:has-text('Submit')",
@@ -121,11 +144,12 @@ def _term(hub: RunningHub, browser) -> None:
             got = server_api(hub, s, "POST", "assignments/fetch",
                              data={"assignment_id": A, "course_id": "dtp"})
             assert got.status_code == 200 and got.json()["success"], got.text
-        out, err = run_code(hub, s, "import os, getpass\nfrom course_utils import variants\n"
-                                    f"print(getpass.getuser(), variants.identity(), "
+        out, err = run_code(hub, s, "import os, getpass, pwd\nfrom course_utils import variants\n"
+                                    f"print(getpass.getuser(), pwd.getpwuid(os.getuid())[0], "
+                                    f"variants.identity(), "
                                     f"os.path.exists({str(hub.state / 'private')!r}), "
                                     f"os.path.exists({str(ROOT / 'solutions')!r}))")
-        assert (out.split(), err) == ([u, u, "False", "False"], "")
+        assert (out.split(), err) == ([u, u, u, "False", "False"], "")
         assert f"{A}.ipynb" in {c["name"] for c in server_api(
             hub, s, "GET", f"api/contents/{A}").json()["content"]}
     from course_utils import variants
