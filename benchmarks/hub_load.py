@@ -35,7 +35,8 @@ LECTURE = ("import os, subprocess, sys, time\n"
            "r = subprocess.run([sys.executable, '-m', 'nbconvert', '--to', 'notebook', "
            "'--execute', '--output', '/tmp/l1.ipynb', 'lectures/01_training_state.ipynb'], "
            "capture_output=True, text=True, cwd=os.path.expanduser('~/workspace'))\n"
-           "print(r.returncode, round(time.monotonic() - t, 2))")
+           "last = (r.stderr.strip().splitlines() or [''])[-1][-160:]\n"
+           "print(r.returncode, round(time.monotonic() - t, 2), last)")
 
 
 def _peak_bytes(student: str) -> int | None:
@@ -79,9 +80,10 @@ def one_class(n: int) -> dict:
             open_lab(hub, s)
             spawn = time.monotonic() - t0
             out, err = run_code(hub, s, LECTURE, timeout=900)
-            code, lecture_s = (out.split() + ["?", "nan"])[:2]
+            code, lecture_s, why = (out.split(maxsplit=2) + ["?", "nan", ""])[:3]
             return {"student": name, "spawn_s": spawn, "lecture_ok": code == "0" and not err,
-                    "lecture_s": float(lecture_s), "peak_bytes": _peak_bytes(name)}
+                    "lecture_s": float(lecture_s), "peak_bytes": _peak_bytes(name),
+                    "why": (err or why).strip()}
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -103,7 +105,8 @@ def one_class(n: int) -> dict:
             "lecture_max_s": max(r["lecture_s"] for r in rows),
             "lectures_failed": sum(not r["lecture_ok"] for r in rows),
             "peak_mib_max": max(peaks) / 2**20 if peaks else float("nan"),
-            "peak_mib_mean": statistics.mean(peaks) / 2**20 if peaks else float("nan")}
+            "peak_mib_mean": statistics.mean(peaks) / 2**20 if peaks else float("nan"),
+            "why_failed": sorted({r["why"] for r in rows if not r["lecture_ok"]})}
 
 
 def main() -> int:
@@ -117,6 +120,8 @@ def main() -> int:
               f"{r['spawn_mean_s']:6.1f}/{r['spawn_max_s']:5.1f}s  {r['lecture_max_s']:12.1f}s  "
               f"{r['lectures_failed']:>6}  {r['peak_mib_mean']:8.0f}/{r['peak_mib_max']:.0f}",
               flush=True)
+        for why in r["why_failed"]:
+            print(f"          failed: {why}", flush=True)
     return 0
 
 

@@ -2,6 +2,7 @@
 """The class's JupyterHub on this machine (run as root: one Unix account per student).
 
     python scripts/hub.py up [--port 8000] [--ip 0.0.0.0]   # make hub: Ctrl-C stops everything
+                             [--spawner slurm]              # servers as Slurm jobs (batchspawner)
     python scripts/hub.py release  a1_training_state        # into nbgrader's exchange
     python scripts/hub.py collect  a1_training_state        # the exchange -> $COURSE_DATA/submitted
     python scripts/hub.py feedback a1_training_state        # pages made and handed back
@@ -124,6 +125,11 @@ def prepare(state: Path, data: Path, homes: Path, instructor: str, graders: list
     if os.getuid() != 0:
         raise SystemExit("hub: run as root (the hub makes one Unix account per student and "
                          "starts each student's server as that account)")
+    from grading.sandbox import bwrap_path
+
+    if bwrap_path() is None:
+        raise SystemExit("hub: bubblewrap is missing (each student's server runs in its "
+                         "sandbox): apt-get install bubblewrap")
     if not os.access(PROXY, os.X_OK):
         raise SystemExit(f"hub: configurable-http-proxy is missing ({PROXY}); `make setup` "
                          f"installs it when npm is present (apt-get install nodejs npm)")
@@ -267,9 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     data = data_dir()
     if args.step == "up":
-        settings = prepare(args.state.resolve(), data, args.homes, args.instructor,
-                           [g for g in args.graders.split(",") if g], args.port, args.ip,
-                           args.memory_gb, args.cpus, args.cull_timeout, args.spawner)
+        try:
+            settings = prepare(args.state.resolve(), data, args.homes, args.instructor,
+                               [g for g in args.graders.split(",") if g], args.port, args.ip,
+                               args.memory_gb, args.cpus, args.cull_timeout, args.spawner)
+        except ValueError as err:  # (a roster id that cannot be an account, named)
+            print(f"hub: {err}", file=sys.stderr)
+            return 2
         return up(settings)
     settings = _settings(args.state.resolve())
     ex, private, data = (Path(settings["exchange"]), Path(settings["private"]),

@@ -87,6 +87,16 @@ def hub(request, tmp_path_factory):
                            capture_output=True, timeout=120)
 
 
+_JS = ("window.top.__course_pwned = (window.top.__course_pwned || 0) + 1; "
+       "fetch('/services/formgrader/api/contents/test-artifacts/pwned-through-the-hub.txt', "
+       "{method: 'PUT', headers: {'X-XSRFToken': (document.cookie.match(/_xsrf=([^;]+)/) || "
+       "[])[1] || '', 'Content-Type': 'application/json'}, body: JSON.stringify({type: 'file', "
+       "format: 'text', content: 'written by a student'})})")
+_HTML = f"<script>{_JS}</script><img src=x onerror=\"{_JS.replace(chr(34), '&quot;')}\">"
+PAYLOAD = ("from IPython.display import HTML, Javascript, display\n"
+           f"display(HTML({_HTML!r}))\ndisplay(Javascript({_JS!r}))\n")
+
+
 def _answer_notebooks() -> dict[str, nbformat.NotebookNode]:
     from grading import synthetic
 
@@ -109,11 +119,15 @@ def test_a_term_on_the_hub_and_every_crossing_refused(hub):
 def _term(hub: RunningHub, browser) -> None:
     ann, bo, mal = STUDENTS
     sessions = {u: login(hub, u) for u in STUDENTS}
-    # ann does everything a student does in Chromium: log in, JupyterLab, the Assignments tab
-    page = browser.new_page(viewport={"width": 1300, "height": 850})
-    browser_login(page, hub, ann)
-    page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
-    assert page.url.endswith(f"/user/{ann}/lab"), page.url
+    # ann and bo do what a student does in Chromium, each in a browser of their own: log in,
+    # JupyterLab, the Assignments tab (mal uses the same server APIs directly)
+    pages = {}
+    for u in (ann, bo):
+        pages[u] = browser.new_context(viewport={"width": 1300, "height": 850}).new_page()
+        browser_login(pages[u], hub, u)
+    for u, page in pages.items():
+        page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
+        assert page.url.endswith(f"/user/{u}/lab"), page.url
     for s in sessions.values():
         open_lab(hub, s)
     hub.step("release", A)
@@ -133,14 +147,15 @@ def _term(hub: RunningHub, browser) -> None:
             v for k, v in groups.items() if "cpu" in k.split(",")).lstrip("/")
         quota, period = (int((cpu / f"cpu.cfs_{k}_us").read_text()) for k in ("quota", "period"))
         assert quota == period
-    assignment_list(page)
-    page.click("#released_assignments_list >> button:has-text('Fetch')", timeout=30_000)
-    page.wait_for_selector("#fetched_assignments_list >> button:has-text('Submit')",
-                           timeout=30_000)
+    for page in pages.values():
+        assignment_list(page)
+        page.click("#released_assignments_list >> button:has-text('Fetch')", timeout=30_000)
+        page.wait_for_selector("#fetched_assignments_list >> button:has-text('Submit')",
+                               timeout=30_000)
 
     # each student's server is their own Unix user, with their own numbers
     for u, s in sessions.items():
-        if u != ann:
+        if u not in pages:
             got = server_api(hub, s, "POST", "assignments/fetch",
                              data={"assignment_id": A, "course_id": "dtp"})
             assert got.status_code == 200 and got.json()["success"], got.text
@@ -156,31 +171,30 @@ def _term(hub: RunningHub, browser) -> None:
 
     assert variants.givens(A, student=ann) != variants.givens(A, student=bo)
 
-    # lecture 1 runs in a student's server (their sandbox, their limits)
-    out, err = run_code(hub, sessions[ann], (
-        "import os, subprocess, sys\n"
-        "r = subprocess.run([sys.executable, '-m', 'nbconvert', '--to', 'notebook', "
-        "'--execute', '--output', '/tmp/l1.ipynb', "
-        "'lectures/01_training_state.ipynb'], capture_output=True, text=True, "
-        "cwd=os.path.expanduser('~/workspace'))\n"
-        "print(r.returncode, r.stderr[-300:])"))
-    assert out.split()[0] == "0", (out, err)
+    # lecture 1 runs top to bottom in each student's server (their sandbox, their limits)
+    for u in pages:
+        out, err = run_code(hub, sessions[u], (
+            "import os, subprocess, sys\n"
+            "r = subprocess.run([sys.executable, '-m', 'nbconvert', '--to', 'notebook', "
+            "'--execute', '--output', '/tmp/l1.ipynb', "
+            "'lectures/01_training_state.ipynb'], capture_output=True, text=True, "
+            "cwd=os.path.expanduser('~/workspace'))\n"
+            "print(r.returncode, r.stderr[-300:])"))
+        assert out.split()[0] == "0", (u, out, err)
 
     # answer (the right one; the typical mistake) and submit through the Assignments API
     notebooks = _answer_notebooks()
+    # bo's notebook also shows pages of script (issue 41), to be opened by the instructor in
+    # the formgrader through the hub: in the staff's session on the hub's origin
+    notebooks["mistake"].cells.append(nbformat.v4.new_code_cell(PAYLOAD))
     for u, kind in ((ann, "right"), (bo, "mistake")):
         s = sessions[u]
         put = server_api(hub, s, "PUT", f"api/contents/{A}/{A}.ipynb",
                          json={"type": "notebook", "format": "json",
                                "content": json.loads(nbformat.writes(notebooks[kind]))})
         assert put.status_code in (200, 201), put.text
-        if u == ann:
-            page.click("#fetched_assignments_list >> button:has-text('Submit')")
-            page.wait_for_selector(f"#submitted_assignments_list >> text={A}", timeout=30_000)
-        else:
-            sub = server_api(hub, s, "POST", "assignments/submit",
-                             data={"assignment_id": A, "course_id": "dtp"})
-            assert sub.json()["success"], sub.text
+        pages[u].click("#fetched_assignments_list >> button:has-text('Submit')")
+        pages[u].wait_for_selector(f"#submitted_assignments_list >> text={A}", timeout=30_000)
 
     # the third student tries every crossing from their own kernel
     inbound = hub.state / "exchange" / "dtp" / "inbound"
@@ -231,6 +245,10 @@ print("submit-as-ann", r.returncode)
     said = hub.step("feedback", A)
     assert "feedback released to 2 student(s)" in said, said
 
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{hub.data / 'gradebook.db'}") as gb:
+        bo_view = gb.find_submission_notebook(A, A, bo).id
     staff = browser.new_context().new_page()
     browser_login(staff, hub, "instructor")  # (lands on the formgrader, the course's config)
     staff.wait_for_selector(f"text={A}", timeout=60_000)
@@ -239,6 +257,12 @@ print("submit-as-ann", r.returncode)
     staff.wait_for_selector(f"text={ann}", timeout=30_000)
     listed = staff.inner_text("body")
     assert bo in listed and mal not in listed, listed
+    staff.goto(f"{hub.url}/services/formgrader/formgrader/submissions/{bo_view}/")
+    staff.wait_for_selector("#notebook-container", timeout=60_000)
+    staff.wait_for_timeout(2000)
+    assert staff.evaluate("() => window.__course_pwned || 0") == 0
+    assert "the grader removed" in staff.inner_text("#notebook-container")
+    assert not (ROOT / "test-artifacts" / "pwned-through-the-hub.txt").exists()
     instructor = login(hub, "instructor")
     assert instructor.get(f"{hub.url}/user/{ann}/api/contents").status_code == 403
 
@@ -246,14 +270,10 @@ print("submit-as-ann", r.returncode)
     for u, score, message in ((ann, "10.0 / 10.0", None), (bo, "8.0 / 10.0",
                                                            "that is GiB (2**30 bytes)")):
         s = sessions[u]
-        if u == ann:
-            page.click("#submitted_assignments_list >> button:has-text('Fetch Feedback')")
-            page.wait_for_selector("#submitted_assignments_list >> text=view feedback",
-                                   timeout=30_000)
-        else:
-            got = server_api(hub, s, "POST", "assignments/fetch_feedback",
-                             data={"assignment_id": A, "course_id": "dtp"})
-            assert got.json()["success"], got.text
+        page = pages[u]
+        page.click("#submitted_assignments_list >> button:has-text('Fetch Feedback')")
+        page.wait_for_selector("#submitted_assignments_list >> text=view feedback",
+                               timeout=30_000)
         listing = server_api(hub, s, "GET", f"api/contents/{A}/feedback").json()["content"]
         stamp = listing[0]["name"]
         html = server_api(hub, s, "GET", f"api/contents/{A}/feedback/{stamp}/{A}.html"
@@ -261,9 +281,11 @@ print("submit-as-ann", r.returncode)
         assert score in html, (u, re.findall(r"\d+\.\d / \d+\.\d", html))
         if message:
             assert message in html
-        if u == ann:  # (the page as ann's browser shows it, from her own server)
-            page.goto(f"{hub.url}/user/{ann}/files/{A}/feedback/{stamp}/{A}.html")
-            assert score in page.inner_text("body")
+        # (the page as the student's browser shows it, from their own server)
+        page.goto(f"{hub.url}/user/{u}/files/{A}/feedback/{stamp}/{A}.html")
+        assert score in page.inner_text("body")
+        if message:
+            assert message in page.inner_text("body")
 
     # Ctrl-C (SIGTERM): no hub, proxy, service or student process is left
     text = hub.stop()

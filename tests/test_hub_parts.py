@@ -119,3 +119,37 @@ def test_collect_takes_a_submission_only_from_the_student_who_wrote_it(tmp_path)
     out = ex / "dtp" / "feedback"
     assert [p.name for p in out.iterdir()] == [name]
     assert stat.S_IMODE(os.stat(out / name).st_mode) == 0o644
+
+
+@root_only
+@pytest.mark.parametrize("roster, said", [
+    ("id,first_name,last_name,email\nAnn.Lee,Ann,Lee,a@x\n", "roster id 'Ann.Lee' cannot be a "
+                                                            "Unix user name on the hub"),
+    ("id,first_name,last_name,email\n", "hub: no students: put the roster in"),
+    ("id,first_name,last_name,email\ninstructor,I,N,i@x\n", "instructor is both staff and a "
+                                                            "student"),
+])
+def test_a_hub_that_cannot_start_says_why_and_starts_nothing(tmp_path, roster, said):
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "roster.csv").write_text(roster)
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "hub.py"), "--state",
+                          str(tmp_path / "state"), "up", "--homes", str(tmp_path / "homes")],
+                         env=dict(os.environ, COURSE_DATA=str(data)), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode != 0 and said in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr  # (one line, no traceback)
+    assert not (tmp_path / "homes").exists()
+
+
+def test_a_step_without_a_hub_says_how_to_start_one(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "hub.py"), "--state",
+                          str(tmp_path / "none"), "collect", A], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode != 0 and "no hub in" in out.stderr and "hub.py up" in out.stderr
