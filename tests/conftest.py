@@ -66,6 +66,9 @@ SHARED_FILES = {"tests/test_browser_course.py", "tests/test_browser_playground.p
                 "tests/test_zero1.py"}
 # Files whose shared fixture runs for minutes: queued first, with the grading groups.
 HEAVY_FILES = {"tests/test_student_copy.py", "tests/test_hub.py", "tests/test_grading_host.py", "tests/test_slurm.py"}
+# Heavy files that must not run at the same time: both bring up a one-node Slurm on this host
+# (one slurmd per host), so they share a group (one worker, one after the other).
+SAME_WORKER = {"tests/test_hub.py": "tests/test_slurm.py"}
 _GRADING_FILES = {"tests/test_assignments.py", "tests/test_grading_integrity.py",
                   "tests/test_visible_checks.py", "tests/test_variant_grading.py"}
 _ASSIGNMENT = re.compile(r"\[(a\d+_[a-z_]+?)(?:-|\])")
@@ -83,7 +86,7 @@ def group_of(nodeid: str) -> tuple[str, str]:
         if m:
             return "grading", f"grading-{m.group(1)}"
     if path in HEAVY_FILES:
-        return "heavy", path
+        return "heavy", SAME_WORKER.get(path, path)
     if path in SHARED_FILES:
         return "file", path
     return "test", nodeid
