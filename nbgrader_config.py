@@ -41,8 +41,13 @@ c.CourseDirectory.autograded_directory = str(DATA / "autograded")
 c.CourseDirectory.feedback_directory = str(DATA / "feedback")
 c.CourseDirectory.solution_directory = str(DATA / "solution")
 c.CourseDirectory.db_url = f"sqlite:///{DATA / 'gradebook.db'}"
-c.Exchange.root = str(DATA / "exchange")
-(DATA / "exchange").mkdir(parents=True, exist_ok=True)
+# (COURSE_EXCHANGE: the class hub's formgrader names a folder that is not there, turning its
+# Release/Collect buttons off: scripts/hub.py does those steps, with its checks)
+if os.environ.get("COURSE_EXCHANGE"):
+    c.Exchange.root = os.environ["COURSE_EXCHANGE"]
+else:
+    c.Exchange.root = str(DATA / "exchange")
+    (DATA / "exchange").mkdir(parents=True, exist_ok=True)
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

@@ -69,7 +69,11 @@ def ensure_account(student: str, homes: Path) -> pwd.struct_passwd:
                          f"did not make (its group is not {GROUP}); rename the student in the "
                          f"roster")
     entry = pwd.getpwnam(student)
-    os.chmod(entry.pw_dir, 0o700)
+    home = Path(entry.pw_dir)
+    if not home.is_dir():  # (an account kept from an earlier term whose home was removed)
+        home.mkdir(parents=True)
+        os.chown(home, entry.pw_uid, entry.pw_gid)
+    os.chmod(home, 0o700)
     return entry
 
 

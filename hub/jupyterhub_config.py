@@ -72,6 +72,7 @@ c.Spawner.environment = {
 }
 
 formgrader_port = S["formgrader_port"]
+NO_EXCHANGE = "/nonexistent/on-the-class-hub-use-scripts-hub.py-release-collect-feedback"
 c.JupyterHub.services = [
     {
         "name": "formgrader",
@@ -81,7 +82,11 @@ c.JupyterHub.services = [
                     f"--ServerApp.root_dir={S['repo']}", "--ServerApp.terminals_enabled=False",
                     "--ServerApp.default_url=/formgrader"],
         "cwd": S["repo"],
-        "environment": {"COURSE_DATA": S["data"], "PATH": f"{BIN}:/usr/bin:/bin"},
+        # its Release/Collect/Feedback buttons would run nbgrader's own exchange steps (no
+        # owner check at collect, the root left 0777): off (nbgrader_config.py reads
+        # COURSE_EXCHANGE), and its warning shows this path, which names the way
+        "environment": {"COURSE_DATA": S["data"], "PATH": f"{BIN}:/usr/bin:/bin",
+                        "COURSE_EXCHANGE": NO_EXCHANGE},
         "oauth_no_confirm": True,
         "oauth_client_allowed_scopes": ["access:services!service=formgrader"],
     },

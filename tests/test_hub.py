@@ -253,6 +253,8 @@ print("submit-as-ann", r.returncode)
     browser_login(staff, hub, "instructor")  # (lands on the formgrader, the course's config)
     staff.wait_for_selector(f"text={A}", timeout=60_000)
     assert "/services/formgrader/" in staff.url, staff.url
+    # (its own exchange buttons are off: the hub's steps check who handed in what)
+    assert "use-scripts-hub.py-release-collect-feedback" in staff.inner_text("body")
     staff.goto(f"{hub.url}/services/formgrader/formgrader/manage_submissions/{A}")
     staff.wait_for_selector(f"text={ann}", timeout=30_000)
     listed = staff.inner_text("body")

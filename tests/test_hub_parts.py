@@ -153,3 +153,17 @@ def test_a_step_without_a_hub_says_how_to_start_one(tmp_path):
                           str(tmp_path / "none"), "collect", A], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode != 0 and "no hub in" in out.stderr and "hub.py up" in out.stderr
+
+
+@root_only
+def test_an_account_kept_from_an_earlier_term_gets_its_home_back(tmp_path):
+    name = "dtpt-keep"
+    accounts.remove_account(name)
+    try:
+        made = accounts.ensure_account(name, tmp_path)
+        shutil.rmtree(made.pw_dir)
+        again = accounts.ensure_account(name, tmp_path)
+        home = os.stat(again.pw_dir)
+        assert (home.st_uid, stat.S_IMODE(home.st_mode)) == (again.pw_uid, 0o700)
+    finally:
+        accounts.remove_account(name)
