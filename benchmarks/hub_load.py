@@ -28,16 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hub import accounts  # noqa: E402
-from hub.client import RunningHub, login, open_lab, run_code  # noqa: E402
-
-LECTURE = ("import os, subprocess, sys, time\n"
-           "t = time.monotonic()\n"
-           "r = subprocess.run([sys.executable, '-m', 'nbconvert', '--to', 'notebook', "
-           "'--execute', '--output', '/tmp/l1.ipynb', 'lectures/01_training_state.ipynb'], "
-           "capture_output=True, text=True, cwd=os.path.expanduser('~/workspace'))\n"
-           "last = (r.stderr.strip().splitlines() or [''])[-1][-160:]\n"
-           "print(r.returncode, round(time.monotonic() - t, 2), last)")
-
+from hub.client import RunningHub, login, open_lab, run_lecture  # noqa: E402
 
 def _peak_bytes(student: str) -> int | None:
     """The student's memory cgroup's peak (any process of theirs still in it names it)."""
@@ -79,11 +70,9 @@ def one_class(n: int) -> dict:
             s = login(hub, name)
             open_lab(hub, s)
             spawn = time.monotonic() - t0
-            out, err = run_code(hub, s, LECTURE, timeout=900)
-            code, lecture_s, why = (out.split(maxsplit=2) + ["?", "nan", ""])[:3]
-            return {"student": name, "spawn_s": spawn, "lecture_ok": code == "0" and not err,
-                    "lecture_s": float(lecture_s), "peak_bytes": _peak_bytes(name),
-                    "why": (err or why).strip()}
+            finished, lecture_s, why = run_lecture(hub, s)
+            return {"student": name, "spawn_s": spawn, "lecture_ok": finished,
+                    "lecture_s": lecture_s, "peak_bytes": _peak_bytes(name), "why": why}
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()

@@ -28,7 +28,7 @@ _UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _WORDS = "abcdefghijkmnpqrstuvwxyz23456789"  # (no l, o, 0, 1: read aloud, typed from paper)
 
 __all__ = ["GROUP", "check_unix_name", "is_course_account", "ensure_account", "remove_account",
-           "first_password", "seed_passwords"]
+           "first_password", "new_password", "seed_passwords"]
 
 
 def check_unix_name(student: str) -> str:
@@ -88,19 +88,21 @@ def first_password() -> str:
     return "".join(secrets.choice(_WORDS) for _ in range(12))
 
 
+def new_password(who: str, dbm_path: Path) -> str:
+    """Give ``who`` a new first password in ``dbm_path`` (FirstUseAuthenticator's store, bcrypt);
+    returns it."""
+    from firstuseauthenticator import FirstUseAuthenticator
+
+    password = first_password()
+    FirstUseAuthenticator(dbm_path=str(dbm_path)).reset_password(who, password)
+    return password
+
+
 def seed_passwords(students: list[str], dbm_path: Path) -> dict[str, str]:
     """Give every student without a password in ``dbm_path`` (FirstUseAuthenticator's store) a
     first one; returns ``{student: password}`` for those given one now (the others keep theirs)."""
     import dbm
 
-    from firstuseauthenticator import FirstUseAuthenticator
-
-    auth = FirstUseAuthenticator(dbm_path=str(dbm_path))
     with dbm.open(str(dbm_path), "c", 0o600) as db:
         have = {k.decode() for k in db.keys()}
-    given = {}
-    for student in students:
-        if student not in have:
-            given[student] = first_password()
-            auth.reset_password(student, given[student])
-    return given
+    return {s: new_password(s, dbm_path) for s in students if s not in have}

@@ -22,10 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HUB = [sys.executable, str(ROOT / "scripts" / "hub.py")]
 
-__all__ = ["RunningHub", "login", "open_lab", "xsrf", "server_api", "run_code"]
+__all__ = ["free_port", "RunningHub", "login", "open_lab", "xsrf", "server_api", "run_code",
+           "run_lecture"]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the hub's own ports, a test hub's)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -40,7 +42,7 @@ class RunningHub:
         self.data.mkdir()
         rows = "".join(f"{s},{s[5:].title()},Test,{s}@example.org\n" for s in students)
         (self.data / "roster.csv").write_text("id,first_name,last_name,email\n" + rows)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = dict(os.environ, **(env or {}), COURSE_DATA=str(self.data))
         self.spawner = spawner
@@ -152,3 +154,20 @@ def run_code(hub: RunningHub, s, code: str, timeout: float = 300) -> tuple[str, 
         server_api(hub, s, "DELETE", f"api/kernels/{kernel}")
 
 
+
+
+def run_lecture(hub: RunningHub, s, lecture: str = "01_training_state",
+                timeout: float = 900) -> tuple[bool, float, str]:
+    """Run ``lectures/<lecture>.ipynb`` top to bottom in the student's own server (a kernel of
+    it runs ``nbconvert --execute``): (whether it finished, its seconds, the last line it wrote
+    to stderr, or the kernel's error)."""
+    out, err = run_code(hub, s, (
+        "import os, subprocess, sys, time\n"
+        "t = time.monotonic()\n"
+        "r = subprocess.run([sys.executable, '-m', 'nbconvert', '--to', 'notebook', '--execute', "
+        f"'--output', '/tmp/lecture.ipynb', 'lectures/{lecture}.ipynb'], capture_output=True, "
+        "text=True, cwd=os.path.expanduser('~/workspace'))\n"
+        "last = (r.stderr.strip().splitlines() or [''])[-1][-160:]\n"
+        "print(r.returncode, round(time.monotonic() - t, 2), last)"), timeout=timeout)
+    code, seconds, last = (out.split(maxsplit=2) + ["?", "nan", ""])[:3]
+    return code == "0" and not err, float(seconds), (err or last).strip()

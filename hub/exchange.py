@@ -24,7 +24,6 @@ notebook's name), which only the student who submitted knows how to find.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pwd
 import re
@@ -129,20 +128,21 @@ def collect(assignment: str, exchange: Path, private: Path, data: Path,
             continue
         os.rename(src, kept / name)
         _give_to_root(kept / name)
-    latest: dict[str, str] = {}
-    for name in sorted(os.listdir(kept)):
+    mine: dict[str, list[str]] = {}
+    for name in os.listdir(kept):
         m = _INBOUND.fullmatch(name)
         if m and m["student"] in students:
-            best = latest.get(m["student"])
-            if best is None or _stamp(kept / name) >= _stamp(kept / best):
-                latest[m["student"]] = name
+            mine.setdefault(m["student"], []).append(name)
+    latest = {student: max(names, key=lambda n: (_stamp(kept / n), n))
+              for student, names in mine.items()}
     inbox = Path(private) / "inbox"
     if inbox.exists():
         shutil.rmtree(inbox)
+    inbox.mkdir()  # (empty when no one handed in: collect then names every student missing)
     moved = []
     try:
         for student, name in latest.items():
-            (inbox / student).mkdir(parents=True)
+            (inbox / student).mkdir()
             os.rename(kept / name, inbox / student / assignment)
             moved.append((inbox / student / assignment, kept / name))
         got = workflow.collect(inbox, assignment, data)
@@ -157,8 +157,7 @@ def collect(assignment: str, exchange: Path, private: Path, data: Path,
     for student, name in latest.items():
         secret = kept / name / "submission_secret.txt"
         if entry_kind(secret) == "file":
-            write_private(secrets / student,
-                          read_regular(secret, 1024))
+            write_private(secrets / student, read_regular(secret, 1024))
     return HubCollected(got, refused)
 
 
@@ -190,6 +189,4 @@ def release_feedback(assignment: str, exchange: Path, private: Path, data: Path)
             pages.append(nb)
         if pages:
             served.append(student)
-    write_private(Path(private) / "feedback-released.json",
-                  json.dumps({assignment: served}), mode=0o600)
     return served

@@ -37,15 +37,10 @@ sys.path.insert(0, str(ROOT))
 
 from grading.course import data_dir, roster  # noqa: E402
 from hub import accounts, exchange  # noqa: E402
+from hub.client import free_port  # noqa: E402
 
 DEFAULT_STATE = Path(os.environ.get("COURSE_HUB") or "/srv/dtp-hub")
 PROXY = ROOT / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _students(data: Path) -> list[str]:
     students = sorted(roster(data))
     if not students:
@@ -161,13 +156,12 @@ def prepare(state: Path, data: Path, homes: Path, instructor: str, graders: list
         "exchange": str(where["exchange"]), "student_config": str(where["student_config"]),
         "data": str(data), "repo": str(ROOT), "homes": str(homes), "students": students,
         "staff": staff, "instructor": instructor, "ip": ip, "port": port,
-        "hub_port": _free_port(), "proxy_api_port": _free_port(),
-        "formgrader_port": _free_port(), "proxy": str(PROXY),
+        "hub_port": free_port(), "proxy_api_port": free_port(),
+        "formgrader_port": free_port(), "proxy": str(PROXY),
         "memory_bytes": int(memory_gb * 2**30), "cpus": cpus,
         "cull_timeout": cull_timeout, "cull_every": max(10, min(300, cull_timeout // 2)),
         "spawner": spawner,
-        "handout": str(_handout(where["private"], given)) if given else
-        str(where["private"] / "handout.csv"),
+        "handout": str(_handout(where["private"], given)),
     }
     path = where["private"] / "settings.json"
     path.write_text(json.dumps(settings, indent=1))
@@ -312,12 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.step == "password":
         if args.id not in settings["students"] + settings["staff"]:
             raise SystemExit(f"hub: {args.id!r} is not on this hub")
-        pw = accounts.first_password()
-        from firstuseauthenticator import FirstUseAuthenticator
-
-        FirstUseAuthenticator(dbm_path=str(private / "passwords.dbm")).reset_password(args.id, pw)
-        _handout(private, {args.id: pw})
-        print(f"hub: {args.id}'s new first password is in {private / 'handout.csv'}")
+        pw = accounts.new_password(args.id, private / "passwords.dbm")
+        print(f"hub: {args.id}'s new first password is in {_handout(private, {args.id: pw})}")
     return 0
 
 

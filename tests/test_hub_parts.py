@@ -167,3 +167,12 @@ def test_an_account_kept_from_an_earlier_term_gets_its_home_back(tmp_path):
         assert (home.st_uid, stat.S_IMODE(home.st_mode)) == (again.pw_uid, 0o700)
     finally:
         accounts.remove_account(name)
+
+
+@root_only
+def test_collect_with_nothing_handed_in_names_every_student(tmp_path):
+    ex, private, data = tmp_path / "exchange", tmp_path / "private", tmp_path / "data"
+    exchange.prepare(ex)
+    got = exchange.collect(A, ex, private, data, ["daemon", "nobody"])
+    assert got.collected.get(A, []) == [] and got.refused == {}
+    assert got.collected.missing[A] == {"daemon": "no submission", "nobody": "no submission"}
