@@ -28,6 +28,7 @@ import math
 import os
 import pwd
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -100,6 +101,10 @@ class CourseSpawner(StudentServer, LocalProcessSpawner):
 
         self._groups = KernelCgroups(self.max_tasks, self.memory_bytes, self.cpus)
         self.cmd = self.sandboxed([SINGLEUSER])
+        # (not the hub's own stdout, its log: a student's process would hold that file open,
+        # able to write, truncate or fill it and read it back through /proc/self/fd)
+        self.popen_kwargs = {**self.popen_kwargs, "stdin": subprocess.DEVNULL,
+                             "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         return await super().start()
 
     def make_preexec_fn(self, name):
@@ -149,7 +154,7 @@ class CourseSlurmSpawner(StudentServer, SlurmSpawner):
 {% if partition %}#SBATCH --partition={{partition}}
 {% endif %}{% if options %}#SBATCH {{options}}
 {% endif %}
-exec {{cmd}}
+exec {{cmd}} </dev/null >/dev/null 2>&1
 """).tag(config=True)
 
     def get_req_subvars(self):

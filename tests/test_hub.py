@@ -135,6 +135,8 @@ def _term(hub: RunningHub, browser) -> None:
     uid = pwd.getpwnam(ann).pw_uid
     server = [p for p in Path("/proc").iterdir() if p.name.isdigit() and p.stat().st_uid == uid
               and b"jupyterhub-singleuser" in (p / "cmdline").read_bytes()]
+    # no file of the host is the server's stdin, stdout or stderr (the hub's log, the job's)
+    assert [os.readlink(server[0] / "fd" / str(fd)) for fd in (0, 1, 2)] == ["/dev/null"] * 3
     if hub.spawner == "slurm":
         job = subprocess.run(["squeue", "-h", "-n", f"dtp-{ann}", "-o", "%T %m %C"],
                              env=hub.env, capture_output=True, text=True).stdout.split()
