@@ -14,11 +14,13 @@ from pathlib import Path
 
 import nbformat
 
+from grading import names
+
 ROOT = Path(__file__).resolve().parent.parent
 MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS")
 # Programs handed to students to fix (a10 part 2): a fix repeats most of its program's lines, and
 # those lines are published on purpose; only what a fix changes is secret.
-GIVEN = [ROOT / "course_utils" / "pitfalls.py"]
+GIVEN = [names.source_file("pitfalls")]
 
 
 def assignments() -> list[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from course_utils.checks import SUBMIT_MIME
 from grading.course import ROOT, _meta, givens_for, is_answer_cell, is_test_cell, restore_metadata
+from grading import names
 from grading.files import entry_kind
 
 # ------------------------------------------------------------------------------ static scan
@@ -163,10 +164,6 @@ def _scan_source(source: str) -> list[str]:
     return sorted(set(flags), key=flags.index)
 
 
-def _course_modules() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "course_utils").glob("*.py") if p.stem != "__init__")
-
-
 def _fold(node) -> str | None:
     """The string an expression always evaluates to, if it is built from constants only
     (``"state" + "_bytes"``, ``f"zero_{'state'}"``, ``"".join(["a", "b"])``), else None."""
@@ -193,17 +190,19 @@ _DYNAMIC_IMPORTS = {"importlib.import_module", "import_module", "__import__",
 
 def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
     """Which of ``helpers`` (``"memory.zero_state_bytes"``: a ``course_utils`` function, or
-    ``"widgets.*"``: anything in that subpackage) the
-    code in ``source`` refers to, whatever the spelling: called or named through any import
-    alias, named in a string or in a string built from constants
-    (``getattr(memory, "state" + "_bytes")``), or possibly reached by a name computed at run
-    time (``getattr(memory, name)``, ``vars(memory)``, ``memory.__dict__``,
-    ``importlib.import_module(...)``, ``sys.modules[...]``): those are reported as
-    ``"<helper> (through a computed name)"``. ``setup``: code that ran before it (the
-    release's import cells), whose import aliases count too."""
-    wanted = {h: h.split(".") for h in helpers if not h.endswith(".*")}
-    packages = {h: h[:-2].split(".") for h in helpers if h.endswith(".*")}  # "widgets.*"
-    aliases = {m: m for m in _course_modules()} | {"course_utils": ""}
+    ``"widgets.*"``: anything in that subpackage) the code in ``source`` refers to, whatever
+    the spelling: called or named through any import alias, any package path, re-export or old
+    module name that leads to the same definition (:mod:`grading.names`), named in a string or
+    in a string built from constants (``getattr(memory, "state" + "_bytes")``), or possibly
+    reached by a name computed at run time (``getattr(memory, name)``, ``vars(memory)``,
+    ``memory.__dict__``, ``importlib.import_module(...)``, ``sys.modules[...]``): those are
+    reported as ``"<helper> (through a computed name)"``. ``setup``: code that ran before it
+    (the release's import cells), whose import aliases count too."""
+    library = names.index()
+    wanted = {h: library.resolve(h.split(".")) for h in helpers if not h.endswith(".*")}
+    packages = {h: library.resolve(h[:-2].split(".")) for h in helpers if h.endswith(".*")}
+    # a bare module name counts as the course's module (the release's cells import them)
+    aliases: dict[str, list[str]] = {m: [m] for m in library.top_level()} | {"course_utils": []}
     star: set[str] = set()
     found: list[str] = []
 
@@ -214,22 +213,39 @@ def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
         elif h not in found and plain not in found:
             found.append(h)
 
+    def path_of(node) -> list[str] | None:
+        """The ``course_utils``-relative path an expression names, if it starts at the
+        library (``getattr(module, "constant")`` counts as an attribute)."""
+        if isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) > 1:
+            inner, attr = path_of(node.args[0]), _fold(node.args[1])
+            return None if inner is None or attr is None else inner + attr.split(".")
+        if isinstance(node, ast.Attribute):
+            inner = path_of(node.value)
+            return None if inner is None else inner + [node.attr]
+        return aliases.get(node.id) if isinstance(node, ast.Name) else None
+
     def module_of(node) -> str | None:
         """The course_utils module (``"memory"``, or ``""`` for the package) an expression
         names, if it is one."""
-        if not isinstance(node, (ast.Name, ast.Attribute)):
-            return None
-        dotted = _dotted(node).split(".")
-        head = aliases.get(dotted[0])
-        if head is None:
-            return None
-        path = [x for x in head.split(".") if x] + dotted[1:]
-        name = ".".join(path)
-        return name if name == "" or name in _course_modules() else None
+        path = path_of(node)
+        target = library.resolve(path) if path is not None else None
+        return target if isinstance(target, str) else None
+
+    def match(target) -> None:
+        for h, site in wanted.items():
+            if site is not None and target == site:
+                add(h)
+        for h, package in packages.items():
+            if not isinstance(package, str) or target is None:
+                continue
+            where = target if isinstance(target, str) else target[0]
+            if where.startswith(package + ".") or (where == package and isinstance(target, tuple)):
+                add(h)
 
     def computed(module: str | None) -> None:
-        for h, parts in wanted.items():
-            if module is None or module == "" or parts[0] == module:
+        reach = None if module in (None, "") else library.reachable(module)
+        for h, site in wanted.items():
+            if reach is None or site in reach:
                 add(f"{h} (through a computed name)")
 
     trees = [t for t in (_parse(setup), _parse(source)) if t is not None]
@@ -238,36 +254,28 @@ def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.name.split(".")[0] == "course_utils":
-                        inner = a.name.partition(".")[2]
-                        aliases[a.asname or "course_utils"] = inner if a.asname else ""
+                        inner = [x for x in a.name.split(".")[1:]]
+                        aliases[a.asname or "course_utils"] = inner if a.asname else []
             elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "course_utils":
-                inner = node.module.partition(".")[2]
+                inner = node.module.split(".")[1:]
                 for a in node.names:
                     if a.name == "*":
-                        star.add(inner)
+                        star.add(".".join(inner))
                     else:
-                        aliases[a.asname or a.name] = f"{inner}.{a.name}".strip(".")
+                        aliases[a.asname or a.name] = inner + [a.name]
     tree = _parse(source)
     for node in ast.walk(tree) if tree is not None else []:
-        if isinstance(node, (ast.Attribute, ast.Name)):
-            dotted = _dotted(node).split(".")
-            head = aliases.get(dotted[0])
-            if head is None:
-                if not (isinstance(node, ast.Name) and star):
-                    continue
-                resolved = [[m, node.id] for m in star]
-            else:
-                resolved = [[x for x in head.split(".") if x] + dotted[1:]]
-            for path in resolved:
-                for h, parts in wanted.items():
-                    if path == parts:
-                        add(h)
-                for h, parts in packages.items():
-                    if path[:len(parts)] == parts and len(path) > len(parts):
-                        add(h)
+        if isinstance(node, (ast.Attribute, ast.Name)) or (
+                isinstance(node, ast.Call) and _dotted(node.func) == "getattr"):
+            path = path_of(node)
+            if path is not None:
+                match(library.resolve(path))
+            elif isinstance(node, ast.Name) and star:
+                for m in star:
+                    match(library.resolve([x for x in m.split(".") if x] + [node.id]))
             if isinstance(node, ast.Attribute) and node.attr == "__dict__":
                 computed(module_of(node.value))
-        elif isinstance(node, ast.Subscript) and _dotted(node.value) == "sys.modules":
+        if isinstance(node, ast.Subscript) and _dotted(node.value) == "sys.modules":
             computed(None)
         elif isinstance(node, ast.Call):
             func = _dotted(node.func)
@@ -283,14 +291,22 @@ def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
             elif func in _DYNAMIC_IMPORTS and node.args:
                 name = _fold(node.args[0])
                 if name is None or name.startswith("course_utils"):
-                    computed(name.partition(".")[2] if name else None)
+                    computed(module_of_name(name) if name else None)
         if isinstance(node, (ast.Constant, ast.BinOp, ast.JoinedStr, ast.Call)):
             text = _fold(node)
             if text is not None:
-                for h, parts in wanted.items():
-                    if text in (parts[-1], h):
+                for h, site in wanted.items():
+                    if text in (h.split(".")[-1], h) or (
+                            site is not None and text.split(".")[-1] == site[1]):
                         add(h)
     return found
+
+
+def module_of_name(name: str) -> str | None:
+    """``"course_utils.zero"`` -> the module it names now (old names too), else None."""
+    target = names.index().resolve(name.split(".")[1:]) if name.split(".")[0] == "course_utils" \
+        else None
+    return target if isinstance(target, str) else None
 
 
 def _walk(folder: Path) -> list[tuple[str, str]]:
