@@ -13,8 +13,13 @@ import shutil
 import tempfile
 import time
 
-from course_utils import (checkpoint, checkpoint_interval, launch, lost_rank, reshard,
-                          resume_demo, resume_job)
+from course_utils import launch
+from course_utils.checkpoint import dcp as checkpoint
+from course_utils.checkpoint import interval as checkpoint_interval
+from course_utils.checkpoint import lost_rank
+from course_utils.checkpoint import reshard
+from course_utils.checkpoint import resume_demo
+from course_utils.checkpoint import resume_job
 
 
 def main() -> None:

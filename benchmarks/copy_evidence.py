@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from course_utils import assignment_givens  # noqa: E402
+from course_utils.assess import givens as assignment_givens  # noqa: E402
 from grading import copies, reference  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """F, I and W of one transformer layer on this CPU, and what their ratio does to each schedule.
 
 Measures the forward (F), the input gradient (I) and the weight gradient (W) of one pre-norm
-layer (course_utils.fiw_times.Layer) with torch's own split backward (stage_backward_input,
+layer (course_utils.pipeline.fiw_times.Layer) with torch's own split backward (stage_backward_input,
 stage_backward_weight), median over --repeats after a warm-up, one thread; prints them in ms,
 their ratios beside the matmul FLOP ratios, and each schedule's idle share at P, m simulated
 with F = I = W and with the measured times (and the papers' formulas where they apply).
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from course_utils import fiw_times as ft  # noqa: E402
+from course_utils.pipeline import fiw_times as ft  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

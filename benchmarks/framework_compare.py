@@ -1,6 +1,6 @@
 """PyTorch DDP vs JAX ``jit`` on one pinned workload: step time, compile time, the loss curve.
 
-Runs ``course_utils.framework_compare.compare`` (the protocol lecture 8 uses): the same MLP,
+Runs ``course_utils.jax_sharding.framework_compare.compare`` (the protocol lecture 8 uses): the same MLP,
 float32, initial weights, batches, SGD steps and thread settings on both sides; PyTorch as DDP
 on gloo ranks through the course launcher, JAX as one process with that many CPU devices.
 The losses must agree (else it stops); the table names the machine and the versions. It ranks
@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from course_utils import framework_compare as fc  # noqa: E402
+from course_utils.jax_sharding import framework_compare as fc  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,8 +34,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from course_utils import (activations, backend, data_parallel, launch, memory,  # noqa: E402
-                          pipeline_parallel, ring_allreduce, tiny_lm)
+from course_utils import launch  # noqa: E402
+from course_utils.memory import activations  # noqa: E402
+from course_utils.runtime import backend  # noqa: E402
+from course_utils.data_parallel import replicas as data_parallel  # noqa: E402
+from course_utils.memory import sizing as memory  # noqa: E402
+from course_utils.pipeline import runtime as pipeline_parallel  # noqa: E402
+from course_utils.collectives import ring as ring_allreduce  # noqa: E402
+from course_utils.models import tiny_lm  # noqa: E402
 
 # size -> settings; "full" is for a GPU machine (about 1.0e9 parameters: 16 GB of state)
 SIZES: dict[str, dict[str, Any]] = {

@@ -65,7 +65,7 @@ def same_results(a: Path, b: Path) -> bool:
 
 
 def demo_job(folder: Path) -> dict:
-    """``sbatch --nodes 1 scripts/cluster.sbatch course_utils.mesh`` with 2 ranks."""
+    """``sbatch --nodes 1 scripts/cluster.sbatch course_utils.mesh.grid`` with 2 ranks."""
     import socket
 
     with socket.socket() as s:
@@ -74,11 +74,11 @@ def demo_job(folder: Path) -> dict:
     env = dict(os.environ, NPROC_PER_NODE="2", RDZV_PORT=str(port), OMP_NUM_THREADS="1")
     start = time.perf_counter()
     job = slurm.sbatch(["--nodes=1", "--time=5", f"--output={folder}/demo-%j.out",
-                        str(ROOT / "scripts" / "cluster.sbatch"), "course_utils.mesh"],
+                        str(ROOT / "scripts" / "cluster.sbatch"), "course_utils.mesh.grid"],
                        env=env, cwd=ROOT)
     [st] = slurm.wait(job, timeout_s=600, poll_s=0.2).values()
     took = time.perf_counter() - start
-    print(f"cluster.sbatch course_utils.mesh (1 node x 2 ranks): {st.state} in {took:.1f} s "
+    print(f"cluster.sbatch course_utils.mesh.grid (1 node x 2 ranks): {st.state} in {took:.1f} s "
           f"from sbatch to its end (Slurm's run time {st.run_time})", flush=True)
     return {"state": st.state, "seconds": round(took, 1), "run_time": st.run_time}
 

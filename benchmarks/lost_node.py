@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from course_utils import lost_node
+from course_utils.checkpoint import lost_node
 
 SETTINGS = {"course (heartbeat 1 s x 2, last call 1 s)": lost_node.Plan(),
             "torchrun's defaults (5 s x 3, last call 30 s)": lost_node.Plan(

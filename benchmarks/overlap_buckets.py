@@ -8,7 +8,7 @@ blocked in ``work.wait()`` after backward (the exposed communication). ``hidden`
 compute + comm - step: how much communication the overlap hid (negative: the overlap cost more
 than it hid, e.g. gloo's thread taking cycles from backward on a machine with few cores).
 Timings vary from run to run; run it a few times. Uses gloo on CPU; with one GPU per rank it
-runs on NCCL (there ``wait`` reads near 0: see ``course_utils.overlap``).
+runs on NCCL (there ``wait`` reads near 0: see ``course_utils.data_parallel.overlap``).
 
     .venv/bin/python benchmarks/overlap_buckets.py
     .venv/bin/python benchmarks/overlap_buckets.py --ranks 4 --width 512 --depth 16 --steps 9
@@ -24,7 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from course_utils import launch, overlap  # noqa: E402
+from course_utils import launch  # noqa: E402
+from course_utils.data_parallel import overlap  # noqa: E402
 
 
 def _size(text: str) -> float | None:

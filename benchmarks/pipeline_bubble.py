@@ -1,7 +1,7 @@
 """Pipeline bubble on real gloo ranks: measured idle fraction vs (P - 1)/(m + P - 1).
 
 For each P (default 2 and 4) and m (default 1, 2, 4, 8, 16), runs a GPipe step on P ranks
-(course_utils.pipeline_parallel), timestamps every forward and backward on every rank, and
+(course_utils.pipeline.runtime), timestamps every forward and backward on every rank, and
 prints the formula, the measured idle fraction (median over steps), its spread over steps, the
 measured and ideal makespans, and the excess time per op on the critical path (communication,
 waking up in recv, sleep overshoot on a loaded machine: what the formula leaves out). Implementations:
@@ -28,7 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from course_utils import pipeline_parallel as pp  # noqa: E402
+from course_utils.pipeline import runtime as pp  # noqa: E402
 
 
 def excess_per_op_ms(p: int, m: int, makespan_s: float, op_ms: float) -> float:

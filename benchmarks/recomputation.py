@@ -2,7 +2,7 @@
 recomputation mode and attention kernel (lecture 9's table, at any size).
 
 Step time is the median of ``--repeats`` forward + backward passes on one thread, after a
-warm-up; the bytes are counted with saved-tensor hooks (``course_utils.activations``).
+warm-up; the bytes are counted with saved-tensor hooks (``course_utils.memory.activations``).
 
     .venv/bin/python benchmarks/recomputation.py
     .venv/bin/python benchmarks/recomputation.py --batch 8 --seq 512 --layers 4 --repeats 9
@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from course_utils import activations, tiny_lm  # noqa: E402
+from course_utils.memory import activations  # noqa: E402
+from course_utils.models import tiny_lm  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Ring all-reduce (send/recv, course_utils.ring_allreduce) vs gloo's dist.all_reduce, 2 ranks.
+"""Ring all-reduce (send/recv, course_utils.collectives.ring) vs gloo's dist.all_reduce, 2 ranks.
 
 For float32 tensors of 1, 16 and 64 MiB, prints the median time of each, the bus bandwidth
 (2(D-1)/D x bytes / time, what each rank's link carried; at D = 2 it equals bytes / time) and
@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from course_utils import launch  # noqa: E402
-from course_utils import ring_allreduce as ring  # noqa: E402
+from course_utils.collectives import ring  # noqa: E402
 
 MiB = 2**20
 

@@ -17,7 +17,9 @@ CHILD = """
 import json, time, warnings
 warnings.filterwarnings("ignore")
 t0 = time.perf_counter()
-from course_utils import scale_comms, scale_memory, scale_tables
+from course_utils.scale import comms as scale_comms
+from course_utils.scale import memory as scale_memory
+from course_utils.scale import tables as scale_tables
 t1 = time.perf_counter()
 model, tp, pp, dp = {cfg!r}
 job = scale_memory.job_table(model, tp, pp, dp)

@@ -21,8 +21,9 @@ import time
 def main() -> None:
     import torch
 
-    from course_utils import launch, train3d
-    from course_utils import train3d_check as check
+    from course_utils import launch
+    from course_utils.trainer3d import train as train3d
+    from course_utils.trainer3d import check
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=8)
@@ -47,7 +48,7 @@ def main() -> None:
         speed = check.throughput(plan, res, peak)
         print(f"{name:30s} {slow['step']:8.1f} {slow['tp']:6.1f} {slow['pp_wait']:6.1f} "
               f"{slow['dp']:6.1f} {speed['tokens_per_s']:7.0f} {speed['mfu']:7.2%}")
-    from course_utils.zero1 import bytes_sent_worker   # tests/test_zero1.py asserts the same
+    from course_utils.zero.zero1 import bytes_sent_worker   # tests/test_zero1.py asserts the same
 
     for world in (2, 4):
         r = launch.run(bytes_sent_worker, world, timeout_s=120, show_output=False)[0]

@@ -22,9 +22,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from course_utils import pipeline_schedule as ps  # noqa: E402
-from course_utils import zero_bubble as zb  # noqa: E402
-from course_utils import zero_bubble_parallel as zbp  # noqa: E402
+from course_utils.pipeline import schedule as ps  # noqa: E402
+from course_utils.pipeline import zero_bubble as zb  # noqa: E402
+from course_utils.pipeline import zero_bubble_runtime as zbp  # noqa: E402
 
 SCHEDULES = ("1f1b", "zb-h1", "zbv", "dualpipev")
 

@@ -58,7 +58,7 @@ import time
 import traceback
 from typing import Any, Callable, Sequence
 
-from course_utils.backend import BACKENDS, device, init_process_group, resolve_backend, to_cpu
+from course_utils.runtime.backend import BACKENDS, device, init_process_group, resolve_backend, to_cpu
 
 __all__ = ["run", "RankError", "LaunchTimeout", "torchrun_main", "ping", "MAX_WORLD_SIZE",
            "BACKENDS", "resolve_backend", "device", "start_forkserver", "preload"]
@@ -99,7 +99,7 @@ class RankError(RuntimeError):
     raised, as data: ``type``, ``message``, ``name`` (a NameError's), ``raised_in`` (the library
     whose code raised it, None for the student's own code) and ``frame`` (the student's innermost
     frame: file, line, function), or None); ``short`` (the head line and the student's frames:
-    what a notebook shows, ``course_utils.messages``).
+    what a notebook shows, ``course_utils.assess.messages``).
     """
 
     def __init__(self, message: str, rank: int | None, rank_traceback: str, outputs: list[str],
@@ -201,7 +201,7 @@ _LIBRARY_ROOTS = tuple({os.path.dirname(os.__file__), sys.prefix, sys.base_prefi
 
 # Course modules whose functions are programs a student reads and debugs (assignment a10's
 # broken programs): their frames are shown with their lines, like the student's own.
-_DEBUGGED_MODULES = ("pitfalls.py",)
+_DEBUGGED_MODULES = (os.path.join("data_parallel", "pitfalls.py"),)
 
 
 def _library_name(filename: str) -> str | None:
@@ -212,15 +212,16 @@ def _library_name(filename: str) -> str | None:
     if not path.startswith(_LIBRARY_ROOTS) or not os.path.exists(path):
         return None
     here = os.path.dirname(os.path.abspath(__file__))
-    if os.path.dirname(path) == here and os.path.basename(path) in _DEBUGGED_MODULES:
+    if os.path.relpath(path, here) in _DEBUGGED_MODULES:
         return None
     parts = path.split(os.sep)
     for anchor in ("site-packages", "dist-packages"):
         if anchor in parts:
             rest = parts[parts.index(anchor) + 1:]
             return ".".join(p.removesuffix(".py") for p in rest[:2])
-    if path.startswith(os.path.dirname(os.path.abspath(__file__))):
-        return "course_utils." + os.path.basename(path).removesuffix(".py")
+    if path.startswith(here + os.sep):
+        return "course_utils." + os.path.relpath(path, here).removesuffix(".py").replace(
+            os.sep, ".").removesuffix(".__init__")
     return os.path.basename(path).removesuffix(".py")
 
 

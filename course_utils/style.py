@@ -51,16 +51,10 @@ class FigureWarning(UserWarning):
 
 
 def label(name: str) -> str:
-    """Words for a code name (``mixed_adam16`` -> ``mixed-precision Adam (16 B/param)``): a
-    byte layout of ``course_utils.memory`` says its own words, axes and schedules are in
-    :data:`LABELS`."""
-    if name in LABELS:
-        return LABELS[name]
-    from course_utils import memory
-
-    if name in memory.LAYOUTS:
-        return memory.layout(name).label
-    return name.replace("_", " ")
+    """Words for a code name (``mixed_adam16`` -> ``mixed-precision Adam (16 B/param)``), from
+    :data:`LABELS`: axes and schedules here, and the words each module adds for its own names
+    (:mod:`course_utils.memory` its byte layouts)."""
+    return LABELS.get(name, name.replace("_", " "))
 
 
 def use() -> None:

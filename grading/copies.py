@@ -1,6 +1,6 @@
 """Copied answers: evidence for the instructor, never a score.
 
-Every student has their own numbers (``course_utils.variants``). A wrong answer that is right
+Every student has their own numbers (``course_utils.assess.variants``). A wrong answer that is right
 for a classmate's numbers may have been copied from that classmate, or may be the student's
 own slip that happens to land there. Three rules keep an honest student from being accused:
 
@@ -62,7 +62,7 @@ def answer_space(assignment: str) -> dict[str, int]:
     """``{grade_id: distinct known answers}`` of each question judged by checks alone: the
     right answers and the mistakes the judge names, over :data:`SAMPLES` students' numbers
     (the values of one cell together: a cell of two values counts distinct pairs)."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     rules = judge.load(assignment)
     seen: dict[str, set] = {}
@@ -187,7 +187,7 @@ def _pairs(ref_pairs: list, values: dict[str, Any]) -> list[tuple[str, Any]]:
     kernel sends them; what the judge does not check stays the reference's."""
     import re
 
-    from course_utils.checks import encode
+    from course_utils.assess.checks import encode
 
     indexed: dict[str, dict[int, Any]] = {}
     for name, value in values.items():
@@ -215,7 +215,7 @@ def simulate_class(assignment: str, reference: dict[str, list], honest: int = 30
     other numbers). ``reference``: the reference run's submissions per cell. Returns
     ``(students, copied_from)`` in the form :func:`evidence` takes, and
     who each student copied (None: honest)."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     rules = judge.load(assignment)
     rng = random.Random(f"{assignment}/{seed}")

@@ -52,9 +52,9 @@ def is_answer_cell(cell) -> bool:
 
 def visible_traces(nb) -> dict[str, list[dict]]:
     """``{grade_id: [trace, ...]}``: what each visible check of each test cell saw in a run with
-    ``COURSE_TRACE_CHECKS`` set (``course_utils.checks._trace``): the name, the reference's
+    ``COURSE_TRACE_CHECKS`` set (``course_utils.assess.checks._trace``): the name, the reference's
     value, the unit and tolerance, the known mistakes it was given."""
-    from course_utils.checks import TRACE_MIME
+    from course_utils.assess.checks import TRACE_MIME
 
     return {_meta(cell)["grade_id"]: [o["data"][TRACE_MIME] for o in cell.get("outputs", [])
                                       if TRACE_MIME in o.get("data", {})]
@@ -187,7 +187,7 @@ def variants_on(assignment: str) -> bool | None:
     """The instructor's switch for ``assignment``'s per-student numbers, read from the committed
     release (the ``on=`` of its ``variants.givens(...)`` cell, never from a submission); None
     when the assignment has no givens."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     for name in notebook_names(assignment):
         release = release_notebook(assignment, name)
@@ -205,11 +205,11 @@ VARIANTS_ENV = "COURSE_VARIANTS"  # "off": everyone on the base numbers (make ch
 
 
 def givens_for(assignment: str, student: str | None):
-    """The numbers ``student`` is judged on (``course_utils.variants.Givens``): drawn here from
+    """The numbers ``student`` is judged on (``course_utils.assess.variants.Givens``): drawn here from
     nbgrader's student id, with the release's switch; the base numbers for no student or with
     variants off (the release's switch, or ``COURSE_VARIANTS=off``: a self-learner's ``make
     check`` without an identity); None for an assignment without givens."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     switch = variants_on(assignment)
     if switch is None:

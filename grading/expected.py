@@ -81,7 +81,7 @@ def _number_cells(rules: ModuleType) -> list[str]:
 def givens_read(rules: ModuleType, assignment: str, grade_id: str) -> set[str] | None:
     """The names of the givens the judge function ``grade_id`` reads (None: not a judge of
     checks alone)."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     read: set = set()
 
@@ -106,7 +106,7 @@ def variant_tour(rules: ModuleType, assignment: str) -> list[tuple[str, Any]]:
     """``(grade_id, Givens)`` for every test cell judged by checks alone and every combination
     of the givens that cell's judge reads, the other givens at their base (the whole space a
     cell can meet, without the product over unrelated questions)."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     base = variants.base(assignment)
     out = []

@@ -31,7 +31,7 @@ from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Int
 
-from course_utils.checks import SUBMIT_MIME
+from course_utils.assess.checks import SUBMIT_MIME
 from grading import course
 from grading.inert import (PLAIN, PLAIN_NOTE, SAFE_IMAGES, drop_attachment_references,
                            inert_markdown, inert_output, is_base64, prompt_number)

@@ -35,7 +35,7 @@ import binascii
 import re
 import unicodedata
 
-from course_utils.checks import SUBMIT_MIME, TRACE_MIME
+from course_utils.assess.checks import SUBMIT_MIME, TRACE_MIME
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b"}
 

@@ -4,7 +4,7 @@ The trust model (docs/instructor.md, "What a grade means"):
 
 * A hidden test cell, run in the student's sandboxed kernel, only *computes* the student's values
   (variables, and the outputs of the student's functions on the hidden inputs) and hands each to
-  the grader with ``course_utils.checks.submit(name, value)``: a display output of type
+  the grader with ``course_utils.assess.checks.submit(name, value)``: a display output of type
   ``SUBMIT_MIME`` carrying the value as JSON data (never a pickle; :func:`decode` builds plain
   numbers, strings, lists and tensors from it, nothing else).
 * The grader (``grading.preprocessors.RecoveringExecute``) reads those outputs when the cell
@@ -46,7 +46,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from course_utils.checks import SUBMIT_MIME
+from course_utils.assess.checks import SUBMIT_MIME
 from grading.files import read_regular, write_private
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ class Verdict:
 class Values(dict):
     """``{name: value}`` submitted by one test cell, in order; a missing name says which.
     ``cases``: the hidden inputs the grader drew for this cell (``HIDDEN_CASES``), or None.
-    ``givens``: the student's own numbers (``course_utils.variants.Givens``), drawn by the
+    ``givens``: the student's own numbers (``course_utils.assess.variants.Givens``), drawn by the
     grader from nbgrader's student id (never read from the notebook), or None."""
 
     cases: Any = None
@@ -102,7 +102,7 @@ def _opaque(type_name: str) -> Any:
 
 
 def decode(data: Any) -> Any:
-    """The value :func:`course_utils.checks.encode` sent (tensors come back as torch tensors)."""
+    """The value :func:`course_utils.assess.checks.encode` sent (tensors come back as torch tensors)."""
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
     if isinstance(data, list):
@@ -291,7 +291,7 @@ def _judge_cell(judge, grade_id, got, ref, error, cases, ref_cases, givens) -> V
 
 
 def _base_givens(givens):
-    from course_utils import variants
+    from course_utils.assess import variants
 
     return variants.Givens(givens.assignment, variants.base(givens.assignment), None)
 

@@ -19,6 +19,7 @@ from grading.course import ROOT
 
 LIBRARY = ROOT / "course_utils"
 ALIASES = "_aliases.py"  # the table of old names: OLD_NAMES = {"zero1": "zero.optimizer", ...}
+FORWARD = "FORMER"  # a package's lazy __getattr__ names the module it forwards to
 _MAX_HOPS = 50  # a re-export chain longer than this (or a loop) resolves to nothing
 
 
@@ -50,6 +51,9 @@ class Index:
         kind = self.bound.get(module, {}).get(name)
         if kind is None:
             sub = f"{module}.{name}".strip(".")
+            forward = self.bound.get(module, {}).get(FORWARD)
+            if sub not in self.files and forward is not None:  # a lazy package: its FORMER
+                return self._follow(forward[1], name, hops + 1)
             return sub if sub in self.files else None
         if kind[0] == "module":
             return kind[1] if kind[1] in self.files else None
@@ -69,6 +73,10 @@ class Index:
         while stack:
             current = stack.pop()
             names = set(self.bound.get(current, {}))
+            forward = self.bound.get(current, {}).get(FORWARD)
+            if forward is not None and forward[1] not in seen:
+                seen.add(forward[1])
+                stack.append(forward[1])
             names |= {m.rpartition(".")[2] for m in self.files
                       if m.rpartition(".")[0] == current and m != current}
             for name in names:
@@ -150,6 +158,11 @@ def _bindings(module: str, path: Path, tree: ast.Module, modules: set[str]) -> d
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
                         out[n.id] = ("def",)
+            value = getattr(node, "value", None)
+            if (len(targets) == 1 and isinstance(targets[0], ast.Name)
+                    and targets[0].id == FORWARD and isinstance(value, ast.Constant)
+                    and str(value.value).startswith("course_utils.")):
+                out[FORWARD] = ("module", value.value[len("course_utils."):])
     return out
 
 

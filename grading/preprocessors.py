@@ -38,7 +38,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Float, Int
 
-from course_utils.checks import SUBMIT_MIME
+from course_utils.assess.checks import SUBMIT_MIME
 from grading import course, judge, reference
 from grading.inert import one_line
 from grading.relay import RELAY_NOTE

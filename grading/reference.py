@@ -269,7 +269,7 @@ def follows_the_givens(cells) -> list[bool]:
     """Per cell: whether its code reads ``G`` or a name that an earlier such cell assigned (a7's
     answers read ``RUN_A``, which the tables cell builds from ``G``): what must run again with
     another student's numbers. The cell that makes ``G`` itself is not one."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     tainted, out = {"G"}, []
     for cell in cells:
@@ -296,7 +296,7 @@ def follows_the_givens(cells) -> list[bool]:
 
 
 def _variant_traces(client, nb, assignment: str) -> dict[str, list[dict]]:
-    from course_utils import variants
+    from course_utils.assess import variants
 
     done = visible_traces(nb)
     follows = follows_the_givens(nb.cells)
@@ -346,7 +346,7 @@ TOUR_KEYS = ("student-a", "student-b")  # two more draws beside the reference's 
 def tour_students(assignment: str, n: int = TOUR_STUDENTS) -> list[str]:
     """The first ``n`` ids ``student000``, ``student001``, ... whose numbers (variants) differ
     from every earlier one's; [] for an assignment without givens."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     if givens_for(assignment, None) is None:
         return []

@@ -68,7 +68,7 @@ import zmq
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Float, Int
 
-from course_utils.checks import SUBMIT_MIME
+from course_utils.assess.checks import SUBMIT_MIME
 from grading import cgroups, relay
 from grading.files import write_private
 
@@ -115,7 +115,7 @@ ENVIRONMENT: dict[str, str] = {
     "COURSE_HIDDEN_CASES": "this submission's hidden inputs, drawn by the grader (see "
                            "grading/judge.py, hidden_cases)",
     "COURSE_STUDENT": "the student being graded (nbgrader's student id; empty: the base "
-                      "numbers): course_utils.variants draws that student's givens from it, "
+                      "numbers): course_utils.assess.variants draws that student's givens from it, "
                       "whatever identity the notebook was written under",
 }
 _COPIED_ENV = ("COURSE_LAUNCH_PRELOAD", "OMP_NUM_THREADS", "COURSE_TRACE_CHECKS")

@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from course_utils.checks import SUBMIT_MIME
+from course_utils.assess.checks import SUBMIT_MIME
 from grading.course import ROOT, _meta, givens_for, is_answer_cell, is_test_cell, restore_metadata
 from grading import names
 from grading.files import entry_kind
@@ -303,7 +303,7 @@ def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
 
 
 def module_of_name(name: str) -> str | None:
-    """``"course_utils.zero"`` -> the module it names now (old names too), else None."""
+    """``"course_utils.zero.stages"`` -> the module it names now (old names too), else None."""
     target = names.index().resolve(name.split(".")[1:]) if name.split(".")[0] == "course_utils" \
         else None
     return target if isinstance(target, str) else None
@@ -396,7 +396,7 @@ def worked_as(nb) -> str | None:
     """Whose numbers the submitted notebook showed when the student ran it, read from the
     output of its ``variants.givens`` cell: an identity, ``""`` for the base numbers, None when
     the cell has no such output (outputs cleared). Hostile text: only this pattern is read."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     for cell in nb.cells:
         source = cell.get("source", "") if isinstance(cell, dict) else ""

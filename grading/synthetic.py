@@ -355,7 +355,7 @@ def _variant_cases(assignment: str, model: Model, correct: dict, references: dic
     notebook under the peer's identity (``typed_identity``: the givens cell shows the peer's
     numbers). A copied answer scores 0 where the peer's numbers differ from the student's own,
     and the report names the peer; the identity typed is flagged."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     rules = judge.load(assignment)
     peer = prefix + PEER
@@ -480,7 +480,7 @@ def value_cases(assignment: str, references: dict,
                 prefix: str = "") -> list[tuple[Case, nbformat.NotebookNode, dict]]:
     """The kinds of :func:`cases_for` whose point is their values, each with the values its test
     cells would submit (``grading.valuegrade.values_for``): ``(case, notebook, values)``."""
-    from course_utils import variants
+    from course_utils.assess import variants
     from grading import valuegrade
 
     [model] = load(assignment)

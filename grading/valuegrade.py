@@ -22,7 +22,7 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_output
 
-from course_utils.checks import encode
+from course_utils.assess.checks import encode
 from grading import copies, course, expected, judge
 from grading.digests import record_digests
 

@@ -11,7 +11,7 @@ cell of the release (``assignments/``): the ``mistakes=`` arguments of its visib
 removed, and the cell's first lines register the same mistakes sealed
 (``_checks.sealed_mistakes(_checks.sealed_for("a9_activations", "q1_test"))``: the tables, hex,
 live in ``course_utils/data/sealed/<assignment>.json``, out of the student's sight; see
-``course_utils.checks.seal``), with the unit mistakes of the check's unit added (:func:`unit_mistakes`: a GB answer's GiB and
+``course_utils.assess.checks.seal``), with the unit mistakes of the check's unit added (:func:`unit_mistakes`: a GB answer's GiB and
 bytes values, a bytes answer's element counts, ...). The values come from the reference run,
 whose visible checks publish what they saw (``COURSE_TRACE_CHECKS``): every call, in loops too,
 with the reference's answer and its mistakes evaluated. A mistake that depends on the
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils import checks
+from course_utils.assess import checks
 from grading import judge
 from grading.course import ROOT, _meta, is_test_cell
 

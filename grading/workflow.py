@@ -431,7 +431,7 @@ def self_check(assignment: str, notebook: Path | None = None, progress=None):
     if entry_kind(notebook) != "file":
         raise ValueError(f"no notebook to check at {notebook} (run make lab once to get your "
                          f"copy, or give the path with --notebook)")
-    from course_utils import variants
+    from course_utils.assess import variants
 
     # graded on the numbers the notebook was worked with: the identity make lab recorded (or
     # the hub's user), else the base numbers

@@ -117,10 +117,10 @@ def _shown(path: Path) -> str:
 
 def record_identity(given: str | None = None, ask=input, interactive: bool | None = None) -> str:
     """The identity the assignments draw the student's own numbers from (issue 26), recorded
-    once in ``workspace/.course/identity`` (``course_utils.variants``): ``given`` (``--identity
+    once in ``workspace/.course/identity`` (``course_utils.assess.variants``): ``given`` (``--identity
     NAME``), else asked the first time in a terminal. An empty answer records the base numbers.
     A hub's user or ``COURSE_STUDENT`` wins over the file. Returns the line to print."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     path = Path(os.environ.get(variants.IDENTITY_FILE_ENV) or WORKSPACE / ".course" / "identity")
     for var in (variants.IDENTITY_ENV, variants.HUB_ENV):

@@ -38,7 +38,7 @@ RECORD = Path(".course") / "copies.json"
 # from the first cell on, after a kernel restart too.
 STARTUP = """\
 try:
-    from course_utils import messages as _course_messages
+    from course_utils.assess import messages as _course_messages
     _course_messages.install()
     del _course_messages
 except Exception:  # a kernel without the course's environment: nothing to install

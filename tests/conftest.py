@@ -48,7 +48,7 @@ os.environ["COURSE_REFERENCE_CACHE"] = str(REFERENCE_CACHE)
 # recorded, no second kernel.
 os.environ["COURSE_REFERENCE_TOUR"] = "1"
 
-# Per-student numbers (course_utils.variants): the tests see the base numbers whatever identity
+# Per-student numbers (course_utils.assess.variants): the tests see the base numbers whatever identity
 # this machine has (a student's `make lab` records one, a hub sets its user), unless a test sets
 # one itself; subprocesses (JupyterLab, nbgrader, make) inherit this.
 for _var in ("COURSE_STUDENT", "JUPYTERHUB_USER"):

@@ -1,4 +1,4 @@
-"""course_utils.activations and course_utils.precision: saved-activation bytes predicted ==
+"""course_utils.memory.activations and course_utils.memory.precision: saved-activation bytes predicted ==
 measured (to the byte) over sequence lengths, batch sizes, kernels and recomputation modes;
 checkpointed loss and gradients equal to the plain run over seeds; the published formula at 7B;
 the precision demonstrations' claims (lecture 9); bad inputs."""
@@ -10,7 +10,11 @@ import math
 import pytest
 import torch
 
-from course_utils import activations, memory, precision, tiny_lm, zero
+from course_utils.memory import activations
+from course_utils.memory import sizing as memory
+from course_utils.memory import precision
+from course_utils.models import tiny_lm
+from course_utils.zero import stages as zero
 
 CFG = tiny_lm.TinyLMConfig(seq_len=256)
 SEQS = [16, 32, 64, 128, 256]

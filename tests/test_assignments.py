@@ -242,7 +242,8 @@ def _graded_values(name: str, reference) -> list[tuple[str, float]]:
     function returns on hidden inputs (names with a call in them, the test cells whose inputs
     are drawn per submission, ``HIDDEN_CASES``), values the judge lists in ``MEASURED`` (each
     student's own timings), and values that are not distinctive."""
-    from course_utils import assignment_givens, variants
+    from course_utils.assess import givens as assignment_givens
+    from course_utils.assess import variants
     from grading import expected, judge
 
     rules = judge.load(name)
@@ -322,7 +323,7 @@ def test_the_lecture_scan_finds_numbers_as_written():
 # ------------------------------------------------------------------- a5 Q4's graded timelines
 
 # What a5 Q4's graded timelines are: name -> (schedule, P, m, v). The question draws them from
-# course_utils.pipeline_schedule; lecture 5 prints and draws other ones (P = 4, m = 8).
+# course_utils.pipeline.schedule; lecture 5 prints and draws other ones (P = 4, m = 8).
 A5_Q4_TIMELINES = {"A": ("1f1b", 5, 7, 1), "B": ("gpipe", 5, 7, 1), "C": ("interleaved", 2, 4, 2)}
 
 
@@ -354,7 +355,7 @@ def test_a5_graded_timelines_are_simulated_and_not_shown_in_lecture_5():
     """a5 Q4's graded timelines are what pipeline_schedule simulates for the stated schedule,
     P and m; the reference answers and the judge agree with the simulation; and no lecture
     prints any of them (lecture 5 prints its own 1F1B timeline, which a student could copy)."""
-    from course_utils import pipeline_schedule as ps
+    from course_utils.pipeline import schedule as ps
     from grading import judge
 
     source = (ROOT / "authoring" / "assignments" / "a5_pipeline.py").read_text(encoding="utf-8")
@@ -398,7 +399,7 @@ def test_pipeline_view_cannot_draw_a5s_graded_timelines():
     """a5 Q4's timelines A and B (P = 5, m = 7) are the same for every student, and Q7's
     pipelines have P = 5 or 7: the widget's stages stop short of them (timeline C,
     interleaved, asks only its schedule, which its chunk letters name)."""
-    from course_utils import variants
+    from course_utils.assess import variants
     from course_utils.widgets import pipeline_timeline
 
     w = pipeline_timeline.PipelineTimeline()

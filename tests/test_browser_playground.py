@@ -2,7 +2,7 @@
 
 Opens a notebook that displays ``Playground()``, runs it, and checks the rendered numbers
 (devices, per-device GB, activations, gathered layer and peak, bubble fraction, effective batch)
-and the exact warnings against :func:`course_utils.playground.plan`; then moves a dropdown,
+and the exact warnings against :func:`course_utils.mesh.playground.plan`; then moves a dropdown,
 three sliders (keyboard) and a text box, then the activation controls (the sequence length
 text box, the recomputation dropdown, the sequence-parallel checkbox), and checks after each
 move that the figures changed to ``plan``'s new values and that the matplotlib figure was
@@ -21,7 +21,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from jupyterlab_harness import (error_outputs, lab_browser, lab_page, lab_server,  # noqa: F401
                                 open_notebook, run_all, screenshot)
 
-from course_utils.playground import TEACHING_NOTE, plan
+from course_utils.mesh.playground import TEACHING_NOTE, plan
 
 pytestmark = pytest.mark.browser
 
@@ -121,7 +121,7 @@ def press(page, control: str, key: str, times: int) -> None:
 def test_playground_in_jupyterlab(lab_server, lab_page):  # noqa: F811
     page = lab_page
     nb = lab_server.add_notebook("playground.ipynb", [
-        "from course_utils.playground import Playground\npg = Playground()\npg.widget"])
+        "from course_utils.mesh.playground import Playground\npg = Playground()\npg.widget"])
     open_notebook(page, lab_server, nb)
     page.keyboard.press("Control+b")  # hide the file browser: more room for the widget
     run_all(page)

@@ -25,7 +25,10 @@ from jupyterlab_harness import (ARTIFACTS, LabServer, error_outputs, lab_browser
                                 open_notebook, require_chromium, run_all)
 
 from course_utils.widgets import sharding  # noqa: I001  (first: JAX with 8 CPU devices)
-from course_utils import memory, pipeline_schedule as ps, ring_allreduce, zero
+from course_utils.memory import sizing as memory
+from course_utils.pipeline import schedule as ps
+from course_utils.collectives import ring as ring_allreduce
+from course_utils.zero import stages as zero
 from course_utils.widgets import (activation_memory, number_formats, pipeline_timeline,
                                   ring_steps, tp_layout, training_state, zero_shards)
 

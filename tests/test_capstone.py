@@ -13,9 +13,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_utils import capstone, launch, stage_model, train3d
-from course_utils.tiny_lm import build
-from course_utils.train3d_check import reference_train
+from course_utils import launch
+from course_utils.assess import a10_capstone as capstone
+from course_utils.trainer3d import stage_model
+from course_utils.trainer3d import train as train3d
+from course_utils.models.tiny_lm import build
+from course_utils.trainer3d.check import reference_train
 from grading import judge
 from rank_jobs import job, run_jobs
 
@@ -73,7 +76,9 @@ def _step(dp_div=True, m_div=True, group="dp", gather=True, misorder=False, hang
 def test_a_step_written_outside_the_library_runs_and_is_counted():
     """The count of every rank's calls: m sends per pipeline neighbour, the layers' TP
     all-reduces, one hand-written ZeRO-1 all-gather (the 8-rank mesh of lecture 10)."""
-    from course_utils import train3d, train3d_check, train3d_comms
+    from course_utils.trainer3d import train as train3d
+    from course_utils.trainer3d import check as train3d_check
+    from course_utils.trainer3d import comms as train3d_comms
 
     plan = train3d.Plan(steps=2, vocab_parallel=False, sp=False, clip=None)
     results = train3d.run(plan, step_fn=_step())
@@ -88,7 +93,7 @@ def test_a_step_written_outside_the_library_runs_and_is_counted():
 
 
 def test_a_student_step_gets_the_plain_stage():
-    from course_utils import train3d
+    from course_utils.trainer3d import train as train3d
 
     with pytest.raises(ValueError, match="a student's step runs the plain stage"):
         train3d.train_worker(0, 8, train3d.Plan(), step_fn=_step())

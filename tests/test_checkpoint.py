@@ -20,8 +20,16 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import (checkpoint, checkpoint3d, checkpoint_interval, launch, lost_node,
-                          lost_rank, reshard, resume_demo, resume_job, train3d)
+from course_utils import launch
+from course_utils.checkpoint import dcp as checkpoint
+from course_utils.checkpoint import trainer3d as checkpoint3d
+from course_utils.checkpoint import interval as checkpoint_interval
+from course_utils.checkpoint import lost_node
+from course_utils.checkpoint import lost_rank
+from course_utils.checkpoint import reshard
+from course_utils.checkpoint import resume_demo
+from course_utils.checkpoint import resume_job
+from course_utils.trainer3d import train as train3d
 
 ROOT = Path(__file__).resolve().parent.parent
 SAVE_AT = 6
@@ -209,12 +217,12 @@ def test_a_lost_node_is_left_out_and_the_job_goes_on_with_the_other():
 
 
 def test_the_torchrun_command_restarts_the_killed_job(tmp_path):
-    """``torchrun --max-restarts 1 -m course_utils.lost_rank DIR``: rank 1 dies in step 6, the
+    """``torchrun --max-restarts 1 -m course_utils.checkpoint.lost_rank DIR``: rank 1 dies in step 6, the
     job resumes from the step-4 checkpoint and both ranks finish."""
     torchrun = Path(sys.executable).with_name("torchrun")
     env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
     out = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
-                          "--max-restarts", "1", "-m", "course_utils.lost_rank", str(tmp_path)],
+                          "--max-restarts", "1", "-m", "course_utils.checkpoint.lost_rank", str(tmp_path)],
                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     events = [json.loads(line) for rank in (0, 1)
@@ -241,7 +249,7 @@ def test_the_torchrun_commands_leave_the_lost_node_out(tmp_path):
             [str(torchrun), "--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "1",
              "--rdzv-backend", "c10d", "--rdzv-id", "lost-node", "--rdzv-endpoint",
              f"127.0.0.1:{port}", "--rdzv-conf", f"is_host={host},{conf}",
-             "-m", "course_utils.lost_node", node, str(tmp_path)],
+             "-m", "course_utils.checkpoint.lost_node", node, str(tmp_path)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
             start_new_session=True))
         time.sleep(1)

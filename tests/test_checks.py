@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from course_utils.checks import as_number, check_choice, check_number, check_sequence
+from course_utils.assess.checks import as_number, check_choice, check_number, check_sequence
 
 MISTAKES = [(24.45, "that is GiB"), (14.0, "that is ZeRO-3")]
 
@@ -110,7 +110,7 @@ def notebook_shell(tmp_path, monkeypatch):
     error)."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from course_utils import messages
+    from course_utils.assess import messages
 
     shell = InteractiveShell.instance()
     assert messages.install(shell)
@@ -143,7 +143,7 @@ def test_a_failed_check_is_one_line(notebook_shell):
     their 20-50-line tracebacks, issue 36); an assert inside the student's own function keeps
     its traceback."""
     run = notebook_shell
-    short = run("from course_utils.checks import check_number\n"
+    short = run("from course_utils.assess.checks import check_number\n"
                 "check_number('x_gb', 303.1, mistakes=[(303.1, 'that is GiB')])")
     assert short == ["Not right yet: x_gb = 303.1: that is GiB"]
     assert run("assert 1 == 2, 'the visible test says no'") == [
@@ -250,7 +250,7 @@ def test_a_rank_that_fails_shows_its_error_not_the_launcher(notebook_shell):
                      "raised_in": None, "name": "capstone", "frame": (filename, 3, "fixed")})
     assert "`capstone` is not defined in this kernel: cell 1" in line
     [line] = raised({"type": "AssertionError", "message": "rank (0, 1, 0): D times too large",
-                     "raised_in": "course_utils.capstone", "name": None, "frame": None})
+                     "raised_in": "course_utils.assess.a10_capstone", "name": None, "frame": None})
     assert line == "Not right yet: rank 1: rank (0, 1, 0): D times too large"
     crash = raised({"type": "RuntimeError", "message": "shape", "raised_in": None, "name": None,
                     "frame": (filename, 3, "fixed")},
@@ -266,7 +266,7 @@ def test_a_visible_check_says_what_it_checked_not_whether_it_is_right(notebook_s
     know; a cell whose check failed prints no such line (before: nothing at all, so a right
     answer and an unchecked one looked alike)."""
     run = notebook_shell
-    run("from course_utils.checks import check_number, check_choice")
+    run("from course_utils.assess.checks import check_number, check_choice")
     for value in (26.0, 1.0):
         capsys.readouterr()
         assert run(f"check_number('zero2_gb', {value}, mistakes=[(14.0, 'that is ZeRO-3')])\n"

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_utils import collectives as C  # noqa: E402
+from course_utils.collectives import primitives as C  # noqa: E402
 from course_utils import launch  # noqa: E402
 
 # ------------------------------------------------------------------ workers (top level: picklable)

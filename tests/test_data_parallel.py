@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils import data_parallel as D
+from course_utils.data_parallel import replicas as D
 from course_utils import launch
 from rank_jobs import job, run_jobs
 from test_measure import _watch_clock, solo_group  # noqa: F401 (a fixture)

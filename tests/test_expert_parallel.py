@@ -1,4 +1,4 @@
-"""course_utils.expert_parallel: MoE token routing and Ulysses sequence parallelism with
+"""course_utils.sequence_parallel.experts: MoE token routing and Ulysses sequence parallelism with
 all-to-all on real gloo ranks, each checked against one device over several seeds."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from course_utils import launch
-from course_utils.expert_parallel import (attention_inputs, attention_reference, check_moe,
+from course_utils.sequence_parallel.experts import (attention_inputs, attention_reference, check_moe,
                                           check_ulysses, make_moe, moe_expert_parallel,
                                           moe_reference, moe_tokens, route, ulysses_attention)
 
@@ -103,7 +103,7 @@ def test_draw_token_routing_shows_each_experts_load():
     import matplotlib.pyplot as plt
 
     from course_utils import style
-    from course_utils.expert_parallel import draw_token_routing
+    from course_utils.sequence_parallel.experts import draw_token_routing
 
     runs = {f"seed {s}": check_moe(s, world_size=4, tokens_per_rank=6, n_experts=4)
             for s in (0, 1)}
@@ -130,7 +130,7 @@ def test_draw_all_to_all_transposes_the_grid(world_size):
     from matplotlib.colors import to_hex
 
     from course_utils import style
-    from course_utils.expert_parallel import draw_all_to_all
+    from course_utils.sequence_parallel.experts import draw_all_to_all
 
     n = world_size
     with matplotlib.rc_context():
@@ -156,7 +156,7 @@ def test_draw_all_to_all_transposes_the_grid(world_size):
 
 @pytest.mark.parametrize("world_size", [1, 9, 2.0])
 def test_draw_all_to_all_rejects_bad_world_size(world_size):
-    from course_utils.expert_parallel import draw_all_to_all
+    from course_utils.sequence_parallel.experts import draw_all_to_all
 
     with pytest.raises(ValueError, match="world_size"):
         draw_all_to_all(world_size=world_size)

@@ -1,4 +1,4 @@
-"""F, I and W of a transformer layer (course_utils.fiw_times): the hand count is torch's flop
+"""F, I and W of a transformer layer (course_utils.pipeline.fiw_times): the hand count is torch's flop
 counter's, attention makes I > F > W and a pure MLP F = I = W; the schedules' idle shares at
 F = I = W are the simulator's and the papers'; a measured run times torch's own split backward
 and, where the FLOPs say I is well over W, I takes longer; bad arguments are named."""
@@ -10,9 +10,9 @@ import torch
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 from torch.utils.flop_counter import FlopCounterMode
 
-from course_utils import fiw_times as ft
-from course_utils import pipeline_schedule as ps
-from course_utils import zero_bubble as zb
+from course_utils.pipeline import fiw_times as ft
+from course_utils.pipeline import schedule as ps
+from course_utils.pipeline import zero_bubble as zb
 
 
 def _counted(layer, x):

@@ -1,4 +1,4 @@
-"""``course_utils.framework_compare``: every public function refuses a bad argument, naming it,
+"""``course_utils.jax_sharding.framework_compare``: every public function refuses a bad argument, naming it,
 before any work (no ranks launched, no JAX process started)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from course_utils import framework_compare as fc
+from course_utils.jax_sharding import framework_compare as fc
 
 _RESULT_KEYS = ("workload", "torch", "jax", "loss_rel_diff", "machine")
 

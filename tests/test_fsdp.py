@@ -1,4 +1,4 @@
-"""course_utils.fsdp: ZeroRedundancyOptimizer's uneven shards and FSDP2 fully_shard measured on real
+"""course_utils.zero.fsdp: ZeroRedundancyOptimizer's uneven shards and FSDP2 fully_shard measured on real
 gloo ranks, each against a single-process reference and against the from-scratch ZeRO."""
 
 from __future__ import annotations
@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils import fsdp, launch, memory, zero
+from course_utils import launch
+from course_utils.zero import fsdp
+from course_utils.memory import sizing as memory
+from course_utils.zero import stages as zero
 from rank_jobs import job, run_jobs
 
 SIZES = [16, 32, 32, 8]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import backend, pipeline_schedule
+from course_utils.runtime import backend
+from course_utils.pipeline import schedule as pipeline_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 

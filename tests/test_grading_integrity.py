@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.checks import SUBMIT_MIME, check_number
+from course_utils.assess.checks import SUBMIT_MIME, check_number
 from grading import class_report, integrity, judge, snippets, synthetic, workflow
 from grading.filters import ShowOnlyErrorMessages, StderrToStdout
 
@@ -48,15 +48,15 @@ _HELPERS = ["memory.zero_state_bytes", "pipeline_schedule.bubble_fraction"]
 
 @pytest.mark.parametrize("code, setup, found", [
     ("x = memory.zero_state_bytes(7e9, 8, 2)['total'] / 1e9", "", ["memory.zero_state_bytes"]),
-    ("from course_utils.memory import zero_state_bytes as z\nx = z(1, 2, 3)", "",
+    ("from course_utils.memory.sizing import zero_state_bytes as z\nx = z(1, 2, 3)", "",
      ["memory.zero_state_bytes"]),
-    ("import course_utils.pipeline_schedule as s\nx = s.bubble_fraction(4, 8)", "",
+    ("import course_utils.pipeline.schedule as s\nx = s.bubble_fraction(4, 8)", "",
      ["pipeline_schedule.bubble_fraction"]),
     ("x = ps.bubble_fraction(4, 8)", "from course_utils import pipeline_schedule as ps",
      ["pipeline_schedule.bubble_fraction"]),
-    ("import course_utils\nx = course_utils.memory.zero_state_bytes(1, 2, 3)", "",
+    ("import course_utils\nx = course_utils.memory.sizing.zero_state_bytes(1, 2, 3)", "",
      ["memory.zero_state_bytes"]),
-    ("from course_utils.memory import *\nx = zero_state_bytes(1, 2, 3)", "",
+    ("from course_utils.memory.sizing import *\nx = zero_state_bytes(1, 2, 3)", "",
      ["memory.zero_state_bytes"]),
     ("x = getattr(m, 'zero_state_bytes')(1, 2, 3)", "", ["memory.zero_state_bytes"]),
     ("x = (2 + 14 / 8) * 7", "", []),
@@ -90,7 +90,7 @@ def test_helpers_not_allowed_name_real_answers_and_helpers(name):
     for gid, helpers in rules.items():
         assert gid in answers, f"{gid} is not an answer cell of {name}"
         for helper in helpers:
-            module, _, fn = helper.partition(".")
+            module, _, fn = helper.rpartition(".")
             assert callable(getattr(importlib.import_module(f"course_utils.{module}"), fn, None)), helper
         assert integrity.helper_uses(answers[gid], helpers) == [], gid
 
@@ -98,7 +98,7 @@ def test_helpers_not_allowed_name_real_answers_and_helpers(name):
 @pytest.mark.parametrize("code, words", [
     ("import math\nmath.isclose = lambda *a, **k: True", "assigns to math.isclose"),
     ("import builtins\nbuiltins.abs = lambda x: 0", "assigns to builtins.abs"),
-    ("import sys\nsys.modules['course_utils.checks'] = None", "sys.modules"),
+    ("import sys\nsys.modules['course_utils.assess.checks'] = None", "sys.modules"),
     ("import sys\nsys.path.insert(0, '.')", "sys.path.insert"),
     ("class F(float):\n    pass", "subclasses float"),
     ("class A:\n    def __eq__(self, o):\n        return True", "defines __eq__"),
@@ -111,8 +111,8 @@ def test_helpers_not_allowed_name_real_answers_and_helpers(name):
     ("from IPython.display import publish_display_data\n"
      f"publish_display_data({{'{SUBMIT_MIME}': {{}}}})", "fake submission"),
     ("import os\nos.makedirs('course_utils')", "course_utils folder"),
-    ("open('course_utils/checks.py', 'w').write('x')", "course_utils folder"),
-    ("import course_utils.checks as c\nc.check_number = None", "assigns to c.check_number"),
+    ("open('course_utils/assess/checks.py', 'w').write('x')", "course_utils folder"),
+    ("import course_utils.assess.checks as c\nc.check_number = None", "assigns to c.check_number"),
 ])
 def test_scan_flags_tampering(code, words):
     flags = integrity.scan_source(code)
@@ -221,7 +221,7 @@ def test_values_cross_as_data():
     import numpy as np
     import torch
 
-    from course_utils.checks import encode
+    from course_utils.assess.checks import encode
 
     class LyingFloat(float):
         def __eq__(self, other):
@@ -834,7 +834,7 @@ def test_the_reference_passes_its_judge_on_every_draw(name, reference):
 # ------------------------------------------------------------------ a class with its own numbers
 
 def _with_givens() -> list[str]:
-    from course_utils import assignment_givens
+    from course_utils.assess import givens as assignment_givens
 
     return sorted(assignment_givens.GIVENS)
 
@@ -907,7 +907,7 @@ def test_copy_evidence_on_simulated_classes(name, reference):
 def test_a_named_mistake_of_ones_own_numbers_is_never_a_copy():
     """The issue's own case: a1 with N = 20e9 and the 12-byte mistake gives 240 GB, the right
     answer for N = 15e9: a mistake the judge names for the student's numbers, never compared."""
-    from course_utils import variants
+    from course_utils.assess import variants
     from grading import copies
 
     rules = judge.load("a1_training_state")

@@ -169,7 +169,7 @@ def _term(hub: RunningHub, browser) -> None:
         assert (out.split(), err) == ([u, u, u, "False", "False"], "")
         assert f"{A}.ipynb" in {c["name"] for c in server_api(
             hub, s, "GET", f"api/contents/{A}").json()["content"]}
-    from course_utils import variants
+    from course_utils.assess import variants
 
     assert variants.givens(A, student=ann) != variants.givens(A, student=bo)
 

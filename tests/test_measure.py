@@ -1,4 +1,4 @@
-"""course_utils.measure: the verification checks (they must catch injected scaling bugs), the
+"""course_utils.measure.run: the verification checks (they must catch injected scaling bugs), the
 measurement helpers, and every claim notebook 07 makes about timings, memory and bytes.
 
 Distributed runs go through launch.run on real gloo ranks and are compared with a single-process
@@ -18,8 +18,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_utils import launch, measure, memory, style, tiny_lm
-from course_utils.measure import RunSpec
+from course_utils import launch, style
+from course_utils.measure import run as measure
+from course_utils.memory import sizing as memory
+from course_utils.models import tiny_lm
+from course_utils.measure.run import RunSpec
 
 matplotlib.use("Agg")
 N = 110_400

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from course_utils import launch, memory
+from course_utils import launch
+from course_utils.memory import sizing as memory
 
 
 def test_lesson_figures():

@@ -1,4 +1,4 @@
-"""course_utils.mesh: coordinates and groups from one grid, checked against torch's DeviceMesh
+"""course_utils.mesh.grid: coordinates and groups from one grid, checked against torch's DeviceMesh
 on real gloo ranks, and a 2-D (DP x TP) step checked against one device."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from course_utils import launch
-from course_utils.mesh import (AXES, Mesh, check_dp_tp, dp_tp_step, dp_tp_step_dtensor,
+from course_utils.mesh.grid import (AXES, Mesh, check_dp_tp, dp_tp_step, dp_tp_step_dtensor,
                                hand_mesh_groups, reference_step, shard_of, torch_mesh_groups)
 
 LESSON = Mesh.from_degrees(dp=4, pp=2, tp=4)  # the lesson's 32 devices
@@ -119,7 +119,7 @@ def test_dp_tp_step_weights_unequal_slices_by_example_count(worker, seed):
 
 
 def test_dp_larger_than_the_batch_is_refused_naming_dp():
-    from course_utils.mesh import BATCH, _dp_rows
+    from course_utils.mesh.grid import BATCH, _dp_rows
 
     assert [_dp_rows(r, 3).stop - _dp_rows(r, 3).start for r in range(3)] == [2, 3, 3]
     assert _dp_rows(7, BATCH) == slice(7, 8)                 # one example each is fine
@@ -148,7 +148,7 @@ def test_draw_rank_groups_colours_each_group_by_axis(sizes, names, rank):
     from matplotlib.colors import to_hex
 
     from course_utils import style
-    from course_utils.mesh import draw_rank_groups
+    from course_utils.mesh.grid import draw_rank_groups
 
     with matplotlib.rc_context():
         style.use()

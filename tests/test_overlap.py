@@ -1,4 +1,4 @@
-"""course_utils.overlap: bucketed all-reduce during backward equals DDP and one process on real
+"""course_utils.data_parallel.overlap: bucketed all-reduce during backward equals DDP and one process on real
 gloo ranks; the bucket assignment matches a hand count; the timing worker returns a sane table.
 Speed is measured in benchmarks (benchmarks/overlap_buckets.py), not asserted here."""
 
@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from course_utils import launch, overlap
+from course_utils import launch
+from course_utils.data_parallel import overlap
 
 MIB = 2 ** 20
 
@@ -71,7 +72,7 @@ def test_the_hooks_launch_in_bucket_order_during_backward():
     def worker(rank, world_size):
         import torch as t
 
-        from course_utils import overlap as ov
+        from course_utils.data_parallel import overlap as ov
 
         model = ov.make_mlp(width=16, depth=3)
         x, y = ov.make_batch(4, 16)

@@ -1,12 +1,12 @@
-"""Tests for course_utils.pipeline_parallel: real gloo pipelines equal the unsplit model."""
+"""Tests for course_utils.pipeline.runtime: real gloo pipelines equal the unsplit model."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_utils import pipeline_parallel as pp
-from course_utils import pipeline_schedule as ps
+from course_utils.pipeline import runtime as pp
+from course_utils.pipeline import schedule as ps
 from rank_jobs import job, run_jobs
 
 WIDTH, DEPTH, MB = 16, 4, 3

@@ -1,4 +1,4 @@
-"""Tests for course_utils.pipeline_schedule: formulas, the simulator, and the lecture's figures."""
+"""Tests for course_utils.pipeline.schedule: formulas, the simulator, and the lecture's figures."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import matplotlib
 import pytest
 
-from course_utils import pipeline_pictures as pics
-from course_utils import pipeline_schedule as ps
+from course_utils.pipeline import pictures as pics
+from course_utils.pipeline import schedule as ps
 
 matplotlib.use("Agg")
 
@@ -274,7 +274,7 @@ def test_every_a5_pipeline_given_is_one_the_simulator_and_the_cited_systems_acce
     ``torch/distributed/pipelining/schedules.py``, ScheduleInterleaved1F1B.__init__); Q7's
     ZB-H1 pipelines idle Qi et al.'s (P-1)(T_F + T_B - T_W) with T_B = B - W, every rank
     holding P microbatches at its peak."""
-    from course_utils import variants
+    from course_utils.assess import variants
 
     givens = variants.givens_of("a5_pipeline")
     for name in ("q1_gpipe", "q1_1f1b"):

@@ -18,7 +18,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_utils import launch, pitfalls
+from course_utils import launch
+from course_utils.data_parallel import pitfalls
 from grading import judge
 
 JUDGE = judge.load("a10_capstone")
@@ -31,7 +32,7 @@ def _fix(name: str, *, scale: bool = True, sync_once: bool = True, op: str = "su
     ``op`` (padded_sequences: "sum-global" right, "avg-global" averages the ranks' shares,
     "sum-local" sums the ranks' own means), ``epoch`` ("start", "end": set after the epoch,
     "never"), ``rank_seed`` (each rank shuffles with seed + rank)."""
-    from course_utils import backend
+    from course_utils.runtime import backend
 
     def average(model, world_size):
         for p in model.parameters():
@@ -280,7 +281,7 @@ def _recorded_logging(rank, world_size, job):
 def _async_logging(rank, world_size, job):
     """loss_logging with the metrics all-reduce started asynchronously and waited for after the
     gradients' all-reduces: the same calls, in the same per-group order."""
-    from course_utils import backend
+    from course_utils.runtime import backend
 
     metrics = backend.new_group(list(range(world_size)))
     model = job.model()

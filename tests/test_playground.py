@@ -1,4 +1,4 @@
-"""course_utils.playground: the plan() arithmetic, its warnings, the figure and the widget wiring.
+"""course_utils.mesh.playground: the plan() arithmetic, its warnings, the figure and the widget wiring.
 
 Every number the lecture states about the playground is asserted here too.
 """
@@ -11,8 +11,8 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from course_utils import memory  # noqa: E402
-from course_utils.playground import (DEFAULTS, OMITTED, Playground, collectives,  # noqa: E402
+from course_utils.memory import sizing as memory  # noqa: E402
+from course_utils.mesh.playground import (DEFAULTS, OMITTED, Playground, collectives,  # noqa: E402
                                      figure, plan, summary)
 
 LESSON = dict(model_params_b=70, tp=4, pp=2, dp=4, zero_stage=3, devices=32)
@@ -330,7 +330,7 @@ def test_widget_wires_controls_to_plan():
 
 def test_widget_redraws_on_each_change(monkeypatch):
     """Outside a kernel the Output widget captures nothing; count the figures drawn instead."""
-    import course_utils.playground as pg_mod
+    import course_utils.mesh.playground as pg_mod
 
     drawn = []
     real = pg_mod.figure

@@ -1,4 +1,4 @@
-"""Post-validation with AdamW (course_utils.post_validation): the written-out AdamW step equals
+"""Post-validation with AdamW (course_utils.checkpoint.post_validation): the written-out AdamW step equals
 torch.optim.AdamW bit for bit; the in-place rollback restores weights and moments to float
 rounding, the kept copy exactly; post-validation either way equals clip_grad_norm_ + AdamW in
 one process (in place to rounding, kept copy exactly), and without rollback it does not."""
@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import post_validation as pv
-from course_utils.pipeline_parallel import make_model
+from course_utils.checkpoint import post_validation as pv
+from course_utils.pipeline.runtime import make_model
 
 SEEDS = (0, 1)
 LR = 1e-2

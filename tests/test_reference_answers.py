@@ -13,8 +13,10 @@ import torch
 import torch.distributed as dist
 
 from conftest import ROOT
-from course_utils import checks, variants, zero
-from course_utils import pipeline_parallel as pp
+from course_utils.assess import checks
+from course_utils.assess import variants
+from course_utils.zero import stages as zero
+from course_utils.pipeline import runtime as pp
 
 
 def _answer(assignment: str, grade_id: str, name: str):
@@ -190,9 +192,10 @@ def _a9_judge():
 
 
 def test_a9_reference_measurement_equals_the_library():
-    """a9 Q3's reference answer counts what course_utils.activations.saved_bytes counts, on
+    """a9 Q3's reference answer counts what course_utils.memory.activations.saved_bytes counts, on
     the hidden cases and on TinyLM blocks with each kernel and recomputation."""
-    from course_utils import activations, tiny_lm
+    from course_utils.memory import activations
+    from course_utils.models import tiny_lm
 
     count = _answer("a9_activations", "q3", "saved_activation_bytes")
     rules = _a9_judge()
@@ -280,7 +283,8 @@ def test_a9_judge_numbers_and_choices_agree_with_the_library_in_every_variant():
     """For every option of Q1's and Q2's givens, the judge's right answers are the library's
     (``korthikanti_bytes``; the TinyLM block's bytes measured with saved-tensor hooks, so the
     formula of the question is exact for every variant), and the named mistakes are caught."""
-    from course_utils import activations, tiny_lm
+    from course_utils.memory import activations
+    from course_utils.models import tiny_lm
 
     rules = _a9_judge()
     table = variants.givens_of("a9_activations")
@@ -331,7 +335,7 @@ def test_a9_judge_numbers_and_choices_agree_with_the_library_in_every_variant():
 def test_a9_judge_q6_sequence_parallelism_in_every_variant():
     """Q6's expected values are the library's korthikanti_bytes with tp (and sp) for every
     option of its givens; each named misconception is recognised."""
-    from course_utils import activations
+    from course_utils.memory import activations
 
     rules = _a9_judge()
     for q6 in variants.givens_of("a9_activations")["q6"].options:
@@ -352,7 +356,7 @@ def test_a9_judge_q6_sequence_parallelism_in_every_variant():
                 rules.q6_test(_a9_got(wrong, q6=q6), None)
 
 
-# a9 Q5: the bucket size, judged against the student's own timings (course_utils.overlap)
+# a9 Q5: the bucket size, judged against the student's own timings (course_utils.data_parallel.overlap)
 
 
 def _q5_runs(step0, step1, comm=(30.0, 12.0, 10.0, 9.0), wait=(12.0, 3.0, 5.0, 11.0)):
@@ -427,7 +431,7 @@ def _count_every_tensor(module, inputs) -> int:
 
 
 def _with_the_weights(module, inputs) -> int:
-    from course_utils import activations
+    from course_utils.memory import activations
     return activations.saved_bytes(lambda: module(*inputs))[0]
 
 
@@ -455,7 +459,7 @@ def test_a9_q3_visible_check_names_each_mistake_it_lists(mistake, words):
 def _a12_right(job, save_at):
     """What a right resume of ``job`` from step ``save_at`` submits, rank by rank, built from one
     process's run (the state right after loading, the losses and weights it ends with)."""
-    from course_utils import resume_job
+    from course_utils.checkpoint import resume_job
 
     ref = resume_job.reference_run(job, at=save_at)
     at = ref["state_at"]
@@ -470,7 +474,7 @@ def _a12_right(job, save_at):
 
 def _a12_mistakes(job, save_at):
     """(how a submission goes wrong, words the judge must say) for each named mistake."""
-    from course_utils import resume_job
+    from course_utils.checkpoint import resume_job
 
     initial = {n: p.detach().numpy() for n, p in resume_job.build_model(job).named_parameters()}
     lo, hi = resume_job.shard_rows(job.hidden, job.world_size)[1]
@@ -510,7 +514,7 @@ def test_a12_hidden_jobs_are_3_ranks_saved_in_the_middle_of_the_second_epoch():
     it; the data size and save point vary."""
     import random
 
-    from course_utils import resume_check
+    from course_utils.assess import a12_checkpointing as resume_check
     from grading import judge
 
     rules = judge.load("a12_checkpointing")
@@ -529,7 +533,7 @@ def test_a12_judge_names_each_piece_of_state_lost(seed, samples, save_at):
     ended) is named, on 3-rank jobs as drawn."""
     import copy
 
-    from course_utils import resume_check
+    from course_utils.assess import a12_checkpointing as resume_check
 
     job = resume_check.job(3, seed=seed, samples=samples)
     right = _a12_right(job, save_at)
@@ -547,7 +551,8 @@ def test_a12_q2_judge_names_both_of_dalys_intervals():
     Daly's first correction) for Young's interval is told which it is."""
     import math
 
-    from course_utils import checkpoint_interval, variants
+    from course_utils.checkpoint import interval as checkpoint_interval
+    from course_utils.assess import variants
     from grading import judge
 
     rules = judge.load("a12_checkpointing")
@@ -569,7 +574,8 @@ def test_a12_judge_tells_one_copy_of_the_generators_from_none():
     generators that were never restored."""
     import copy
 
-    from course_utils import resume_check, resume_job
+    from course_utils.assess import a12_checkpointing as resume_check
+    from course_utils.checkpoint import resume_job
 
     job = resume_check.job(3, seed=2)
     right = _a12_right(job, 5)
@@ -614,7 +620,8 @@ class _Got(dict):
 def test_a11_reference_rank_bytes_equals_the_simulation_on_every_kind_of_mesh():
     """a11's reference formula against PyTorch's sharding on the fake process group: padded
     chunks, uneven stages, PP = 1 (embedding and head on one stage), TP = 1."""
-    from course_utils import llama_shapes, scale_memory
+    from course_utils.models import llama_shapes
+    from course_utils.scale import memory as scale_memory
 
     rank_bytes = _answer("a11_at_scale", "q2", "rank_bytes")
     for model, tp, pp, dp, stage in [("tiny", 2, 1, 3, 0), ("tiny", 1, 3, 5, 1), ("7B", 4, 3, 7, 2),
@@ -626,7 +633,7 @@ def test_a11_reference_rank_bytes_equals_the_simulation_on_every_kind_of_mesh():
 def test_a11_hidden_cases_are_meshes_the_model_can_take():
     import random
 
-    from course_utils import llama_shapes
+    from course_utils.models import llama_shapes
     from grading import judge
 
     rules = judge.load("a11_at_scale")
@@ -640,7 +647,7 @@ def test_a11_hidden_cases_are_meshes_the_model_can_take():
 
 def test_a11_judge_names_padding_norms_embedding_and_the_even_split():
     """Q2's judge on one hidden case: the right bytes pass; each typical mistake is named."""
-    from course_utils import llama_shapes
+    from course_utils.models import llama_shapes
     from grading import judge
 
     rules = judge.load("a11_at_scale")
@@ -667,13 +674,13 @@ def test_a11_judge_names_padding_norms_embedding_and_the_even_split():
 def test_a11_q3_judge_names_the_other_plans_count_and_the_root_gathered_twice():
     """A student who counts the block plan's all-reduces (Megatron's 4 a layer, with or
     without the embedding's) is told which plan that is, not only 'wrong'."""
-    from course_utils import variants
+    from course_utils.assess import variants
     from grading import judge
 
     rules = judge.load("a11_at_scale")
     g = variants.givens("a11_at_scale", student="student001")
     step = _answer("a11_at_scale", "q3_practice", "step_traffic")
-    from course_utils import llama_shapes
+    from course_utils.models import llama_shapes
 
     model, tp, pp, dp = g.q3
     calls, tp_gb, dp_gb = step(llama_shapes.shape(model), tp, pp, dp)

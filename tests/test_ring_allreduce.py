@@ -8,15 +8,15 @@ import re
 import pytest
 import torch
 
-from course_utils import collectives as C
+from course_utils.collectives import primitives as C
 from course_utils import launch
-from course_utils import ring_allreduce as R
+from course_utils.collectives import ring as R
 
 # ------------------------------------------------------------------ workers (top level: picklable)
 
 
 def _all_variants_worker(rank, world_size, inputs_per_size):
-    """Every implementation on every input; results as lists (see course_utils.data_parallel)."""
+    """Every implementation on every input; results as lists (see course_utils.data_parallel.replicas)."""
     channels = R.open_channels(2)
     out = []
     for inputs in inputs_per_size:

@@ -1,4 +1,4 @@
-"""The recorded ring (course_utils.ring_trace): the committed recording is what a fresh gloo run
+"""The recorded ring (course_utils.collectives.ring_trace): the committed recording is what a fresh gloo run
 records, every trace ends in its collective's result, the bytes are the ring's formula, and the
 pairwise all-to-all equals gloo's."""
 
@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils import launch, ring_allreduce, ring_trace
+from course_utils import launch
+from course_utils.collectives import ring as ring_allreduce
+from course_utils.collectives import ring_trace
 
 
 def test_the_committed_recording_is_a_fresh_runs():

@@ -8,8 +8,15 @@ import warnings
 import pytest
 import torch
 
-from course_utils import (backend, llama_shapes, memory, scale_check, scale_comms, scale_memory,
-                          scale_tables, style, zero)
+from course_utils import style
+from course_utils.runtime import backend
+from course_utils.models import llama_shapes
+from course_utils.memory import sizing as memory
+from course_utils.scale import check as scale_check
+from course_utils.scale import comms as scale_comms
+from course_utils.scale import memory as scale_memory
+from course_utils.scale import tables as scale_tables
+from course_utils.zero import stages as zero
 
 N7, N70, N405 = (llama_shapes.param_count(m) for m in ("7B", "70B", "405B"))
 

@@ -1,4 +1,4 @@
-"""Sequence parallelism (course_utils.sequence_parallel): TP+SP against one device and TP, the
+"""Sequence parallelism (course_utils.sequence_parallel.sequence): TP+SP against one device and TP, the
 saved bytes per rank against the prediction, the collectives, and lecture 9's figures."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import pickle
 import pytest
 import torch
 
-from course_utils import activations, launch
-from course_utils import sequence_parallel as sp
-from course_utils import tensor_parallel as tp
+from course_utils import launch
+from course_utils.memory import activations
+from course_utils.sequence_parallel import sequence as sp
+from course_utils.tensor_parallel import layers as tp
 
 SEEDS = (0, 1)
 CFG = {"b": 2, "s": 4, "h": 16, "ffn": 32, "n_heads": 4}   # module 4's block

@@ -98,12 +98,12 @@ def _free_port() -> int:
 
 
 def _submit_demo(folder: Path, ranks: int) -> tuple[str, float]:
-    """``sbatch --nodes 1 scripts/cluster.sbatch course_utils.mesh`` with ``ranks`` ranks."""
+    """``sbatch --nodes 1 scripts/cluster.sbatch course_utils.mesh.grid`` with ``ranks`` ranks."""
     env = dict(os.environ, NPROC_PER_NODE=str(ranks), RDZV_PORT=str(_free_port()),
                OMP_NUM_THREADS="1")
     start = time.monotonic()
     job = slurm.sbatch(["--nodes=1", "--time=5", f"--output={folder}/demo-%j.out",
-                        str(ROOT / "scripts" / "cluster.sbatch"), "course_utils.mesh"],
+                        str(ROOT / "scripts" / "cluster.sbatch"), "course_utils.mesh.grid"],
                        env=env, cwd=ROOT)
     return job, start
 
@@ -131,7 +131,7 @@ def test_cluster_sbatch_runs_a_demo_on_real_slurm(demos):
     lines = sorted(line for line in text.splitlines() if " returned: " in line)
     assert [line.split(" returned")[0] for line in lines] == ["rank 0", "rank 1"], text
     assert all(float(line.split(": ")[1]) < 1e-6 for line in lines), lines
-    print(f"cluster.sbatch course_utils.mesh, 1 node x 2 ranks: {took:.1f} s from sbatch to end")
+    print(f"cluster.sbatch course_utils.mesh.grid, 1 node x 2 ranks: {took:.1f} s from sbatch to end")
 
 
 def test_a_failing_job_is_described_from_slurm_and_its_log(demos):

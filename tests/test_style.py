@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from course_utils import style  # noqa: E402
+from course_utils.memory import sizing as _layouts  # noqa: E402,F401 - its labels
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Tensor parallelism (course_utils.tensor_parallel): split layers against one device, and the
+"""Tensor parallelism (course_utils.tensor_parallel.layers): split layers against one device, and the
 figures lecture 4 states."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils import launch
-from course_utils import tensor_parallel as tp
+from course_utils.tensor_parallel import layers as tp
 
 matplotlib.use("Agg")
 
@@ -361,7 +361,8 @@ def test_pictures_pass_the_course_figure_check(draw, t):
     """Readable at a notebook's width: no clipped, overlapping or tiny text (course style)."""
     import matplotlib.pyplot as plt
 
-    from course_utils import style, tp_pictures
+    from course_utils import style
+    from course_utils.tensor_parallel import pictures as tp_pictures
 
     with matplotlib.rc_context():
         style.use()
@@ -376,7 +377,8 @@ def test_pictures_pass_the_course_figure_check(draw, t):
 
 
 def test_rank_colours_are_shades_of_the_tp_colour():
-    from course_utils import style, tp_pictures
+    from course_utils import style
+    from course_utils.tensor_parallel import pictures as tp_pictures
 
     assert tp_pictures.rank_colour(0, 1) != tp_pictures.rank_colour(0, 2)
     shades = [tp_pictures.rank_colour(r, 4) for r in range(4)]
@@ -386,7 +388,8 @@ def test_rank_colours_are_shades_of_the_tp_colour():
 def test_timing_picture_checks_its_rows_and_passes_the_figure_check():
     import matplotlib.pyplot as plt
 
-    from course_utils import style, tp_pictures
+    from course_utils import style
+    from course_utils.tensor_parallel import pictures as tp_pictures
 
     rows = [{"tokens": 256, "h": h, "ffn": 4 * h, "tp": 2, "matmul_s": m, "all_reduce_s": a}
             for h, m, a in ((128, 4e-4, 1e-3), (256, 2e-3, 4e-4), (512, 1e-2, 5e-4))]
@@ -405,7 +408,7 @@ def test_timing_picture_checks_its_rows_and_passes_the_figure_check():
 def test_pictures_draw_and_reject_bad_sizes(draw):
     import matplotlib.pyplot as plt
 
-    from course_utils import tp_pictures
+    from course_utils.tensor_parallel import pictures as tp_pictures
 
     fig = getattr(tp_pictures, draw)(tp=4)
     assert fig.axes

@@ -1,4 +1,4 @@
-"""course_utils.tiny_lm: the model's shapes and causality, the Markov corpus, sharding, bad input,
+"""course_utils.models.tiny_lm: the model's shapes and causality, the Markov corpus, sharding, bad input,
 and the figures notebook 07 states (parameter count, loss floor)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from course_utils import tiny_lm
-from course_utils.tiny_lm import MarkovCorpus, TinyLMConfig
+from course_utils.models import tiny_lm
+from course_utils.models.tiny_lm import MarkovCorpus, TinyLMConfig
 
 
 @pytest.mark.parametrize("cfg", [TinyLMConfig(), TinyLMConfig(vocab_size=10, seq_len=5, d_model=8,

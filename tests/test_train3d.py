@@ -20,10 +20,17 @@ import weakref
 import pytest
 import torch
 
-from course_utils import (capstone, launch, memory, stage_model, tiny_lm, train3d,
-                          train3d_check, train3d_comms, train3d_torch)
-from course_utils.grad_buffer import GradBuffer
-from course_utils.tiny_lm import TinyLMConfig, build
+from course_utils import launch
+from course_utils.assess import a10_capstone as capstone
+from course_utils.memory import sizing as memory
+from course_utils.trainer3d import stage_model
+from course_utils.models import tiny_lm
+from course_utils.trainer3d import train as train3d
+from course_utils.trainer3d import check as train3d_check
+from course_utils.trainer3d import comms as train3d_comms
+from course_utils.trainer3d import torch_parts as train3d_torch
+from course_utils.zero.grad_buffer import GradBuffer
+from course_utils.models.tiny_lm import TinyLMConfig, build
 from rank_jobs import job, run_jobs
 
 SEEDS = (0, 1)
@@ -523,8 +530,8 @@ def test_bad_coordinates_and_arguments_are_named():
         train3d.train_worker(0, 4, train3d.Plan())
     with pytest.raises(ValueError, match="step_fn must be a function or None"):
         train3d.run(train3d.Plan(), step_fn="mine")
-    with pytest.raises(ValueError, match="mesh must be a course_utils.mesh.Mesh"):
+    with pytest.raises(ValueError, match="mesh must be a course_utils.mesh.grid.Mesh"):
         train3d_check.groups_table((2, 2, 2))
     with pytest.raises(ValueError, match="logits must be"):
-        from course_utils.vocab_parallel import vocab_parallel_cross_entropy
+        from course_utils.tensor_parallel.vocab import vocab_parallel_cross_entropy
         vocab_parallel_cross_entropy(torch.zeros(3, 4), torch.zeros(2, dtype=torch.long))

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import numbers_in
-from course_utils import assignment_givens, variants
-from course_utils.checks import CheckFailed
+from course_utils.assess import givens as assignment_givens
+from course_utils.assess import variants
+from course_utils.assess.checks import CheckFailed
 from grading import expected, judge
 
 WITH_GIVENS = sorted(assignment_givens.GIVENS)

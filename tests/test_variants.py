@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import variants
+from course_utils.assess import variants
 
 TOY = "toy_assignment"
 
@@ -16,7 +16,7 @@ TOY = "toy_assignment"
 @pytest.fixture
 def toy(monkeypatch, tmp_path):
     """A registered toy assignment, no identity in the environment, no identity file."""
-    from course_utils import assignment_givens
+    from course_utils.assess import givens as assignment_givens
 
     monkeypatch.setitem(assignment_givens.GIVENS, TOY, {
         "n_params_b": variants.given("parameters, billions", 13, 3, 7, 34, 70),
@@ -141,7 +141,7 @@ def test_make_lab_records_the_identity_once(monkeypatch, tmp_path):
 def test_every_device_a_question_draws_is_one_a_vendor_sells():
     """Givens that name a device draw its size from ACCELERATOR_GB (a 52 GB device is no real
     accelerator: issue 36); the givens whose label names a device GB are all listed."""
-    from course_utils.assignment_givens import ACCELERATOR_GB, DEVICE_GIVENS, GIVENS
+    from course_utils.assess.givens import ACCELERATOR_GB, DEVICE_GIVENS, GIVENS
 
     named = {(a, n) for a, table in GIVENS.items() for n, g in table.items()
              if "device GB" in g.label}
@@ -157,7 +157,7 @@ def test_every_device_a_question_draws_is_one_a_vendor_sells():
 def test_a1_q4_options_cover_every_outcome_apart_from_the_device_size():
     """a1 Q4 asks whether 16 and 12 bytes per parameter fit: its options give each of the three
     outcomes (both, only 12, neither), every state at least 5 % from the device size."""
-    from course_utils.assignment_givens import GIVENS
+    from course_utils.assess.givens import GIVENS
 
     outcomes = set()
     for n, device_gb in GIVENS["a1_training_state"]["q4"].options:

@@ -25,7 +25,7 @@ import nbformat
 import pytest
 
 from conftest import numbers_in
-from course_utils import checks
+from course_utils.assess import checks
 from grading import integrity, judge, visible
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,7 +239,7 @@ def test_the_tables_file_unseals_what_was_sealed(tmp_path, monkeypatch):
     head = visible._sealed_head("a0", "q1_test")
     assert visible.sealed_tables(head, tmp_path / "data" / "sealed")[name].entries == \
         sealed.entries
-    monkeypatch.setattr(checks, "__file__", str(tmp_path / "checks.py"))  # (its data: tmp_path)
+    monkeypatch.setattr(checks, "__file__", str(tmp_path / "assess" / "checks.py"))  # data: tmp_path
     checks._SEALED.clear()
     try:
         exec(compile(head, "<cell>", "exec"), {})

@@ -22,7 +22,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import assignment_givens, checks, variants
+from course_utils.assess import givens as assignment_givens
+from course_utils.assess import checks
+from course_utils.assess import variants
 from grading import expected, integrity, judge, visible
 
 ROOT = Path(__file__).resolve().parent.parent

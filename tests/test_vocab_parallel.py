@@ -8,7 +8,8 @@ import functools
 import pytest
 import torch
 
-from course_utils import launch, vocab_parallel
+from course_utils import launch
+from course_utils.tensor_parallel import vocab as vocab_parallel
 
 
 @pytest.mark.parametrize("seed", [0, 1])

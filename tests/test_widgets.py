@@ -22,9 +22,16 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_utils import (activations, memory, pipeline_schedule as ps, precision,  # noqa: E402
-                          ring_allreduce, ring_trace, style, tensor_parallel as tp, zero,
-                          zero_bubble as zb)
+from course_utils import style  # noqa: E402
+from course_utils.memory import activations  # noqa: E402
+from course_utils.memory import sizing as memory  # noqa: E402
+from course_utils.pipeline import schedule as ps  # noqa: E402
+from course_utils.memory import precision  # noqa: E402
+from course_utils.collectives import ring as ring_allreduce  # noqa: E402
+from course_utils.collectives import ring_trace  # noqa: E402
+from course_utils.tensor_parallel import layers as tp  # noqa: E402
+from course_utils.zero import stages as zero  # noqa: E402
+from course_utils.pipeline import zero_bubble as zb  # noqa: E402
 from course_utils.widgets import (activation_memory, number_formats,  # noqa: E402
                                   pipeline_timeline, ring_steps, tp_layout, training_state,
                                   zero_shards)

@@ -9,7 +9,7 @@ import io
 import json
 import re
 
-from course_utils import jax_sharding as js  # first: JAX starts with 8 CPU devices
+from course_utils.jax_sharding import plans as js
 
 import jax  # noqa: E402
 import matplotlib  # noqa: E402

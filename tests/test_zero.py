@@ -1,4 +1,4 @@
-"""course_utils.zero: the lesson's ZeRO table, from-scratch ZeRO-1/2/3 on real gloo ranks against
+"""course_utils.zero.stages: the lesson's ZeRO table, from-scratch ZeRO-1/2/3 on real gloo ranks against
 an unsharded single-process reference, measured bytes == formula, communication volumes, the
 ZeRO-2 and ZeRO-3 memory timelines, bf16 against fp32 gradient sums, and bad inputs (a3's
 feedback: tests/test_reference_answers.py)."""
@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils import launch, memory, zero
+from course_utils import launch
+from course_utils.memory import sizing as memory
+from course_utils.zero import stages as zero
 
 SIZES = [16, 32, 32, 8]          # the lecture's model: units of 544, 1056 and 264 elements
 UNITS = zero.unit_sizes(SIZES)
@@ -313,7 +315,7 @@ def test_bf16_reduction_at_four_ranks_is_close_not_exact():
             torch.testing.assert_close(torch.from_numpy(mine).bfloat16(), ref, atol=4e-3, rtol=0)
 
 
-# ---------------------------------------------- ZeRO-3 as a module wrapper (course_utils.zero3)
+# ---------------------------------------------- ZeRO-3 as a module wrapper (course_utils.zero.zero3)
 
 
 class _RMSNorm(nn.Module):
@@ -374,7 +376,7 @@ def _zero3_worker(rank, world_size, seed, dtype, opt_name, toy="nn.Linear"):
     wrapper kept."""
     import copy
 
-    from course_utils.zero3 import ShardedModule
+    from course_utils.zero.zero3 import ShardedModule
 
     torch.manual_seed(seed)
     base = _TOYS[toy]()

@@ -16,9 +16,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_utils import launch, measure, zero1
-from course_utils.grad_buffer import GradBuffer
-from course_utils.zero1 import FlatLayout, ShardedOptimizer
+from course_utils import launch
+from course_utils.measure import run as measure
+from course_utils.zero import zero1
+from course_utils.zero.grad_buffer import GradBuffer
+from course_utils.zero.zero1 import FlatLayout, ShardedOptimizer
 from rank_jobs import job, run_jobs
 
 SEEDS = (0, 1)

@@ -11,12 +11,12 @@ import torch
 from torch.distributed.pipelining import _backward
 from torch.distributed.pipelining import schedules as torch_schedules
 
-from course_utils import backward_split as bs
+from course_utils.pipeline import backward_split as bs
 from course_utils import launch
-from course_utils import pipeline_parallel as pp
-from course_utils import pipeline_schedule as ps
-from course_utils import zero_bubble as zb
-from course_utils import zero_bubble_parallel as zbp
+from course_utils.pipeline import runtime as pp
+from course_utils.pipeline import schedule as ps
+from course_utils.pipeline import zero_bubble as zb
+from course_utils.pipeline import zero_bubble_runtime as zbp
 
 SEEDS = (0, 1)
 # (F, I, W) per stage: the papers' equal times, then unequal ones with W no longer than F or I
@@ -397,7 +397,7 @@ def test_what_waits_for_w_is_the_linears_inputs_and_output_gradients():
     """One Llama-shaped layer: W needs each linear's input (q, k, v share theirs, as w1 and w3
     do: 3 hidden + ffn values a token) and its output's gradient (hidden + 2 kv + hidden + 2
     ffn + hidden); the forward saves more than the inputs; torch's own I keeps all of it."""
-    from course_utils import llama_shapes
+    from course_utils.models import llama_shapes
 
     for seed, (h, f, seq) in enumerate([(64, 160, 32), (128, 352, 16)]):
         torch.manual_seed(seed)

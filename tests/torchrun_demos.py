@@ -48,7 +48,7 @@ def main(out_dir: str, modules: list[str]) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-        sys.argv = [os.path.join(package, f"{module}.py")]
+        sys.argv = [os.path.join(package, *module.split(".")) + ".py"]
         runpy.run_module(f"course_utils.{module}", run_name="__main__", alter_sys=True)
         print(f"[torchrun_demos] {module} finished")
         sys.stdout.flush()

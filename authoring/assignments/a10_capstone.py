@@ -31,7 +31,8 @@
 import torch
 import torch.distributed as dist
 
-from course_utils import capstone, checks
+from course_utils.assess import a10_capstone as capstone
+from course_utils.assess import checks
 
 # %% [markdown]
 # ## The scaffolding
@@ -140,7 +141,7 @@ _q1_practice("practice mesh DP 2 x PP 2 x TP 1", 2, 2, 1, seed=11, m=4)
 _q1_practice("practice mesh DP 1 x PP 2 x TP 2", 1, 2, 2, seed=12, m=2)
 print("Q1: both practice meshes equal one process")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _number, (_dp, _pp, _tp, _seed, _m) in enumerate(hidden_cases("q1_test"), 1):
     _p = capstone.plan(_dp, _pp, _tp, seed=_seed, m=_m)   # drawn per submission
@@ -190,7 +191,7 @@ _p = capstone.plan(1, 1, 2, seed=22, m=2)
 capstone.diagnose(_p, capstone.run_step(None, _p, f=_f), label="practice mesh TP 2")
 print("Q2: f is right on the probe and in training")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _number, (_seed, _dp, _tp) in enumerate(hidden_cases("q2_test"), 1):
     submit(f"hidden case {_number} probe", capstone.probe_f(_f, seed=_seed))
@@ -260,7 +261,8 @@ None
 # `(b, T)`), and `job.result(model, ...)`, what a program returns.
 
 # %%
-from course_utils import backend, pitfalls
+from course_utils.runtime import backend
+from course_utils.data_parallel import pitfalls
 
 # %% [markdown]
 # ### Practice: reading a symptom
@@ -318,7 +320,7 @@ checks.check_choice("q4_diagnosis", q4_diagnosis, None, ["sum", "avg-default", "
                     mistakes={
     "avg-default": "The default op of dist.all_reduce is ReduceOp.SUM, on gloo and NCCL alike."})
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q4_diagnosis", q4_diagnosis)
 ### END HIDDEN TESTS
@@ -347,7 +349,7 @@ pitfalls.check("dp_by_hand", _job, pitfalls.run(fixed_dp_by_hand, _job),
                label="practice job")
 print("Q4: every rank ends with one process's weights")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _number, _case in enumerate(hidden_cases("q4_fix_test"), 1):   # drawn per submission
     submit(f"hidden case {_number}", pitfalls.run(fixed_dp_by_hand, pitfalls.Job(**_case)))
@@ -407,7 +409,7 @@ checks.check_choice("q5_diagnosis", q5_diagnosis, None,
     "padding": "Each position's loss is multiplied by the mask, and only real tokens are "
                "counted: padding adds nothing."})
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q5_diagnosis", q5_diagnosis)
 ### END HIDDEN TESTS
@@ -438,7 +440,7 @@ pitfalls.check("padded_sequences", _job, pitfalls.run(fixed_padded_sequences, _j
                label="practice job")
 print("Q5: every rank ends with one process's weights")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _number, _case in enumerate(hidden_cases("q5_fix_test"), 1):   # drawn per submission
     submit(f"hidden case {_number}", pitfalls.run(fixed_padded_sequences, pitfalls.Job(**_case)))
@@ -483,7 +485,7 @@ checks.check_choice("q6_diagnosis", q6_diagnosis, None, ["both", "scale", "sync"
     "ddp-avg": "DDP divides by the number of ranks only; the microbatches' gradients add up in "
                ".grad, as in one process."})
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q6_diagnosis", q6_diagnosis)
 ### END HIDDEN TESTS
@@ -518,7 +520,7 @@ pitfalls.check("accumulation", _job, pitfalls.run(fixed_accumulation, _job),
                label="practice job")
 print("Q6: one process's weights, one all-reduce per step")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _number, _case in enumerate(hidden_cases("q6_fix_test"), 1):   # drawn per submission
     submit(f"hidden case {_number}", pitfalls.run(fixed_accumulation, pitfalls.Job(**_case)))
@@ -559,7 +561,7 @@ checks.check_choice("q7_diagnosis", q7_diagnosis, None,
     "no-shuffle": "Look at the indices of one epoch: they are not 0, 1, 2, ...: the sampler "
                   "does shuffle."})
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q7_diagnosis", q7_diagnosis)
 ### END HIDDEN TESTS
@@ -598,7 +600,7 @@ pitfalls.check("epochs", _job, pitfalls.run(fixed_epochs, _job),
                label="practice job")
 print("Q7: a new order every epoch, one process's weights")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _number, _case in enumerate(hidden_cases("q7_fix_test"), 1):   # drawn per submission
     submit(f"hidden case {_number}", pitfalls.run(fixed_epochs, pitfalls.Job(**_case)))
@@ -641,7 +643,7 @@ checks.check_choice("q8_diagnosis", q8_diagnosis, None, ["order", "slow", "group
     "slow": "Look at the stacks: both ranks are blocked in an all-reduce, and neither uses any "
             "CPU. Waiting longer changes nothing."})
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q8_diagnosis", q8_diagnosis)
 ### END HIDDEN TESTS
@@ -674,7 +676,7 @@ pitfalls.check("loss_logging", _job, pitfalls.run(fixed_loss_logging, _job),
                label="practice job")
 print("Q8: the run ends, and every rank logged the global batch's mean loss")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _number, _case in enumerate(hidden_cases("q8_fix_test"), 1):   # drawn per submission
     submit(f"hidden case {_number}", pitfalls.run(fixed_loss_logging, pitfalls.Job(**_case)))

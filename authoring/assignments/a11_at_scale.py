@@ -6,7 +6,7 @@
 # model and a mesh drawn for you, check your prediction with the simulated job, and say what
 # the simulation cannot tell (Q4, graded by hand).
 #
-# **The job** (as in the lecture): a Llama-shaped model (`course_utils.llama_shapes.Shape`:
+# **The job** (as in the lecture): a Llama-shaped model (`course_utils.models.llama_shapes.Shape`:
 # `vocab`, `hidden`, `layers`, `ffn`, `heads`, `kv_heads`, `head_dim`; no biases; an untied
 # output head) on a PP x DP x TP mesh. Pipeline stage `s` of `P` holds its layers
 # (`llama_shapes.stage_layers`, contiguous, split as torchtitan and Llama 3 split: the
@@ -36,7 +36,9 @@
 # %%
 import math
 
-from course_utils import checks, llama_shapes, variants
+from course_utils.assess import checks
+from course_utils.models import llama_shapes
+from course_utils.assess import variants
 
 G = variants.givens("a11_at_scale", on=True)  # your numbers (do not edit this cell)
 G
@@ -123,7 +125,7 @@ checks.check_number("q1_last_gb", q1_last_gb, unit="GB", variant=G.key("q1"), re
                                         "the head and the final norm"),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q1_first_gb", q1_first_gb)
 submit("q1_last_gb", q1_last_gb)
@@ -173,7 +175,7 @@ for _i, ((_m, _tp, _pp, _dp, _stage), _want) in enumerate(_visible.items()):
 print("checked rank_bytes on the 3 visible cases: right there; grading runs it on other models "
       "and meshes")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _case, (_m, _tp, _pp, _dp, _stage) in enumerate(hidden_cases("q2_test"), 1):
     submit(f"rank_bytes on hidden case {_case}",
@@ -256,7 +258,7 @@ checks.check_number("q3_tp_gb", q3_tp_gb, unit="GB", variant=G.key("q3"), rel=1e
 checks.check_number("q3_dp_gather_gb", q3_dp_gather_gb, unit="GB", variant=G.key("q3"),
                     rel=1e-6)
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q3_tp_calls", q3_tp_calls)
 submit("q3_tp_gb", q3_tp_gb)

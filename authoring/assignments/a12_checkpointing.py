@@ -35,7 +35,10 @@ import random
 import numpy as np
 import torch
 
-from course_utils import checks, checkpoint, launch, resume_check, variants
+from course_utils import checkpoint, launch
+from course_utils.assess import checks
+from course_utils.assess import a12_checkpointing as resume_check
+from course_utils.assess import variants
 
 launch.preload(*checkpoint.PRELOAD)  # the ranks import DCP once
 G = variants.givens("a12_checkpointing", on=True)  # your numbers (do not edit this cell)
@@ -107,7 +110,7 @@ checks.check_number("q1_save_s", q1_save_s, unit="s", variant=G.key("q1"), mista
     (12 * _n / 1e9 / _b, "the ranks write at the same time, each its own shards."),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q1_total_gb", q1_total_gb)
 submit("q1_rank_gb", q1_rank_gb)
@@ -189,7 +192,7 @@ checks.check_number("q2_lost", q2_lost, variant=G.key("q2"), mistakes=[
     (_delta / _tau + _tau / 2 / (_m / _n * 3600), "the restart is lost at every failure too."),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q2_mtbf_h", q2_mtbf_h)
 submit("q2_interval_min", q2_interval_min)
@@ -200,7 +203,7 @@ None
 # %% [markdown]
 # ## Q3. Save and resume a sharded run (6 points)
 #
-# The run is lecture 12's (`course_utils.resume_job`). Each rank holds a `trainer` with
+# The run is lecture 12's (`course_utils.checkpoint.resume_job`). Each rank holds a `trainer` with
 #
 # * `trainer.model`: an MLP sharded by FSDP2 (`fully_shard`: its parameters are DTensor
 #   shards) and `trainer.optimizer`: `torch.optim.AdamW` over them;
@@ -278,7 +281,7 @@ resume_check.diagnose(_job, 5, resume_check.run_case(save_checkpoint, load_check
                       label="practice job")
 print("Q3: the resumed run equals one process's uninterrupted run on the practice job")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _number, (_ranks, _seed, _samples, _save_at) in enumerate(hidden_cases("q3_test"), 1):
     _job = resume_check.job(_ranks, seed=_seed, samples=_samples)     # drawn per submission
@@ -335,7 +338,7 @@ checks.check_choice("q4_outcome", q4_outcome, None,
     "wrong-shards": "fully_shard replaces every parameter by this rank's shard: no rank keeps the "
                     "whole model."})
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q4_outcome", q4_outcome)
 ### END HIDDEN TESTS

@@ -39,7 +39,7 @@
 # %%
 import math
 
-from course_utils import variants
+from course_utils.assess import variants
 
 G = variants.givens("a1_training_state", on=True)  # your numbers (do not edit this cell)
 G
@@ -55,7 +55,7 @@ practice_state_gb = 3e9 * (2 + 2 + 4 + 8) / 1e9
 ### END SOLUTION
 
 # %%
-from course_utils.checks import check_choice, check_number
+from course_utils.assess.checks import check_choice, check_number
 
 check_number("practice_state_gb", practice_state_gb, 48.0, unit="GB", mistakes=[
     (48e9, "this is a number of bytes; one GB is 10**9 bytes, so divide by 10**9."),
@@ -82,7 +82,7 @@ q1_state_gb = G.n_params * (2 + 2 + 4 + 8) / 1e9
 ### END SOLUTION
 
 # %% [test q1_state_gb_test points=2]
-from course_utils.checks import check_number
+from course_utils.assess.checks import check_number
 
 # A plain number, and not one of these wrong answers (the right value is checked when graded).
 check_number("q1_state_gb", q1_state_gb, unit="GB", variant=G.key("n_params"), mistakes=[
@@ -94,7 +94,7 @@ check_number("q1_state_gb", q1_state_gb, unit="GB", variant=G.key("n_params"), m
                      "master copy and Adam's moments."),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q1_state_gb", q1_state_gb)
 ### END HIDDEN TESTS
@@ -132,7 +132,7 @@ q2_state_gib = G.n_params * 16 / 2**30
 # a plain number (the value is checked when graded)
 check_number("q2_state_gib", q2_state_gib, variant=G.key("n_params"))
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q2_state_gib", q2_state_gib)
 ### END HIDDEN TESTS
@@ -192,7 +192,7 @@ check_number("q3_state_gb", q3_state_gb, unit="GB", variant=G.key("n_params"), m
                             "gradients in FP32."),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q3_bytes_per_param", q3_bytes_per_param)
 submit("q3_state_gb", q3_state_gb)
@@ -231,13 +231,13 @@ q4b_fits = n4 * 12 <= device_gb * 1e9
 ### END SOLUTION
 
 # %% [test q4_test points=2]
-from course_utils.checks import check_choice
+from course_utils.assess.checks import check_choice
 
 # True or False (the answers are checked when graded).
 check_choice("q4a_fits", q4a_fits, None, [True, False])
 check_choice("q4b_fits", q4b_fits, None, [True, False])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q4a_fits", q4a_fits)
 submit("q4b_fits", q4b_fits)
@@ -259,7 +259,7 @@ def max_params(device_gb, bytes_per_param):
     ### END SOLUTION
 
 # %% [test max_params_test points=3]
-from course_utils.checks import as_number
+from course_utils.assess.checks import as_number
 
 # Visible cases, checked fully (grading uses other cases).
 _got = max_params(40, 16)
@@ -292,7 +292,7 @@ for _bad in [(0, 12), (40, -2)]:
     assert _outcome is None, (
         f"max_params{_bad} should raise ValueError (an argument is not positive); it {_outcome}.")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _i, (_gb, _bytes) in enumerate(hidden_cases("max_params_test")):  # drawn per submission
     submit(f"hidden case {_i + 1}", max_params(_gb, _bytes))

@@ -40,7 +40,9 @@
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, launch, variants
+from course_utils import launch
+from course_utils.assess import checks
+from course_utils.assess import variants
 
 G = variants.givens("a2_data_parallel", on=True)  # your numbers (do not edit this cell)
 G
@@ -109,7 +111,7 @@ for _i, (_name, _value) in enumerate([("w_new_0", w_new_0), ("w_new_1", w_new_1)
                                   "the lecture; this job has three replicas"),
     ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("w_new_0", w_new_0)
 submit("w_new_1", w_new_1)
@@ -174,7 +176,7 @@ checks.check_number("factor_avg_then_divide", factor_avg_then_divide, mistakes=[
     (1, "op=AVG already divides by D; the extra division changes the gradient's scale"),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("factor_sum_only", factor_sum_only)
 submit("factor_avg_then_divide", factor_avg_then_divide)
@@ -233,7 +235,7 @@ checks.check_number("global_mean_grad", global_mean_grad, variant=G.key("q3"), m
                            f"for {_n} examples"),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("global_mean_grad", global_mean_grad)
 ### END HIDDEN TESTS
@@ -297,7 +299,7 @@ checks.check_number("ring_gb_per_rank", ring_gb_per_rank, unit="GB", variant=G.k
                    "in both phases"),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("ring_gb_per_rank", ring_gb_per_rank)
 ### END HIDDEN TESTS
@@ -398,7 +400,7 @@ for _rank, _res in enumerate(_q5_run([(_m, _n) for _m, _n, _, _ in _visible], 2)
         assert _r["input_kept"], f"{_where}: local_mean_grad was modified in place"
 print("visible cases right on 2 ranks")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 
 def _q5_inputs(seed, counts, p=4):

@@ -36,7 +36,9 @@
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, variants, zero
+from course_utils import zero
+from course_utils.assess import checks
+from course_utils.assess import variants
 
 G = variants.givens("a3_zero", on=True)  # your numbers (do not edit this cell)
 G
@@ -92,7 +94,7 @@ checks.check_number("zero2_gb", zero2_gb, unit="GB", variant=G.key("q1"), mistak
                     "rank, nothing sharded)"),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("zero2_gb", zero2_gb)
 ### END HIDDEN TESTS
@@ -136,7 +138,7 @@ for (_n, _dp), _per_stage in _visible.items():
         assert abs(checks.as_number(_name, _got) - _want) <= 1e-6 * _want, (
             f"{_name} = {_got:g} GB is not right; for this visible case it should be {_want:g} GB")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 for _case, (_n, _dp) in enumerate(hidden_cases("q2_test"), 1):  # drawn per submission
     for _stage in range(4):
@@ -189,7 +191,7 @@ assert type(smallest_stage) is int, f"smallest_stage should be an int (0-3), got
 # mistake.)
 checks.check_choice("smallest_stage", smallest_stage, None, [0, 1, 2, 3])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("smallest_stage", smallest_stage)
 ### END HIDDEN TESTS
@@ -297,7 +299,7 @@ for _rank, _r in enumerate(_results):
     torch.testing.assert_close(_out, _want[_mine].to(torch.bfloat16), rtol=1e-5, atol=1e-6,
                                msg=lambda m: f"rank {_rank}: return the new master slice in bf16. {m}")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 def _submit_shard_step(number, seed, dp, s, n_steps, lr, betas, eps):
     """Run the answer on real ranks with seeded inputs; hand every rank's state to the grader."""
@@ -398,7 +400,7 @@ checks.check_number("deferred_grad_gb", deferred_grad_gb, unit="GB", variant=G.k
     (_n * 2 / _d / 1e9, "that is the ZeRO-2 gradient slice, 2N/D; deferring the "
                         "reduce-scatter keeps the full gradient until the last micro-batch")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("activation_factor", activation_factor)
 submit("reduce_scatters_per_step", reduce_scatters_per_step)

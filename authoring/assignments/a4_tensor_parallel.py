@@ -43,7 +43,9 @@ import math
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, launch, variants
+from course_utils import launch
+from course_utils.assess import checks
+from course_utils.assess import variants
 
 G = variants.givens("a4_tensor_parallel", on=True)  # your numbers (do not edit this cell)
 G
@@ -165,7 +167,7 @@ for name, value, length in (("w1_local", w1_local, 2), ("w2_local", w2_local, 2)
     if shape in KNOWN_WRONG_SHAPES[name]:
         raise AssertionError(f"{name} = {shape}: {KNOWN_WRONG_SHAPES[name][shape]}")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("w1_local[0]", w1_local[0])
 submit("w1_local[1]", w1_local[1])
@@ -305,7 +307,7 @@ checks.check_number("mlp_bwd_all_reduces", mlp_bwd_all_reduces, mistakes=[
     (0, "the backward pass communicates too: look for a gradient that each rank computes "
         "from its own hidden features only.")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("a_col_then_gelu", a_col_then_gelu)
 submit("b_row_then_residual", b_row_then_residual)
@@ -437,7 +439,7 @@ checks.check_number("naive_over_megatron", naive_over_megatron, variant=G.key("q
                    "rank ends up holding; compare their widths.")] if _t != 4 else []),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("mlp_forward_bytes", mlp_forward_bytes)
 submit("step_payload_gb", step_payload_gb)
@@ -521,7 +523,7 @@ _visible_case("two tp groups of 2", 2, [torch.randn(1, 4, 6, generator=gen),
                                         torch.randn(1, 4, 6, generator=gen)],
               torch.randn(6, 3, generator=gen), torch.randn(3, generator=gen))
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 
 def _submit_runs(label, tp_size, xs, w, bias):
@@ -608,7 +610,7 @@ checks.check_number("ln_mb", ln_mb, unit="MB", variant=G.key("q5"), mistakes=[
 checks.check_number("sp_bytes_factor", sp_bytes_factor, mistakes=[
     (2.0, "a ring all-reduce is itself a reduce-scatter followed by an all-gather")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("ln_mb", ln_mb)
 submit("ln_mb_sp", ln_mb_sp)

@@ -34,7 +34,9 @@ import math
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, launch, variants
+from course_utils import launch
+from course_utils.assess import checks
+from course_utils.assess import variants
 
 G = variants.givens("a5_pipeline", on=True)  # your numbers (do not edit this cell)
 G
@@ -124,7 +126,7 @@ checks.check_number("bubble_interleaved", bubble_interleaved, variant=G.key("q1_
                                     "compute time in the total; only the fill and drain get "
                                     "shorter")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("bubble_gpipe", bubble_gpipe)
 submit("bubble_1f1b", bubble_1f1b)
@@ -200,7 +202,7 @@ for name, given in (("m_a", "q2_a"), ("m_b", "q2_b")):
          "that m counts P idle slots per rank; the fill and drain leave a rank idle one slot "
          "less")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("m_a", m_a)
 submit("m_b", m_b)
@@ -275,7 +277,7 @@ for name, given in (("batch_a", "q3_a"), ("batch_b", "q3_b")):
         (_b * _k * _tp * _pp * _dp, "you multiplied by all the devices of the mesh; ask which "
                                     "ranks see examples that the others do not")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("batch_a", batch_a)
 submit("batch_b", batch_b)
@@ -415,7 +417,7 @@ for name in ("peak_a_rank0", "peak_b_rank0"):
 assert type(most_activations_rank_a) is int and 0 <= most_activations_rank_a < 5, (
     "most_activations_rank_a should be a rank of timeline A: an int from 0 to 4")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("schedule_a", schedule_a)
 submit("schedule_b", schedule_b)
@@ -495,7 +497,7 @@ def pipeline_step(stage, pp_rank, pp_size, x_mbs, y_mbs):
 import contextlib
 import io
 
-from course_utils import pipeline_parallel as pp_harness
+from course_utils.pipeline import runtime as pp_harness
 
 
 def _q5_practice(pp_size, seed, sizes):
@@ -556,7 +558,7 @@ def _q5_practice(pp_size, seed, sizes):
 _q5_practice(2, 3, [3, 1])     # two ranks, unequal microbatches
 _q5_practice(3, 4, [2, 4, 1])  # a middle rank receives and sends
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 
 def _q5_run(number, pp_size, seed, sizes):
@@ -695,7 +697,7 @@ checks.check_number("zb_peak_rank", zb_peak_rank, variant=G.key("q7"), mistakes=
     (_p - _r, "P - r is what 1F1B's rank r holds; ZB-H1 keeps W back until P are in flight"),
     (_m, "m is what GPipe holds; ZB-H1 runs backwards from the end of its warm-up on")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("zb_bubble_ms", zb_bubble_ms)
 submit("zb_fraction", zb_fraction)

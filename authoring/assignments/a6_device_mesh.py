@@ -40,7 +40,9 @@
 import torch
 import torch.distributed as dist
 
-from course_utils import checks, launch, variants
+from course_utils import launch
+from course_utils.assess import checks
+from course_utils.assess import variants
 
 G = variants.givens("a6_device_mesh", on=True)  # your numbers (do not edit this cell)
 G
@@ -173,7 +175,7 @@ checks.check_number("tp_groups_crossing", tp_groups_crossing, mistakes=[
     (8, "8 is the TP degree (ranks in one TP group); the question counts TP groups")])
 assert type(tp_groups_crossing) is int, "tp_groups_crossing should be an int"
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("coords_21", coords_21)
 submit("tp_group_21", sorted(tp_group_21))
@@ -249,7 +251,7 @@ _expect("group_of(10, (2, 3, 2), 1)", group_of(10, (2, 3, 2), 1), [6, 8, 10], [
 _expect("group_of(10, (2, 3, 2), 0)", group_of(10, (2, 3, 2), 0), [4, 10], [
     ([10, 11], "that is the group along the last axis; axis 0 is the outermost (stride 3 x 2)")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 import contextlib
 import io
@@ -349,7 +351,7 @@ assert _same_sums(_sums, [11.0, 11.0, 1100.0, 1100.0]), (
     f"launch.run(axis_sum, 4, (2, 2), 1) = {_sums} is not right; it is "
     "[11.0, 11.0, 1100.0, 1100.0] (groups [0, 1] and [2, 3])")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 import contextlib
 import io
@@ -449,7 +451,7 @@ assert float(gb_zero1) > float(gb_zero3), (
     "gb_zero1 should be larger than gb_zero3: ZeRO-1 shards only the optimizer state, ZeRO-3 "
     "shards everything")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("params_per_shard_b", params_per_shard_b)
 submit("gb_zero3", gb_zero3)
@@ -530,7 +532,7 @@ for _fits, _gb, _plan in ((fits_a, gb_a, "a"), (fits_b, gb_b, "b")):
         f"fits_{_plan} = {_fits} contradicts your gb_{_plan} = {float(_gb):g} GB on an 80 GB "
         "device")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("gb_a", gb_a)
 submit("gb_b", gb_b)

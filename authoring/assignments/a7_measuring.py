@@ -52,7 +52,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from course_utils import assignment_givens, checks, launch, variants
+from course_utils import launch
+from course_utils.assess import givens as assignment_givens
+from course_utils.assess import checks
+from course_utils.assess import variants
 
 _ = launch.run(lambda rank, world_size: None, 2, timeout_s=55)  # start the rank launcher once
 G = variants.givens("a7_measuring", on=True)  # your numbers (do not edit this cell)
@@ -146,7 +149,7 @@ checks.check_choice("q1_diagnosis", q1_diagnosis, None, Q1_CHOICES, variant=G.ke
                "single-process gradient, length included.",
 })
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q1_diagnosis", q1_diagnosis)
 ### END HIDDEN TESTS
@@ -194,7 +197,7 @@ checks.check_number("q2_tokens_per_s", q2_tokens_per_s, unit="tokens/s",
      "the D ranks process theirs at the same time, within one step."),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q2_tokens_per_s", q2_tokens_per_s)
 ### END HIDDEN TESTS
@@ -266,7 +269,7 @@ checks.check_number("q3b_cluster_fraction", q3b_cluster_fraction, variant=G.key(
      "that is the smallest wait of one rank; (b) is about the GPU time of all ranks together."),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q3a_rank0_fraction", q3a_rank0_fraction)
 submit("q3b_cluster_fraction", q3b_cluster_fraction)
@@ -320,7 +323,7 @@ Q4_KNOWN_WRONG = {
 for _name, _value in (("q4_run_a", q4_run_a), ("q4_run_b", q4_run_b), ("q4_run_c", q4_run_c)):
     checks.check_choice(_name, _value, None, Q4_CHOICES, mistakes=Q4_KNOWN_WRONG[_name])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q4_run_a", q4_run_a)
 submit("q4_run_b", q4_run_b)
@@ -369,7 +372,7 @@ checks.check_number("q5_straggler_rank", q5_straggler_rank, variant=G.key("run_a
      "a long wait does not make it the slow one."),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q5_straggler_rank", q5_straggler_rank)
 ### END HIDDEN TESTS
@@ -420,7 +423,7 @@ checks.check_number("q6_predicted_ms", q6_predicted_ms, unit="ms", variant=G.key
      "that sends 2 x GRAD_BYTES; the factor of a ring all-reduce is 2(D-1)/D, not 2."),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q6_predicted_ms", q6_predicted_ms)
 ### END HIDDEN TESTS
@@ -517,7 +520,7 @@ def _q7_visible(world_size, late_rank, delay_s):
 _q7_visible(2, 1, 0.3)
 _q7_visible(3, -1, 0.0)
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import hidden_cases, submit
+from course_utils.assess.checks import hidden_cases, submit
 
 
 def _q7_submit(number, world_size, late_rank, delay_s):

@@ -34,13 +34,14 @@
 # %%
 # course_utils.jax_sharding first: it puts --xla_force_host_platform_device_count=8 into
 # XLA_FLAGS, then imports JAX, which reads the flag once, when it starts (lecture 8).
-from course_utils import checks, jax_sharding as js
+from course_utils import jax_sharding as js
+from course_utils.assess import checks
 
 import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from course_utils import variants
+from course_utils.assess import variants
 
 devices = js.require_devices(8)
 COLLECTIVES = ["none", "all-gather", "all-reduce", "reduce-scatter"]
@@ -123,7 +124,7 @@ for _name, _value in (("spec_w1", spec_w1), ("spec_w2", spec_w2)):
         f"{_name} = {_value} does not name \"model\": tensor parallelism splits each weight "
         "over \"model\"")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 for _name, _value in (("spec_x", spec_x), ("spec_w1", spec_w1), ("spec_w2", spec_w2),
                       ("spec_y", spec_y)):
@@ -255,7 +256,7 @@ checks.check_number("w_bytes_2d", w_bytes_2d, unit="bytes", variant=G.key("q2_2d
     (_rows * _cols * 4 / 4, "the spec names both mesh axes: the array is split 2 x 4 ways, not "
                             "only over \"model\"")])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 for _name, _value in (("collective_a", collective_a), ("collective_b", collective_b),
                       ("collective_c", collective_c), ("w_bytes_b", w_bytes_b),
@@ -324,7 +325,7 @@ assert "all-gather" not in _run["collectives"], (
 np.testing.assert_allclose(_y, _x @ _w + _b, rtol=1e-4, atol=1e-4,
                            err_msg="row_parallel does not match X @ W + b on one device")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 for _seed, _shape in ((11, (6, 32, 5)), (12, (3, 8, 7))):
     _rng = np.random.default_rng(_seed)

@@ -44,7 +44,8 @@
 import torch
 from torch import nn
 
-from course_utils import checks, variants
+from course_utils.assess import checks
+from course_utils.assess import variants
 
 G = variants.givens("a9_activations", on=True)  # your numbers (do not edit this cell)
 G
@@ -118,7 +119,7 @@ checks.check_number("q1_block_bytes", q1_block_bytes, unit="bytes", variant=G.ke
     (_elements, "that is a count of elements: multiply by 4 bytes per fp32 element."),
 ])
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q1_gpt_gb", q1_gpt_gb)
 submit("q1_block_bytes", q1_block_bytes)
@@ -180,7 +181,7 @@ checks.check_number("q2_micro_batch", q2_micro_batch)
 if float(q2_micro_batch) not in (1.0, 2.0, 4.0, 8.0, 16.0):
     raise AssertionError(f"q2_micro_batch = {q2_micro_batch}: the options are 1, 2, 4, 8, 16.")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q2_recompute", q2_recompute)
 submit("q2_micro_batch", q2_micro_batch)
@@ -266,8 +267,8 @@ def _q3_visible():
 
 _q3_visible()
 ### BEGIN HIDDEN TESTS
-from course_utils import tiny_lm
-from course_utils.checks import hidden_cases, submit
+from course_utils.models import tiny_lm
+from course_utils.assess.checks import hidden_cases, submit
 
 
 def _q3_hidden_case(kind, seed, shape):
@@ -342,7 +343,7 @@ checks.check_choice("q4_fix", q4_fix, None, Q4_CHOICES, mistakes={
                       "scaling is for fp16, whose small gradients flush to zero.",
 })
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q4_fix", q4_fix)
 ### END HIDDEN TESTS
@@ -412,7 +413,8 @@ print("practice Q5: right")
 # table for you).
 
 # %%
-from course_utils import launch, overlap
+from course_utils import launch
+from course_utils.data_parallel import overlap
 
 Q5_SIZES = [0.25, 1.0, 4.0, 25.0]
 q5_runs = launch.run(overlap.timing_worker, 2, Q5_SIZES, 7, 2, timeout_s=120, show_output=False)
@@ -443,7 +445,7 @@ checks.check_number("q5_best", q5_best, unit="MiB")
 if float(q5_best) not in Q5_SIZES:
     raise AssertionError(f"q5_best = {q5_best!r}: pick one of Q5_SIZES {Q5_SIZES}.")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q5_runs", q5_runs)
 submit("q5_step_ms", q5_step_ms)
@@ -518,7 +520,7 @@ if float(q6_sp_gb) > float(q6_tp_gb):
     raise AssertionError("q6_sp_gb is larger than q6_tp_gb: sequence parallelism only splits "
                          "what tensor parallelism keeps whole; it never adds activations.")
 ### BEGIN HIDDEN TESTS
-from course_utils.checks import submit
+from course_utils.assess.checks import submit
 
 submit("q6_tp_gb", q6_tp_gb)
 submit("q6_sp_gb", q6_sp_gb)

@@ -1,17 +1,17 @@
 """Judge of a10_capstone: one function per test cell, run by the grader outside the kernel.
 
 Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
-solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+solution's hidden tests submitted (``course_utils.assess.checks.submit``), and raises AssertionError
 with the message that names the mistake. See ``grading/judge.py``.
 
 Both questions are code run on real ranks. The judge recomputes one process's run of each
-hidden case here (``course_utils.capstone.diagnose``: ``train3d_check.reference_train`` cut by
+hidden case here (``course_utils.assess.a10_capstone.diagnose``: ``train3d_check.reference_train`` cut by
 ``stage_model.shard_state``) and compares every rank's losses, gradients, weights and the
 communication it issued; the known mistakes are recomputed from the same seeds. Nothing the
 kernel computed is taken as an expected value.
 
 Part 2's fixes (Q4-Q8) are judged the same way: one process trains the same job here
-(``course_utils.pitfalls.check``), and every rank's weights and what the program records (DDP's
+(``course_utils.data_parallel.pitfalls.check``), and every rank's weights and what the program records (DDP's
 all-reduces, the sampler's rows, the logged losses) must equal it; where they do not,
 :func:`diagnose_fix` names the known mistake they show (``pitfalls.check`` itself, which the
 kernel runs, describes symptoms only: naming the cause is what Q4-Q8's choices ask). The
@@ -21,8 +21,10 @@ diagnoses are choices.
 import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from course_utils import capstone, pitfalls, train3d_check
-from course_utils.checks import check_choice
+from course_utils.assess import a10_capstone as capstone
+from course_utils.data_parallel import pitfalls
+from course_utils.trainer3d import check as train3d_check
+from course_utils.assess.checks import check_choice
 
 HELPERS_NOT_ALLOWED = {
     "q1": ["train3d.train_step", "train3d.train_worker", "train3d.run", "train3d_torch.run",

@@ -1,12 +1,12 @@
 """Judge of a11_at_scale: one function per test cell, run by the grader outside the kernel.
 
 Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
-solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+solution's hidden tests submitted (``course_utils.assess.checks.submit``), and raises AssertionError
 with the message that names the mistake. See ``grading/judge.py``.
 
 The expected values are not the reference's: they are what PyTorch's own sharding gives, on a
-fake process group (``course_utils.scale_memory.rank_state`` for the bytes a rank's sharded
-tensors and AdamW's state hold, ``course_utils.scale_comms.trace_step`` for one step's
+fake process group (``course_utils.scale.memory.rank_state`` for the bytes a rank's sharded
+tensors and AdamW's state hold, ``course_utils.scale.comms.trace_step`` for one step's
 collectives), for the student's jobs (``got.givens.q1`` and ``q3``) and for Q2's hidden
 cases, drawn per submission: models and meshes the notebook does not show. The typical
 mistakes (padding forgotten, TP-replicated norms split, the first stage's embedding left out,
@@ -17,8 +17,10 @@ twice) are computed here from the same givens.
 import functools
 import math
 
-from course_utils import llama_shapes, scale_comms, scale_memory
-from course_utils.checks import check_number
+from course_utils.models import llama_shapes
+from course_utils.scale import comms as scale_comms
+from course_utils.scale import memory as scale_memory
+from course_utils.assess.checks import check_number
 
 HELPERS_NOT_ALLOWED = {
     "q1": ["scale_memory.rank_state", "scale_memory.state_bytes", "scale_memory.job_table",

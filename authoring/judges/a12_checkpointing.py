@@ -1,21 +1,21 @@
 """Judge of a12_checkpointing: one function per test cell, run by the grader outside the kernel.
 
 Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
-solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+solution's hidden tests submitted (``course_utils.assess.checks.submit``), and raises AssertionError
 with the message that names the mistake. See ``grading/judge.py``.
 
 Q1 and Q2 are judged on the student's own numbers (``got.givens``). Q3's save and resume run on
 real ranks in the student's kernel, on a job drawn per submission (``HIDDEN_CASES``: 3
 ranks, a seed, the data size, a save point in the middle of the second epoch); here the whole
-job runs again in one process, rank by rank (``course_utils.resume_check.diagnose``:
+job runs again in one process, rank by rank (``course_utils.assess.a12_checkpointing.diagnose``:
 ``resume_job.reference_run``), and the state the new job loaded and how it ended are compared
 with it. Nothing the kernel computed is taken as an expected value.
 """
 
 import math
 
-from course_utils import resume_check
-from course_utils.checks import check_choice, check_number
+from course_utils.assess import a12_checkpointing as resume_check
+from course_utils.assess.checks import check_choice, check_number
 
 HELPERS_NOT_ALLOWED = {
     "q2": ["checkpoint_interval.young_interval", "checkpoint_interval.waste",

@@ -1,13 +1,13 @@
 """Judge of a4_tensor_parallel: one function per test cell, run by the grader outside the kernel.
 
 Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
-solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+solution's hidden tests submitted (``course_utils.assess.checks.submit``), and raises AssertionError
 with the message that names the mistake. See ``grading/judge.py``.
 """
 
 import torch
 
-from course_utils import checks
+from course_utils.assess import checks
 
 # Course helpers that compute a graded answer outright, per answer cell: a submission whose
 # answer cell (or any cell it added) uses one is flagged in the instructor's report

@@ -1,18 +1,18 @@
 """Judge of a5_pipeline: one function per test cell, run by the grader outside the kernel.
 
 Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
-solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+solution's hidden tests submitted (``course_utils.assess.checks.submit``), and raises AssertionError
 with the message that names the mistake. See ``grading/judge.py``.
 
 Q5's pipeline step is judged against the one-process loss and gradients
-(``course_utils.pipeline_parallel.microbatch_reference``), recomputed here from the same seeds,
+(``course_utils.pipeline.runtime.microbatch_reference``), recomputed here from the same seeds,
 as are its known mistakes (equal weighting of the microbatches, summed microbatch losses).
 """
 
 import torch
 
-from course_utils import checks
-from course_utils import pipeline_parallel as pp_harness
+from course_utils.assess import checks
+from course_utils.pipeline import runtime as pp_harness
 
 # Course helpers that compute a graded answer outright, per answer cell: a submission whose
 # answer cell (or any cell it added) uses one is flagged in the instructor's report

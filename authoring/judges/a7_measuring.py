@@ -1,7 +1,7 @@
 """Judge of a7_measuring: one function per test cell, run by the grader outside the kernel.
 
 Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
-solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+solution's hidden tests submitted (``course_utils.assess.checks.submit``), and raises AssertionError
 with the message that names the mistake. See ``grading/judge.py``.
 
 Q7's seconds are timings: they are judged for consistency with the delay of the late rank, never
@@ -10,8 +10,8 @@ compared with the reference's.
 
 import torch
 
-from course_utils.assignment_givens import a7_runs
-from course_utils.checks import as_number, check_choice, check_number
+from course_utils.assess.givens import a7_runs
+from course_utils.assess.checks import as_number, check_choice, check_number
 
 # Course helpers that compute a graded answer outright, per answer cell: a submission whose
 # answer cell (or any cell it added) uses one is flagged in the instructor's report

@@ -1,7 +1,7 @@
 """Judge of a8_jax_sharding: one function per test cell, run by the grader outside the kernel.
 
 Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
-solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+solution's hidden tests submitted (``course_utils.assess.checks.submit``), and raises AssertionError
 with the message that names the mistake. See ``grading/judge.py``.
 
 The facts a prediction is judged against (the collectives in the compiled HLO, the bytes in
@@ -13,7 +13,7 @@ the reference loudly instead of grading against a silently changed answer.
 import numpy as np
 import torch
 
-from course_utils import checks
+from course_utils.assess import checks
 
 CHOICES = ["none", "all-gather", "all-reduce", "reduce-scatter"]
 

@@ -1,11 +1,11 @@
 """Judge of a9_activations: one function per test cell, run by the grader outside the kernel.
 
 Each function gets ``got`` and ``ref``: ``{name: value}`` that the student's and the reference
-solution's hidden tests submitted (``course_utils.checks.submit``), and raises AssertionError
+solution's hidden tests submitted (``course_utils.assess.checks.submit``), and raises AssertionError
 with the message that names the mistake. See ``grading/judge.py``.
 
 Q3's modules and inputs are drawn per submission (``HIDDEN_CASES``): the bytes are compared with
-``course_utils.activations.saved_bytes`` on the same modules, rebuilt here from the same case;
+``course_utils.memory.activations.saved_bytes`` on the same modules, rebuilt here from the same case;
 the known wrong counts (every saved tensor counted, parameters included, elements instead of
 bytes) are measured on them too.
 
@@ -17,8 +17,10 @@ that table, never against the reference's timings.
 import torch
 from torch import nn
 
-from course_utils import activations, overlap, tiny_lm
-from course_utils.checks import as_number, check_choice, check_number
+from course_utils.memory import activations
+from course_utils.data_parallel import overlap
+from course_utils.models import tiny_lm
+from course_utils.assess.checks import as_number, check_choice, check_number
 
 # Answers the student measures on their own ranks (Q5): judged against the student's own
 # measurement, so there is no fixed value a lecture could give away.

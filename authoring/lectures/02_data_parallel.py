@@ -18,7 +18,8 @@ import os
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import collectives, data_parallel, launch, ring_allreduce, style
+from course_utils import collectives, data_parallel, launch, style
+from course_utils.collectives import ring as ring_allreduce
 from course_utils.widgets.ring_steps import RingSteps
 
 style.use()
@@ -247,7 +248,7 @@ print(f"{per_rank / 1e9:.2f} GB per rank per step (2 x 7/8 x 14 GB of gradients)
 # ### Step by step: a recorded run of the ring
 #
 # The stepper below replays the course's ring, recorded once on real gloo ranks
-# (`course_utils.ring_trace`: the phases above, traced step by step), for 2 to 8 ranks and a
+# (`course_utils.collectives.ring_trace`: the phases above, traced step by step), for 2 to 8 ranks and a
 # buffer of N = 840 float32 per rank: which shard each rank sends at step k, what every shard of
 # every rank holds (a cell's colours are the ranks whose data it contains, read from the
 # values the run produced), and the bytes sent so far. It also replays a reduce-scatter, an

@@ -26,7 +26,8 @@ import matplotlib.pyplot as plt
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
-from course_utils import collectives, fsdp, launch, memory, style, zero
+from course_utils import collectives, launch, memory, style, zero
+from course_utils.zero import fsdp
 from course_utils.widgets.zero_shards import ZeroShards
 
 style.use()

@@ -27,7 +27,9 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import backend, launch, measure, memory, style, tiny_lm
+from course_utils import launch, measure, memory, style
+from course_utils.runtime import backend
+from course_utils.models import tiny_lm
 
 style.use()
 torch.set_num_threads(1)  # like each rank: with several ranks per machine, more threads contend
@@ -183,7 +185,7 @@ for opt, name in (("adamw", "AdamW"), ("sgd", "SGD")):
 # `tests/test_measure.py` checks both, and that every timer in `measure` uses it.
 #
 # Timing is one of several things that change between gloo ranks on CPUs and NCCL ranks on
-# GPUs. The course handles all of them in one module, `course_utils.backend`; every demo
+# GPUs. The course handles all of them in one module, `course_utils.runtime.backend`; every demo
 # worker goes through it, so the worker that runs here on gloo runs unchanged on a GPU machine
 # (`launch.run` picks NCCL when there is one GPU per rank):
 

@@ -29,7 +29,7 @@
 #    figures;
 # 8. the same training step in PyTorch and in JAX, compared on a pinned workload (module 7).
 #
-# The code lives in `course_utils/jax_sharding.py` and `course_utils/framework_compare.py`.
+# The code lives in `course_utils/jax_sharding/plans.py` and `course_utils/jax_sharding/framework_compare.py`.
 #
 # **Eight devices on one laptop.** XLA can split this one CPU into several "devices"; the flag
 # `--xla_force_host_platform_device_count=8` in the environment variable `XLA_FLAGS` asks for 8.
@@ -50,7 +50,8 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
-from course_utils import framework_compare as fc, jax_sharding as js, launch, memory, style
+from course_utils import jax_sharding as js, launch, memory, style
+from course_utils.jax_sharding import framework_compare as fc
 from course_utils.jax_sharding import P
 from course_utils.widgets.sharding import Sharding
 
@@ -583,7 +584,7 @@ for name, chip in js.ACCELERATORS.items():
 # ## 8. Comparing frameworks on a pinned workload
 #
 # Which is faster, PyTorch or JAX? The lesson's answer: compare a **pinned workload**, not an
-# assumed hierarchy. `course_utils.framework_compare` pins one: the same MLP (`64 -> 256 -> 64`,
+# assumed hierarchy. `course_utils.jax_sharding.framework_compare` pins one: the same MLP (`64 -> 256 -> 64`,
 # tanh), float32, the same initial weights and batches (numpy, one seed), global batch 256,
 # plain SGD, 20 steps, 8 workers with one thread each. PyTorch runs DDP on 8 gloo ranks
 # through the course launcher; JAX runs one process with 8 CPU devices and a data-parallel

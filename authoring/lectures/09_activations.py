@@ -9,7 +9,7 @@
 # long sequences they rival it. This module
 #
 # 1. predicts, tensor by tensor, what one block of the course's transformer
-#    (`course_utils.tiny_lm`) saves, and measures it on real runs to the byte;
+#    (`course_utils.models.tiny_lm`) saves, and measures it on real runs to the byte;
 # 2. sets that beside the published formula for a GPT layer and beside today's blocks
 #    (fused attention, RMSNorm, grouped-query attention, SwiGLU), and evaluates both for 7B models;
 # 3. trades memory for compute with activation checkpointing (recomputation), full and
@@ -21,14 +21,17 @@
 # 6. shows on real tensors why the 16-byte layout keeps an fp32 master copy, why fp16 needs
 #    loss scaling, and why gradients are summed in fp32.
 #
-# Helpers: `course_utils.activations`, `course_utils.sequence_parallel`, `course_utils.overlap`
-# and `course_utils.precision`.
+# Helpers: `course_utils.memory.activations`, `course_utils.sequence_parallel`, `course_utils.data_parallel.overlap`
+# and `course_utils.memory.precision`.
 
 # %%
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import activations, memory, precision, style, tiny_lm, zero
+from course_utils import memory, style, zero
+from course_utils.memory import activations
+from course_utils.memory import precision
+from course_utils.models import tiny_lm
 from course_utils.widgets.activation_memory import ActivationMemory
 from course_utils.widgets.number_formats import NumberFormats
 
@@ -450,7 +453,7 @@ ActivationMemory(model="7B", seq_len=4096, batch=1, attention="fused")
 # micro-batches:
 
 # %%
-from course_utils import pipeline_schedule
+from course_utils.pipeline import schedule as pipeline_schedule
 
 for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
     peaks = pipeline_schedule.simulate(name, p=4, m=8, v=v).peak_activations()
@@ -486,7 +489,7 @@ print("Korthikanti's factor for stage 0, interleaved v = 2: p (1 + (p - 1) / (p 
 # bias) just over 0.25 MiB. A bucket closes as soon as it holds at least its size:
 
 # %%
-from course_utils import overlap
+from course_utils.data_parallel import overlap
 
 mlp = overlap.make_mlp(width=256, depth=32)
 sizes = overlap.param_sizes(mlp)                         # [(name, bytes)], parameter order

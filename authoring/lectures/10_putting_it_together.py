@@ -36,9 +36,13 @@
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import (memory, stage_model, style, tiny_lm, train3d, train3d_comms,
-                          train3d_torch)
-from course_utils import train3d_check as check
+from course_utils import memory, style
+from course_utils.trainer3d import stage_model
+from course_utils.models import tiny_lm
+from course_utils.trainer3d import train as train3d
+from course_utils.trainer3d import comms as train3d_comms
+from course_utils.trainer3d import torch_parts as train3d_torch
+from course_utils.trainer3d import check
 
 style.use()
 torch.set_num_threads(1)
@@ -129,7 +133,7 @@ print(f"build_stage draws TinyLM's {len(drawn)} tensors one layer at a time; sta
 # %% [markdown]
 # ## 3. One training step
 #
-# Every rank runs `train3d.train_step` (read it in `course_utils/train3d.py`). Its order is
+# Every rank runs `train3d.train_step` (read it in `course_utils/trainer3d/train.py`). Its order is
 # module 5's 1F1B: stage 0 does one warm-up forward, then alternates; stage 1 alternates from
 # the start. Between two operations a rank posts **one** `batch_isend_irecv`: the send the last
 # operation produced and the receive the next one needs. In the steady phase that is "send my
@@ -442,7 +446,7 @@ print("PyTorch's parts equal one process (losses, and every rank's gathered weig
 # %% [markdown]
 # ## 8. The same code on a GPU node and on a cluster
 #
-# `train3d.train_worker` picks its device from the backend (`course_utils.backend`): NCCL with
+# `train3d.train_worker` picks its device from the backend (`course_utils.runtime.backend`): NCCL with
 # one GPU per rank where there are enough GPUs, gloo on CPU otherwise (where the
 # reduce-scatter is built from `all_to_all_single`, since gloo's own sends what an all-reduce
 # sends; `backend.reduce_scatter_in_place`). Under torchrun the module runs as a demo: each
@@ -451,12 +455,12 @@ print("PyTorch's parts equal one process (losses, and every rank's gathered weig
 #
 # ```bash
 # # one node, 8 GPUs (or 8 CPU processes)
-# torchrun --standalone --nproc-per-node 8 -m course_utils.train3d
+# torchrun --standalone --nproc-per-node 8 -m course_utils.trainer3d.train
 # # two nodes of 4 GPUs: each node holds one whole replica (both stages, both TP ranks)
 # torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \
-#     --rdzv-endpoint HEAD_NODE:29500 -m course_utils.train3d        # on each node
+#     --rdzv-endpoint HEAD_NODE:29500 -m course_utils.trainer3d.train        # on each node
 # # Slurm: one torchrun per node, the first node hosts the rendezvous
-# NPROC_PER_NODE=4 sbatch --nodes 2 scripts/cluster.sbatch course_utils.train3d
+# NPROC_PER_NODE=4 sbatch --nodes 2 scripts/cluster.sbatch course_utils.trainer3d.train
 # ```
 #
 # With 4 ranks per node the grid puts ranks 0-3 (dp = 0) on the first node and 4-7 (dp = 1)

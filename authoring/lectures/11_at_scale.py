@@ -26,8 +26,13 @@
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import (llama_shapes, memory, playground, scale_check, scale_comms,
-                          scale_memory, scale_tables, style)
+from course_utils import memory, style
+from course_utils.models import llama_shapes
+from course_utils.mesh import playground
+from course_utils.scale import check as scale_check
+from course_utils.scale import comms as scale_comms
+from course_utils.scale import memory as scale_memory
+from course_utils.scale import tables as scale_tables
 
 style.use()
 torch.set_num_threads(1)

@@ -32,8 +32,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from course_utils import (checkpoint, checkpoint3d, checkpoint_interval, launch, lost_node,
-                          lost_rank, reshard, resume_demo, resume_job, style, train3d)
+from course_utils import checkpoint, launch, style
+from course_utils.checkpoint import trainer3d as checkpoint3d
+from course_utils.checkpoint import interval as checkpoint_interval
+from course_utils.checkpoint import lost_node
+from course_utils.checkpoint import lost_rank
+from course_utils.checkpoint import reshard
+from course_utils.checkpoint import resume_demo
+from course_utils.checkpoint import resume_job
+from course_utils.trainer3d import train as train3d
 
 style.use()
 torch.set_num_threads(1)
@@ -264,7 +271,7 @@ print(resume_demo.resized_table(resume_demo.resized_runs(workdir, resumed_by=(2,
 # from `checkpoint.latest` (the newest complete checkpoint). The same job from a shell:
 #
 # ```bash
-# torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m course_utils.lost_rank FOLDER
+# torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m course_utils.checkpoint.lost_rank FOLDER
 # ```
 
 # %%

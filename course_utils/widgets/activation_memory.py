@@ -2,9 +2,9 @@
 sequence length, micro-batch, recomputation, attention kernel, tensor parallelism and sequence
 parallelism, against the model's training state.
 
-The bytes are :func:`course_utils.activations.korthikanti_bytes` (Korthikanti et al. 2022,
+The bytes are :func:`course_utils.memory.activations.korthikanti_bytes` (Korthikanti et al. 2022,
 Table 2; the fused-attention variant as lecture 9 measures it), the function lecture 9
-asserts; the state is :func:`course_utils.memory.state_bytes` (16 B/param), split over the TP
+asserts; the state is :func:`course_utils.memory.sizing.state_bytes` (16 B/param), split over the TP
 ranks::
 
     from course_utils.widgets.activation_memory import ActivationMemory
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from course_utils import activations, memory
+from course_utils.memory import activations
+from course_utils.memory import sizing as memory
 from course_utils.widgets.base import Explorer, Row, checkbox, dropdown, key, plain_axes, slider
 
 __all__ = ["ActivationMemory", "MODELS", "SEQ_LENS"]

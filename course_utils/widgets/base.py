@@ -21,7 +21,7 @@ numbers to print (:meth:`Explorer.rows`, :meth:`Explorer.notes`) and the figure 
   controls (:data:`PICTURE_HINT`: what JupyterLab shows until the cell has run in this kernel).
 
 :func:`figure_html` and :func:`error_html` are the two pieces of the view, shared with the
-device-mesh playground (:mod:`course_utils.playground`).
+device-mesh playground (:mod:`course_utils.mesh.playground`).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 the number each format stores, the gap to the next one, and whether an update of size u added to
 a weight of that value is lost.
 
-Every number is torch's: :func:`course_utils.precision.represent` casts the value and reads the
-bits and the next number from them; :func:`course_utils.precision.update_lost` adds the update
-as :func:`~course_utils.precision.repeated_update` does (its bf16 gap equals ``bf16_gap``, the
+Every number is torch's: :func:`course_utils.memory.precision.represent` casts the value and reads the
+bits and the next number from them; :func:`course_utils.memory.precision.update_lost` adds the update
+as :func:`~course_utils.memory.precision.repeated_update` does (its bf16 gap equals ``bf16_gap``, the
 function lecture 9 asserts)::
 
     from course_utils.widgets.number_formats import NumberFormats
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from course_utils import precision
+from course_utils.memory import precision
 from course_utils.widgets.base import Explorer, Row, number
 
 __all__ = ["NumberFormats"]

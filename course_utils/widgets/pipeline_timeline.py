@@ -4,11 +4,11 @@ W: ZB-H1, ZBV, DualPipeV), the ops' times and optionally one slow rank: the time
 bubble against the formula (with and without the optimizer's global check) and the
 microbatches whose activations each rank holds at its peak.
 
-Everything is :func:`course_utils.pipeline_schedule.simulate`'s timeline (its idle fraction and
+Everything is :func:`course_utils.pipeline.schedule.simulate`'s timeline (its idle fraction and
 ``peak_activations``), set beside the formulas ``bubble_fraction``,
-``interleaved_bubble_fraction`` and :func:`course_utils.zero_bubble.paper_bubble_fraction`,
+``interleaved_bubble_fraction`` and :func:`course_utils.pipeline.zero_bubble.paper_bubble_fraction`,
 the functions lecture 5 asserts; the chart is drawn in
-:mod:`course_utils.pipeline_pictures`' colours, as one collection (a redraw must stay fast)::
+:mod:`course_utils.pipeline.pictures`' colours, as one collection (a redraw must stay fast)::
 
     from course_utils.widgets.pipeline_timeline import PipelineTimeline
     PipelineTimeline(schedule="1f1b", stages=4, microbatches=8)
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from course_utils import pipeline_pictures as pics
-from course_utils import pipeline_schedule as ps
-from course_utils import zero_bubble as zb
+from course_utils.pipeline import pictures as pics
+from course_utils.pipeline import schedule as ps
+from course_utils.pipeline import zero_bubble as zb
 from course_utils.widgets.base import (Explorer, Row, choice_slider, dropdown, key, nice_ticks,
                                        plain_axes, slider)
 

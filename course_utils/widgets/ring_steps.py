@@ -1,7 +1,7 @@
 """Module 2's collectives stepper: all-reduce, reduce-scatter and all-gather on the course's ring,
 and the pairwise all-to-all, for D ranks, one step at a time.
 
-What it shows is replayed from a real run (:mod:`course_utils.ring_trace`: the course's ring,
+What it shows is replayed from a real run (:mod:`course_utils.collectives.ring_trace`: the course's ring,
 ``ring_allreduce.reduce_scatter_phase`` and ``all_gather_phase``, traced on D gloo ranks),
 not drawn from a formula: at step k, which shard each rank sent and to whom, what every shard
 of every rank holds (whose data, decoded from the values), and the bytes sent so far, which end
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from course_utils import ring_trace
+from course_utils.collectives import ring_trace
 from course_utils.widgets.base import Explorer, Row, dropdown, slider
 
 __all__ = ["RingSteps", "WORDS", "MAX_LABELLED"]

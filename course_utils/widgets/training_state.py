@@ -1,8 +1,8 @@
 """Module 1's training-state calculator: parameters x bytes per parameter, in GB and in GiB,
 against common device budgets.
 
-Every number comes from :mod:`course_utils.memory` (``state_bytes``, ``format_bytes``,
-``fits``, the five :data:`~course_utils.memory.LAYOUTS`), the functions lecture 1 asserts::
+Every number comes from :mod:`course_utils.memory.sizing` (``state_bytes``, ``format_bytes``,
+``fits``, the five :data:`~course_utils.memory.sizing.LAYOUTS`), the functions lecture 1 asserts::
 
     from course_utils.widgets.training_state import TrainingState
     TrainingState()            # 7B parameters, 16 B/param: 112.00 GB = 104.31 GiB
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from course_utils import memory
+from course_utils.memory import sizing as memory
 from course_utils.widgets.base import (Explorer, Row, dropdown, key, nice_ticks, number,
                                        plain_axes)
 

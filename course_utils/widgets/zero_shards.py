@@ -2,8 +2,8 @@
 of the weights, the gradients and the optimizer state, the bytes per rank, and the collectives
 of one step with the bytes each rank sends.
 
-The bytes are :func:`course_utils.memory.zero_state_bytes` (the lesson's 16-byte layout, ideal
-N/D shards) and :func:`course_utils.zero.expected_comm_bytes` (ring algorithms, bf16), the two
+The bytes are :func:`course_utils.memory.sizing.zero_state_bytes` (the lesson's 16-byte layout, ideal
+N/D shards) and :func:`course_utils.zero.stages.expected_comm_bytes` (ring algorithms, bf16), the two
 functions lecture 3 asserts against its from-scratch ZeRO runs::
 
     from course_utils.widgets.zero_shards import ZeroShards
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from course_utils import memory, zero
+from course_utils.memory import sizing as memory
+from course_utils.zero import stages as zero
 from course_utils.widgets.base import Explorer, Row, dropdown, number, slider
 
 __all__ = ["ZeroShards", "MAX_DRAWN"]
@@ -123,5 +124,5 @@ class ZeroShards(Explorer):
 
 def _is_sharded(part: str, stage: int) -> bool:
     """Whether ZeRO ``stage`` cuts ``part`` into D shards (1: optimizer, 2: + gradients,
-    3: + weights), as :func:`course_utils.memory.zero_state_bytes` divides them."""
+    3: + weights), as :func:`course_utils.memory.sizing.zero_state_bytes` divides them."""
     return stage >= {"optimizer": 1, "grads": 2, "weights": 3}[part]

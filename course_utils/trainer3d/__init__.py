@@ -1,0 +1,1 @@
+"""TODO trainer3d."""

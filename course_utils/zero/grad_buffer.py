@@ -1,0 +1,136 @@
+"""Contiguous fp32 gradients, reduce-scattered over DP by bucket while backward still runs.
+
+Each parameter ``p`` gets ``p.main_grad``, a view of one flat fp32 buffer laid out by a
+:class:`course_utils.zero.zero1.FlatLayout` (the same layout as the :class:`ShardedOptimizer`
+that reads it). A post-accumulate-grad hook adds each microbatch's ``p.grad`` into
+``p.main_grad`` and frees ``p.grad``: gradients accumulate in fp32 whatever the compute dtype
+(picotron's ``main_grad``, ``picotron/data_parallel/data_parallel.py``; Megatron-LM's
+"bf16 param, fp32 grads"), and a bucket is already one contiguous slice of memory, so nothing
+is concatenated or copied before it is sent (module 9's :class:`~course_utils.data_parallel.overlap.
+BucketAllReduce` flattens each bucket into a new tensor every step).
+
+While ``active`` (the last microbatch's backward, as DDP's ``no_sync`` leaves it), a bucket
+whose every parameter has its gradient is reduce-scattered over ``dp_group`` at once
+(``async_op``, :func:`course_utils.runtime.backend.reduce_scatter_in_place`), so the communication of
+the later layers runs while backward computes the earlier ones; :meth:`GradBuffer.finish`
+waits for what is still in flight and divides this rank's slices by D: the global mean, in the
+slices this rank's optimizer updates. The other slices of the buffer then hold partial sums and
+are not read.
+
+With sequence parallelism, a few parameters (the LayerNorms, the row-parallel biases, the
+position embedding) see only this TP rank's tokens, so their gradients are partial sums over
+the TP group: ``tp_partial`` lists them. Both reductions are sums, so their order does not
+matter: :meth:`GradBuffer.finish`, after the DP reduce-scatters, all-reduces over ``tp_group``
+just the elements of those parameters that this rank's slices hold, in one call (Megatron
+all-reduces them whole, coalesced, in ``finalize_model_grads``). It is logged with module 4's
+recorder (phase "grad sync").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+from course_utils.runtime import backend
+from course_utils.tensor_parallel import layers as tensor_parallel
+from course_utils.runtime.clock import clock
+from course_utils.zero.zero1 import FlatLayout
+
+__all__ = ["GradBuffer"]
+
+
+class GradBuffer:
+    """fp32 ``main_grad`` views of one buffer for ``params`` (in ``layout``'s order), with
+    bucketed reduce-scatters over ``dp_group`` during the backward passes run while
+    ``active``."""
+
+    def __init__(self, params: Sequence[torch.nn.Parameter], layout: FlatLayout,
+                 dp_group: Any = None, tp_group: Any = None,
+                 tp_partial: Sequence[torch.nn.Parameter] = (), dtype: torch.dtype = torch.float32):
+        if len(params) != len(layout.numels) or any(
+                p.numel() != n for p, n in zip(params, layout.numels)):
+            raise ValueError("params must match the layout's sizes, in its order")
+        self.params, self.layout = list(params), layout
+        self.dp_group, self.tp_group = dp_group, tp_group
+        self.dp_size, self.dp_rank = dist.get_world_size(dp_group), dist.get_rank(dp_group)
+        self.flat = torch.zeros(layout.total, dtype=dtype, device=params[0].device)
+        partial = {id(p) for p in tp_partial}
+        self.active = True
+        self._hooks = []
+        for i, (p, off) in enumerate(zip(self.params, layout.offsets)):
+            p.main_grad = self.flat[off:off + p.numel()].view_as(p)
+            self._hooks.append(p.register_post_accumulate_grad_hook(
+                lambda p, i=i: self._grad_ready(p, i)))
+        self.partial_runs = [(layout.offsets[i] + lo, n) for i, lo, n in
+                             layout.pieces(self.dp_rank) if id(self.params[i]) in partial]
+        """(start, length) in the buffer of the TP-partial elements of this rank's slices."""
+        self.n_buckets = len(layout.buckets)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the step's progress (no bucket ready, nothing in flight)."""
+        self._missing = [0] * self.n_buckets
+        for b in self.layout.bucket_of:
+            self._missing[b] += 1
+        self._next, self._pending = 0, []
+
+    def _grad_ready(self, p: torch.nn.Parameter, i: int) -> None:
+        p.main_grad.add_(p.grad)             # fp32 accumulation of this microbatch's gradient
+        p.grad = None
+        if not self.active:
+            return
+        self._missing[self.layout.bucket_of[i]] -= 1
+        while self._next < self.n_buckets and self._missing[self._next] == 0:
+            self._launch(self._next)
+
+    def _launch(self, b: int) -> None:
+        lo, hi = self.layout.buckets[b]
+        self._pending.append(backend.reduce_scatter_in_place(self.flat[lo:hi], self.dp_group,
+                                                             async_op=True))
+        self._next = b + 1
+
+    def finish(self) -> None:
+        """Launch what is left, wait, and divide this rank's slices by D (the mean)."""
+        if self._next < self.n_buckets and any(self._missing[self._next:]):
+            raise RuntimeError("finish() before every gradient arrived: run backward with "
+                               "active = True on the last microbatch")
+        while self._next < self.n_buckets:
+            self._launch(self._next)
+        for pending in self._pending:
+            pending.wait()
+        if self.partial_runs and self.tp_group is not None and \
+                dist.get_world_size(self.tp_group) > 1:     # the other tokens' share, once
+            part = torch.cat([self.flat[a:a + n] for a, n in self.partial_runs])
+            t0 = clock(part)
+            dist.all_reduce(part, group=self.tp_group)
+            tensor_parallel._log("all_reduce", "grad sync", part, clock(part) - t0)
+            for (a, n), piece in zip(self.partial_runs, part.split([n for _, n in
+                                                                    self.partial_runs])):
+                self.flat[a:a + n].copy_(piece)
+        for b in range(self.n_buckets):
+            lo, hi = self.layout.shard(b, self.dp_rank)
+            self.flat[lo:hi].div_(self.dp_size)
+        self.reset()
+
+    def full_grads(self) -> list[torch.Tensor]:
+        """Collective over DP, for checking: each parameter's reduced gradient, gathered from
+        the ranks' slices into a new buffer (call after :meth:`finish`)."""
+        full = torch.empty_like(self.flat)
+        for b in range(self.n_buckets):
+            lo, hi = self.layout.buckets[b]
+            mine = self.flat[slice(*self.layout.shard(b, self.dp_rank))].clone()
+            dist.all_gather_single(full[lo:hi], mine, group=self.dp_group)
+        return [full[off:off + p.numel()].view_as(p)
+                for p, off in zip(self.params, self.layout.offsets)]
+
+    def zero(self) -> None:
+        """Zero every gradient (the buffer is kept: no allocation per step)."""
+        self.flat.zero_()
+
+    def remove(self) -> None:
+        """Remove the hooks."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
