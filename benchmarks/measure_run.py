@@ -21,8 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from course_utils import launch  # noqa: E402
-from course_utils.measure import run as measure  # noqa: E402
+from course_utils import launch, measure  # noqa: E402
 from course_utils.memory import sizing as memory  # noqa: E402
 from course_utils.models import tiny_lm  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 For each hidden size h (ffn = 4h, fp32, ``--tokens`` = b * s), every rank of a ``--tp`` group
 times its share of the forward MLP matmuls and the all-reduce of the (tokens, h) result
-(medians over ``--repeats``), as ``course_utils.tensor_parallel.layers.time_comm_vs_matmul`` does.
+(medians over ``--repeats``), as ``course_utils.tensor_parallel.comm_timing.time_comm_vs_matmul`` does.
 It prints the measured ratio beside the bytes-over-bandwidth model (``mlp_comm_to_compute``)
 fed with each size's matmul rate and the link bandwidth of the largest all-reduce, so the gap
 shows what the model leaves out (latency, mostly, for small layers).
@@ -20,7 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from course_utils import launch  # noqa: E402
-from course_utils.tensor_parallel import layers as tp  # noqa: E402
+from course_utils import tensor_parallel as tp  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,19 +3,19 @@ in the order the course meets them (each package's ``__init__`` names the lectur
 
 * :mod:`~course_utils.runtime` (backend, argument checks), :mod:`~course_utils.launch` (ranks on
   this machine) and :mod:`~course_utils.style` (figures): what every lecture stands on;
-* :mod:`~course_utils.memory.sizing.sizing` (1, 9), :mod:`~course_utils.collectives.primitives.primitives` (2),
-  :mod:`~course_utils.data_parallel.replicas.replicas` (2, 10), :mod:`~course_utils.zero.stages.stages` (3),
-  :mod:`~course_utils.tensor_parallel.layers.layers` (4), :mod:`~course_utils.pipeline` (5),
-  :mod:`~course_utils.mesh.grid.grid` and :mod:`~course_utils.sequence_parallel.sequence.sequence` (6),
-  :mod:`~course_utils.measure.run.run` (7), :mod:`~course_utils.jax_sharding.plans.plans` (8),
+* :mod:`~course_utils.memory` (1, 9), :mod:`~course_utils.collectives` (2),
+  :mod:`~course_utils.data_parallel` (2, 10), :mod:`~course_utils.zero` (3),
+  :mod:`~course_utils.tensor_parallel` (4), :mod:`~course_utils.pipeline` (5),
+  :mod:`~course_utils.mesh` and :mod:`~course_utils.sequence_parallel` (6),
+  :mod:`~course_utils.measure` (7), :mod:`~course_utils.jax_sharding` (8),
   :mod:`~course_utils.models` and :mod:`~course_utils.trainer3d` (10),
-  :mod:`~course_utils.scale` (11), :mod:`~course_utils.checkpoint.dcp.dcp` (12);
+  :mod:`~course_utils.scale` (11), :mod:`~course_utils.checkpoint` (12);
 * :mod:`~course_utils.widgets`: the lectures' interactive figures;
 * :mod:`~course_utils.assess`: checks, messages, per-student givens and the assignments'
   harnesses, the only part of the library the grader imports.
 
 Import what a lecture uses, e.g. ``from course_utils import launch, memory``. Importing this
-package loads nothing heavy. The old flat names (``course_utils.zero.stages.zero1``) still work:
+package loads nothing heavy. The old flat names (``course_utils.zero1``) still work:
 :mod:`course_utils._aliases`.
 """
 

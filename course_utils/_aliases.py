@@ -1,8 +1,9 @@
 """The library's old flat module names, kept working: ``course_utils.zero1`` is
 ``course_utils.zero.zero1``, the same module object, so a student's notebook written against an
 earlier release (``from course_utils import pipeline_schedule``, ``-m course_utils.reshard``) still
-runs. Each old name is a row of :data:`OLD_NAMES` (``grading.names`` reads the table to follow
-old names statically); :func:`install` puts the finder on ``sys.meta_path``.
+runs. Each old name is a row of :data:`OLD_NAMES`, each name that left its package one of
+:data:`OLD_ATTRIBUTES` (``grading.names`` reads both tables to follow old names statically);
+:func:`install` puts the finder on ``sys.meta_path``.
 
 New code imports the new names; ``tests/test_old_names.py`` imports every old name a released
 notebook of any earlier version used.
@@ -67,6 +68,17 @@ OLD_NAMES = {
     "zero_bubble_parallel": "pipeline.zero_bubble_runtime",
 }
 
+OLD_ATTRIBUTES = {
+    "zero": {"run_shard_step": "assess.a3_zero", "shard_step_harness": "assess.a3_zero"},
+    "tensor_parallel": {"run_row_parallel": "assess.a4_tensor_parallel",
+                        "row_parallel_harness": "assess.a4_tensor_parallel"},
+    "jax_sharding": {"row_parallel_harness": "assess.a8_jax_sharding"},
+}
+"""Names that left a package for another (an assignment's harness went to ``assess``):
+package -> {name: the module that holds it now}. The package's ``__getattr__`` calls
+:func:`moved`, so ``course_utils.zero.run_shard_step`` keeps working without ``zero`` importing
+the higher ``assess`` package."""
+
 _PREFIX = "course_utils."
 
 
@@ -92,6 +104,14 @@ class _OldName(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """``python -m course_utils.<old name>`` runs the module under its new name's code."""
         new = _PREFIX + OLD_NAMES[fullname[len(_PREFIX):]]
         return importlib.util.find_spec(new).loader.get_code(new)
+
+
+def moved(package: str, name: str):
+    """``package.name`` for a name in :data:`OLD_ATTRIBUTES` (a package's ``__getattr__``)."""
+    home = OLD_ATTRIBUTES.get(package[len(_PREFIX):], {}).get(name)
+    if home is None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_PREFIX + home), name)
 
 
 def install() -> None:

@@ -1,4 +1,4 @@
-"""The course's figure style: one look, one colour per parallelism axis, and a check on every figure.
+"""The course's figure style: one look, one colour per parallelism axis, a check on every figure.
 
 Every lecture's setup cell calls :func:`use`. It sets readable sizes for a notebook's width,
 and registers :func:`check_when_drawn` as a matplotlib figure hook, so that every figure made
@@ -19,15 +19,25 @@ Colours: :data:`AXIS_COLORS` gives each parallelism axis (data, tensor, pipeline
 context, expert) the same colour everywhere from module 2 to the playground;
 :data:`STATE_COLORS` the parts of training state; :func:`label` turns the course's code names
 (``mixed_adam16``) into words for legends.
+
+Figures in HTML: :func:`png` renders a figure at :data:`DPI`, :func:`figure_html` puts it in a
+page as an inline ``<img>`` and :func:`error_html` is the view while a widget's inputs are
+invalid: the pieces the lectures' widgets (:mod:`course_utils.widgets.base`) and the device-mesh
+playground (lecture 6, :mod:`course_utils.mesh.playground`) share.
 """
 
 from __future__ import annotations
 
+import base64
+import html
+import io
+import json
 import warnings
 from typing import Any
 
 __all__ = ["AXIS_COLORS", "STATE_COLORS", "PHASE_COLORS", "LABELS", "MIN_FONT_PT",
-           "FigureWarning", "use", "label", "problems", "check_when_drawn"]
+           "FigureWarning", "use", "label", "problems", "check_when_drawn", "DPI", "ERROR_STYLE",
+           "STALE_STYLE", "png", "figure_html", "error_html"]
 
 AXIS_COLORS = {"dp": "#4c72b0", "tp": "#dd8452", "pp": "#55a868", "cp": "#8172b3",
                "sp": "#8172b3", "ep": "#c44e52"}
@@ -44,6 +54,9 @@ LABELS = {
     "dualpipev": "DualPipeV",
 }
 MIN_FONT_PT = 8.0
+DPI = 72  # figures are drawn at 72 dots per inch: 9 inches = 648 pixels, fast to render
+ERROR_STYLE = "border-left:4px solid #b00020;background:#fdecee;padding:6px 10px;margin:6px 0"
+STALE_STYLE = "opacity:0.3;filter:grayscale(1)"
 
 
 class FigureWarning(UserWarning):
@@ -203,3 +216,35 @@ def _data_outside(ax: Any, box: Any, renderer: Any, tol: float = 1.0) -> list[st
         if len(xy) and beyond(*xy.min(axis=0), *xy.max(axis=0)):
             found.append(f"a collection ({_name(coll)}) reaches past its axes (widen the limits)")
     return found
+
+
+# ------------------------------------------------------------------------- figures in HTML
+
+
+def png(fig: Any) -> bytes:
+    """``fig`` (a matplotlib Figure) as PNG bytes at :data:`DPI`."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def figure_html(prefix: str, png_bytes: bytes, drawn: dict, alt: str,
+                attribute: str = "data-state") -> str:
+    """A figure as an inline ``<img>`` in ``<div class="<prefix>-figure">``; ``attribute`` (a
+    ``data-`` attribute) holds the inputs it was drawn from, as JSON, for tests to read."""
+    state = html.escape(json.dumps(drawn, sort_keys=True, default=str), quote=True)
+    return (f'<div class="{prefix}-figure"><img alt="{html.escape(alt, quote=True)}" '
+            f'{attribute}="{state}" style="max-width:100%" '
+            f'src="data:image/png;base64,{base64.b64encode(png_bytes).decode()}"/></div>')
+
+
+def error_html(prefix: str, message: str, last_figure: str,
+               heading: str = "Not a setting that works") -> str:
+    """The view while the inputs are invalid: ``message`` in a box (``<prefix>-error``) above
+    the last valid figure, greyed (``<prefix>-stale``)."""
+    stale = last_figure.replace(f'<div class="{prefix}-figure"',
+                                f'<div class="{prefix}-figure {prefix}-stale" '
+                                f'style="{STALE_STYLE}"', 1)
+    return (f'<div class="{prefix}-error" role="alert" style="{ERROR_STYLE}"><b>{heading}:</b> '
+            f'{html.escape(message.rstrip("."))}. Change one of the controls above; the figure '
+            'below is the last setting that worked.</div>' + stale)

@@ -19,20 +19,20 @@ from grading.course import ROOT
 
 LIBRARY = ROOT / "course_utils"
 ALIASES = "_aliases.py"  # the table of old names: OLD_NAMES = {"zero1": "zero.optimizer", ...}
-FORWARD = "FORMER"  # a package's lazy __getattr__ names the module it forwards to
+FORWARD = "FORMER"  # a lazy package's __getattr__ forwards to the module(s) this names
 _MAX_HOPS = 50  # a re-export chain longer than this (or a loop) resolves to nothing
 
 
 @dataclass
 class Index:
-    """``files``: module (``"zero.stages"``; ``""`` is the package) -> its file.
+    """``files``: module (``"zero.training"``; ``""`` is the package) -> its file.
     ``bound``: module -> {name: ("module", module) | ("name", module, name) | ("def",)}."""
 
     files: dict[str, Path] = field(default_factory=dict)
     bound: dict[str, dict[str, tuple]] = field(default_factory=dict)
 
     def resolve(self, path: list[str]) -> tuple[str, str] | str | None:
-        """Where ``course_utils.<path>`` leads: a module's name (``"zero.stages"``), a
+        """Where ``course_utils.<path>`` leads: a module's name (``"zero.training"``), a
         ``(module, name)`` definition, or None when the index cannot tell (not a name the
         library binds). Attributes after a definition are attributes of that object."""
         module: str = ""
@@ -51,10 +51,12 @@ class Index:
         kind = self.bound.get(module, {}).get(name)
         if kind is None:
             sub = f"{module}.{name}".strip(".")
-            forward = self.bound.get(module, {}).get(FORWARD)
-            if sub not in self.files and forward is not None:  # a lazy package: its FORMER
-                return self._follow(forward[1], name, hops + 1)
-            return sub if sub in self.files else None
+            if sub in self.files:
+                return sub
+            for key, target in self.bound.get(module, {}).items():  # a lazy package's FORMER
+                if key.startswith(FORWARD + "#") and name in self.bound.get(target[1], {}):
+                    return self._follow(target[1], name, hops + 1)
+            return None
         if kind[0] == "module":
             return kind[1] if kind[1] in self.files else None
         if kind[0] == "name":
@@ -73,10 +75,10 @@ class Index:
         while stack:
             current = stack.pop()
             names = set(self.bound.get(current, {}))
-            forward = self.bound.get(current, {}).get(FORWARD)
-            if forward is not None and forward[1] not in seen:
-                seen.add(forward[1])
-                stack.append(forward[1])
+            for key, target in self.bound.get(current, {}).items():
+                if key.startswith(FORWARD + "#") and target[1] not in seen:
+                    seen.add(target[1])
+                    stack.append(target[1])
             names |= {m.rpartition(".")[2] for m in self.files
                       if m.rpartition(".")[0] == current and m != current}
             for name in names:
@@ -159,25 +161,31 @@ def _bindings(module: str, path: Path, tree: ast.Module, modules: set[str]) -> d
                     if isinstance(n, ast.Name):
                         out[n.id] = ("def",)
             value = getattr(node, "value", None)
-            if (len(targets) == 1 and isinstance(targets[0], ast.Name)
-                    and targets[0].id == FORWARD and isinstance(value, ast.Constant)
-                    and str(value.value).startswith("course_utils.")):
-                out[FORWARD] = ("module", value.value[len("course_utils."):])
+            if len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id == FORWARD:
+                values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
+                for i, v in enumerate(values):
+                    if isinstance(v, ast.Constant) and str(v.value).startswith("course_utils."):
+                        out[f"{FORWARD}#{i}"] = ("module", v.value[len("course_utils."):])
     return out
 
 
-def old_names(library: Path = LIBRARY) -> dict[str, str]:
-    """The alias table: an old module name -> the module it is now (both relative to
-    ``course_utils``), read from ``_aliases.py`` without running it."""
+def _table(library: Path, name: str) -> dict:
+    """A literal table of ``_aliases.py``, read without running it ({} if absent)."""
     path = library / ALIASES
     if not path.exists():
         return {}
     for node in ast.parse(path.read_text()).body:
         target = node.target if isinstance(node, ast.AnnAssign) else \
             node.targets[0] if isinstance(node, ast.Assign) else None
-        if isinstance(target, ast.Name) and target.id == "OLD_NAMES":
+        if isinstance(target, ast.Name) and target.id == name:
             return dict(ast.literal_eval(node.value))
     return {}
+
+
+def old_names(library: Path = LIBRARY) -> dict[str, str]:
+    """The alias table: an old module name -> the module it is now (both relative to
+    ``course_utils``)."""
+    return _table(library, "OLD_NAMES")
 
 
 @lru_cache(maxsize=4)
@@ -194,6 +202,9 @@ def index(library: Path = LIBRARY) -> Index:
         parent, _, leaf = old.rpartition(".")
         if new in found.files and old not in found.files:
             found.bound.setdefault(parent, {})[leaf] = ("module", new)
+    for package, moved in _table(library, "OLD_ATTRIBUTES").items():  # names that left
+        for name, home in moved.items():
+            found.bound.setdefault(package, {}).setdefault(name, ("name", home, name))
     return found
 
 

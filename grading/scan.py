@@ -303,7 +303,7 @@ def helper_uses(source: str, helpers: list[str], setup: str = "") -> list[str]:
 
 
 def module_of_name(name: str) -> str | None:
-    """``"course_utils.zero.stages"`` -> the module it names now (old names too), else None."""
+    """``"course_utils.zero1"`` -> the module it names now (old names too), else None."""
     target = names.index().resolve(name.split(".")[1:]) if name.split(".")[0] == "course_utils" \
         else None
     return target if isinstance(target, str) else None

@@ -14,7 +14,7 @@ from course_utils.memory import activations
 from course_utils.memory import sizing as memory
 from course_utils.memory import precision
 from course_utils.models import tiny_lm
-from course_utils.zero import stages as zero
+from course_utils.zero import training as zero_training
 
 CFG = tiny_lm.TinyLMConfig(seq_len=256)
 SEQS = [16, 32, 64, 128, 256]
@@ -385,7 +385,8 @@ def test_fp32_accumulation_beats_bf16():
         assert precision.accumulation_error(1, "bf16", seed=seed) == 0.0
     b64, f64 = precision.accumulation_error(64, "bf16"), precision.accumulation_error(64, "fp32")
     assert round(b64 / f64) == 5                                     # lecture: about 5x
-    assert round(zero.sum_rounding_error(64, "bf16") / zero.sum_rounding_error(64, "fp32")) == 6
+    rounding = zero_training.sum_rounding_error
+    assert round(rounding(64, "bf16") / rounding(64, "fp32")) == 6
 
 
 def test_layout_rows_tied_in_the_lecture():

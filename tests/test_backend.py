@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from course_utils import launch
 from course_utils.runtime import backend
-from course_utils.measure import run as measure
+from course_utils import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -28,7 +28,7 @@ from course_utils.widgets import sharding  # noqa: I001  (first: JAX with 8 CPU 
 from course_utils.memory import sizing as memory
 from course_utils.pipeline import schedule as ps
 from course_utils.collectives import ring as ring_allreduce
-from course_utils.zero import stages as zero
+from course_utils.zero import sizes as zero
 from course_utils.widgets import (activation_memory, number_formats, pipeline_timeline,
                                   ring_steps, tp_layout, training_state, zero_shards)
 

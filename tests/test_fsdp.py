@@ -9,7 +9,7 @@ import torch
 from course_utils import launch
 from course_utils.zero import fsdp
 from course_utils.memory import sizing as memory
-from course_utils.zero import stages as zero
+from course_utils import zero
 from rank_jobs import job, run_jobs
 
 SIZES = [16, 32, 32, 8]

@@ -15,28 +15,28 @@ _REAL = ["memory.zero_state_bytes", "pipeline_schedule.bubble_fraction"]
 
 @pytest.mark.parametrize("code, found", [
     # a module that imports the helper's module: the helper is one attribute further
-    ("import course_utils.zero.stages as z\nx = z.memory.zero_state_bytes(7e9, 8, 2)",
+    ("import course_utils.zero.training as z\nx = z.memory.zero_state_bytes(7e9, 8, 2)",
      ["memory.zero_state_bytes"]),
-    ("from course_utils.zero import stages\nx = stages.memory.zero_state_bytes(7e9, 8, 2)",
+    ("from course_utils.zero import training\nx = training.memory.zero_state_bytes(7e9, 8, 2)",
      ["memory.zero_state_bytes"]),
-    ("import course_utils\nx = course_utils.zero.stages.memory.zero_state_bytes(7e9, 8, 2)",
+    ("import course_utils\nx = course_utils.zero.training.memory.zero_state_bytes(7e9, 8, 2)",
      ["memory.zero_state_bytes"]),
     # a module that imports the helper itself (a re-export)
-    ("from course_utils.playground import bubble_fraction as b\nx = b(4, 8)",
+    ("from course_utils.mesh.plan_costs import bubble_fraction as b\nx = b(4, 8)",
      ["pipeline_schedule.bubble_fraction"]),
-    ("from course_utils import playground\nx = playground.bubble_fraction(4, 8)",
+    ("from course_utils.mesh import plan_costs\nx = plan_costs.bubble_fraction(4, 8)",
      ["pipeline_schedule.bubble_fraction"]),
     # getattr with constant names, nested
-    ("import course_utils as c\nx = getattr(getattr(c.zero, 'stag' + 'es'), 'memory').zero_state_bytes",
+    ("import course_utils as c\nx = getattr(getattr(c.zero, 'train' + 'ing'), 'memory').zero_state_bytes",
      ["memory.zero_state_bytes"]),
     # a computed name on a module that can reach the helper, one module removed
-    ("from course_utils.zero import stages\nx = getattr(stages.memory, n)",
+    ("from course_utils.zero import training\nx = getattr(training.memory, n)",
      ["memory.zero_state_bytes (through a computed name)"]),
-    ("import course_utils as c\nx = getattr(getattr(c.zero, 'stages'), n)",
+    ("import course_utils as c\nx = getattr(getattr(c.zero, 'training'), n)",
      ["memory.zero_state_bytes (through a computed name)"]),
     # a module that cannot reach a helper: a computed name there is not flagged
     ("from course_utils import validate\nx = getattr(validate, n)", []),
-    ("from course_utils.zero import stages\nx = stages.backend", []),
+    ("from course_utils.zero import training\nx = training.backend", []),
 ])
 def test_a_helper_is_found_through_the_real_library(code, found):
     assert scan.helper_uses(code, _REAL) == found

@@ -1,4 +1,4 @@
-"""course_utils.measure.run: the verification checks (they must catch injected scaling bugs), the
+"""course_utils.measure: the verification checks (they must catch injected scaling bugs), the
 measurement helpers, and every claim notebook 07 makes about timings, memory and bytes.
 
 Distributed runs go through launch.run on real gloo ranks and are compared with a single-process
@@ -18,11 +18,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_utils import launch, style
-from course_utils.measure import run as measure
+from course_utils import launch, measure, style
+from course_utils.measure import step as measure_step
+from course_utils.measure.spec import RunSpec, corpus
 from course_utils.memory import sizing as memory
 from course_utils.models import tiny_lm
-from course_utils.measure.run import RunSpec
+from course_utils.runtime import clock as runtime_clock
 
 matplotlib.use("Agg")
 N = 110_400
@@ -421,7 +422,7 @@ def test_synchronize_waits_for_cuda_only(monkeypatch):
     events.clear()
     t0 = measure.clock()
     assert measure.clock(torch.ones(1)) >= t0 and events == []
-    monkeypatch.setattr(measure, "time", types.SimpleNamespace(
+    monkeypatch.setattr(runtime_clock, "time", types.SimpleNamespace(
         perf_counter=lambda: events.append("clock") or 12.5))
     assert measure.clock("cuda") == 12.5
     assert events == [("cuda", torch.device("cuda")), "clock"]
@@ -437,7 +438,8 @@ def solo_group():
 
 
 def _watch_clock(monkeypatch):
-    """Replace measure.clock by a wrapper that records the device of every reading."""
+    """Replace the clock the step's timers read (measure.step.clock) by a wrapper that records
+    the device of every reading."""
     devices, real = [], measure.clock
 
     def watched(device="cpu"):
@@ -445,16 +447,16 @@ def _watch_clock(monkeypatch):
                                     else device))
         return real(device)
 
-    monkeypatch.setattr(measure, "clock", watched)
+    monkeypatch.setattr(measure_step, "clock", watched)
     return devices
 
 
 def test_every_timer_reads_the_clock_of_its_tensors(monkeypatch, solo_group):
-    """The timers go through measure.clock (so they synchronize on CUDA) with the device the
-    timed work runs on: twice per all-reduce, twice per phase and twice per step."""
+    """The timers go through runtime.clock's clock (so they synchronize on CUDA) with the
+    device the timed work runs on: twice per all-reduce, twice per phase and twice per step."""
     devices = _watch_clock(monkeypatch)
     model = tiny_lm.build()
-    x, y = measure._corpus(SPEC).batch(0, 2, SPEC.cfg.seq_len)
+    x, y = corpus(SPEC).batch(0, 2, SPEC.cfg.seq_len)
     tiny_lm.lm_loss(model, x, y).backward()
     comm = measure.allreduce_gradients(model, 1)
     assert devices == [torch.device("cpu")] * 2 and comm["wait_s"] >= 0

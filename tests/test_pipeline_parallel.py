@@ -127,7 +127,7 @@ def test_workers_bad_input():
         pp.measure_bubble(2, [1], impl="jax")
     with pytest.raises(ValueError, match="ms"):
         pp.measure_bubble(2, [])
-    with pytest.raises(ValueError, match="m must be"):
+    with pytest.raises(ValueError, match=r"ms\[0\] must be"):
         pp.measure_bubble(2, [0])
     with pytest.raises(ValueError, match="sizes"):
         pp.matmul_throughput([])

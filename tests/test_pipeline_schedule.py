@@ -72,7 +72,7 @@ def test_bad_input_raises_value_error(call):
 
 
 def test_error_messages_name_the_argument():
-    with pytest.raises(ValueError, match="p must be a positive integer"):
+    with pytest.raises(ValueError, match="p must be an int >= 1"):
         ps.bubble_fraction(0, 4)
     with pytest.raises(ValueError, match="m must be"):
         ps.bubble_fraction(4, 0)

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from conftest import ROOT
 from course_utils.assess import checks
 from course_utils.assess import variants
-from course_utils.zero import stages as zero
+from course_utils.assess import a3_zero as zero
 from course_utils.pipeline import runtime as pp
 
 

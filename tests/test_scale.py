@@ -16,7 +16,7 @@ from course_utils.scale import check as scale_check
 from course_utils.scale import comms as scale_comms
 from course_utils.scale import memory as scale_memory
 from course_utils.scale import tables as scale_tables
-from course_utils.zero import stages as zero
+from course_utils.zero import sizes as zero_sizes
 
 N7, N70, N405 = (llama_shapes.param_count(m) for m in ("7B", "70B", "405B"))
 
@@ -229,7 +229,7 @@ def test_a_step_of_m_microbatches_repeats_tp_and_reduces_dp_once(m):
 def test_ring_bytes_per_rank():
     assert scale_comms.sent_bytes("all_reduce", 800, 4) == 1200
     assert scale_comms.sent_bytes("all_gather", 800, 4) == 600
-    assert zero.expected_comm_bytes([8, 8], 2, 3, "fp32")["reduce_scatter"] == 32
+    assert zero_sizes.expected_comm_bytes([8, 8], 2, 3, "fp32")["reduce_scatter"] == 32
 
 
 # ------------------------------------------------------------------------------ real ranks

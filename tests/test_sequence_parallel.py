@@ -1,4 +1,4 @@
-"""Sequence parallelism (course_utils.sequence_parallel.sequence): TP+SP against one device and TP, the
+"""Sequence parallelism (course_utils.sequence_parallel): TP+SP against one device and TP, the
 saved bytes per rank against the prediction, the collectives, and lecture 9's figures."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import torch
 
 from course_utils import launch
 from course_utils.memory import activations
-from course_utils.sequence_parallel import sequence as sp
-from course_utils.tensor_parallel import layers as tp
+from course_utils import sequence_parallel as sp
+from course_utils import tensor_parallel as tp
+from course_utils.sequence_parallel import comparison as sp_comparison
+from course_utils.tensor_parallel.one_device import layer_config
 
 SEEDS = (0, 1)
 CFG = {"b": 2, "s": 4, "h": 16, "ffn": 32, "n_heads": 4}   # module 4's block
@@ -41,7 +43,7 @@ def test_tp_and_sp_equal_one_device(runs, key):
 def test_sp_without_the_grad_sync_would_differ():
     """The LayerNorm gradients of one rank cover only its tokens: the sync is needed."""
     def worker(rank, world_size):
-        block, x, dy = sp._build(0, tp._config(CFG))
+        block, x, dy = sp_comparison._build(0, layer_config(CFG))
         par = sp.SequenceParallelBlock(block)
         tokens = slice(*tp.shard_range(CFG["s"], world_size, rank))
         x = x[:, tokens].clone().requires_grad_(True)
@@ -79,8 +81,8 @@ def test_conjugates_are_each_others_backward(seed):
 @pytest.mark.parametrize("cfg", [CFG, {"b": 1, "s": 8, "h": 32, "ffn": 64, "n_heads": 8},
                                  {"b": 3, "s": 6, "h": 12, "ffn": 24, "n_heads": 2}])
 def test_one_device_block_saves_the_prediction(cfg):
-    c = tp._config(cfg)
-    block, x, _ = sp._build(0, c)
+    c = layer_config(cfg)
+    block, x, _ = sp_comparison._build(0, c)
     x.requires_grad_(True)
     measured, _ = activations.saved_bytes(lambda: block(x), exclude=block.parameters())
     assert measured == sp.predicted_saved_bytes(**c, tp=1)

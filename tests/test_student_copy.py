@@ -29,8 +29,8 @@ def copy(tmp_path_factory) -> Path:
 
 
 def test_the_copy_has_the_course_and_no_answers(copy):
-    for needed in ("notebooks/01_training_state.ipynb", "course_utils/launch.py", "Makefile",
-                   "scripts/setup.sh", "requirements.txt", "tests/conftest.py",
+    for needed in ("notebooks/01_training_state.ipynb", "course_utils/launch/__init__.py",
+                   "Makefile", "scripts/setup.sh", "requirements.txt", "tests/conftest.py",
                    *(f"assignments/{a}/{a}.ipynb" for a in ASSIGNMENTS)):
         assert (copy / needed).exists(), needed
     for absent in ("solutions", "authoring", "grading", "nbgrader_config.py", "docs",

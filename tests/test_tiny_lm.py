@@ -1,5 +1,6 @@
-"""course_utils.models.tiny_lm: the model's shapes and causality, the Markov corpus, sharding, bad input,
-and the figures notebook 07 states (parameter count, loss floor)."""
+"""course_utils.models.tiny_lm: the model's shapes and causality, the Markov corpus, sharding, bad
+input, and the figures notebook 07 states (parameter count, loss floor); the toy MLPs of
+course_utils.models.toy and the argument checks of course_utils.runtime.validate."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import math
 import pytest
 import torch
 
-from course_utils.models import tiny_lm
+from course_utils.models import tiny_lm, toy
 from course_utils.models.tiny_lm import MarkovCorpus, TinyLMConfig
+from course_utils.runtime import validate
 
 
 @pytest.mark.parametrize("cfg", [TinyLMConfig(), TinyLMConfig(vocab_size=10, seq_len=5, d_model=8,
@@ -151,3 +153,74 @@ def test_bad_inputs():
         tiny_lm.shard_batch(x, 0, 0)
     with pytest.raises(ValueError, match="divide evenly"):
         tiny_lm.shard_batch(x, 0, 4)
+
+
+# --------------------------------------------------------------------------- the toy MLPs
+
+
+def test_toy_mlp_layers_and_seeded_weights():
+    """One builder for every lecture's small MLP: its layers in order, the weights torch's own
+    Linear initialisation draws after ``torch.manual_seed(seed)``, the caller's stream untouched."""
+    model = toy.toy_mlp([4, 8, 8, 2], seed=3, activation="relu", dropout=0.25)
+    assert [type(m).__name__ for m in model] == ["Linear", "ReLU", "Dropout", "Linear", "ReLU",
+                                                  "Dropout", "Linear"]
+    blocks = toy.toy_mlp([5, 5, 5], seed=0, final_activation=True)
+    assert [type(m).__name__ for m in blocks] == ["Linear", "Tanh", "Linear", "Tanh"]
+    assert toy.toy_mlp([3, 2], seed=0, dtype=torch.bfloat16)[0].weight.dtype == torch.bfloat16
+    torch.manual_seed(3)
+    want = [torch.nn.Linear(4, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)]
+    state = torch.get_rng_state()
+    got = toy.toy_mlp([4, 8, 8, 2], seed=3, activation="relu", dropout=0.25)
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's stream is where it was
+    for lin, ref in zip(got[::3], want):
+        assert torch.equal(lin.weight, ref.weight) and torch.equal(lin.bias, ref.bias)
+
+
+def test_seeded_builds_the_same_module_twice():
+    with toy.seeded(7):
+        a = torch.nn.Linear(3, 3)
+    with toy.seeded(7):
+        b = torch.nn.Linear(3, 3)
+    assert torch.equal(a.weight, b.weight)
+    with pytest.raises(ValueError, match="seed must be an int"):
+        with toy.seeded(1.5):
+            pass
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"sizes": [4]}, r"sizes must be a sequence of at least 2 ints >= 1"),
+    ({"sizes": [4, 0]}, r"sizes\[1\] must be an int >= 1"),
+    ({"sizes": "48"}, "sizes must be"),
+    ({"activation": "sigmoid"}, r"activation must be one of \['gelu', 'relu', 'tanh'\]"),
+    ({"final_activation": 1}, "final_activation must be True or False"),
+    ({"dropout": 1.0}, r"dropout must be a finite number >= 0 and < 1"),
+    ({"seed": "0"}, "seed must be an int"),
+])
+def test_toy_mlp_bad_arguments_are_named(kwargs, words):
+    args = {"sizes": [4, 2], "seed": 0, **kwargs}
+    with pytest.raises(ValueError, match=words):
+        toy.toy_mlp(args.pop("sizes"), **args)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: validate.check_real("x", float("inf"), None), "x must be a finite number; got inf"),
+    (lambda: validate.check_real("x", 1, 0, maximum=1), "x must be a finite number > 0 and < 1"),
+    (lambda: validate.check_bool("b", 0), "b must be True or False; got 0"),
+    (lambda: validate.check_ints("s", []), "s must be a non-empty sequence of ints >= 1; got []"),
+    (lambda: validate.check_ints("s", [1, True]), "s[1] must be an int >= 1; got True"),
+    (lambda: validate.check_index("rank", 2, 2), "rank must be an int from 0 to 1; got 2"),
+    (lambda: validate.one_of("k", "z", ("b", "a")), "k must be one of ['b', 'a']; got 'z'"),
+    (lambda: validate.one_of("k", True, {0: "a", 1: "b"}), "k must be one of [0, 1]; got True"),
+])
+def test_validate_names_the_argument_and_what_is_allowed(call, message):
+    with pytest.raises(ValueError) as err:
+        call()
+    assert str(err.value).startswith(message)
+
+
+def test_validate_returns_what_it_accepts():
+    assert validate.check_ints("s", (1, 2)) == [1, 2]
+    assert validate.check_real("x", 2, maximum=3) == 2.0
+    assert validate.one_of("k", "b", ("a", "b")) == "b"
+    assert validate.one_of("k", "b", {"b": 5}) == 5
+    assert validate.check_index("rank", 0, 1) == 0 and validate.check_bool("b", False) is False

@@ -29,8 +29,8 @@ from course_utils.pipeline import schedule as ps  # noqa: E402
 from course_utils.memory import precision  # noqa: E402
 from course_utils.collectives import ring as ring_allreduce  # noqa: E402
 from course_utils.collectives import ring_trace  # noqa: E402
-from course_utils.tensor_parallel import layers as tp  # noqa: E402
-from course_utils.zero import stages as zero  # noqa: E402
+from course_utils import tensor_parallel as tp  # noqa: E402
+from course_utils.zero import sizes as zero  # noqa: E402
 from course_utils.pipeline import zero_bubble as zb  # noqa: E402
 from course_utils.widgets import (activation_memory, number_formats,  # noqa: E402
                                   pipeline_timeline, ring_steps, tp_layout, training_state,

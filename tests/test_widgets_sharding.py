@@ -9,7 +9,7 @@ import io
 import json
 import re
 
-from course_utils.jax_sharding import plans as js
+from course_utils.jax_sharding import layouts, shardings  # (first: they set XLA_FLAGS)
 
 import jax  # noqa: E402
 import matplotlib  # noqa: E402
@@ -46,7 +46,7 @@ def test_the_cache_is_what_the_compiler_inserts(setting):
 def test_the_lectures_layouts_insert_the_lectures_collectives():
     """Lecture 8's table (``compare_layouts``, 8 devices on one "model" axis) against the
     widget's 1 x 8 mesh, whose "data" axis has one device."""
-    for row in js.compare_layouts(seed=0):
+    for row in layouts.compare_layouts(seed=0):
         if row["layout"] == "fsdp":
             continue  # over "data": 8 devices there, 1 on the widget's 1 x 8 mesh
         x, w, y = (sh._label(row[k]) for k in ("x", "w", "y"))
@@ -56,7 +56,7 @@ def test_the_lectures_layouts_insert_the_lectures_collectives():
 
 def _visualized(mesh: str, spec: str, shape) -> list[list[int]]:
     """The device lists ``jax.debug.visualize_array_sharding`` prints, block by block."""
-    x = js.place(np.zeros(shape, np.float32), sh._mesh(mesh), sh.SPECS[spec])
+    x = shardings.place(np.zeros(shape, np.float32), sh._mesh(mesh), sh.SPECS[spec])
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         jax.debug.visualize_array_sharding(x, use_color=False)
@@ -77,8 +77,8 @@ def test_the_widget_shows_the_compiled_program_and_the_shards():
     assert "compiler inserted  all-reduce" in w.text()
     mesh = sh._mesh("2 x 4")
     for name, spec in (("X", "P(None, 'model')"), ("W", "P('model', None)")):
-        placed = js.place(np.zeros(sh.SHAPES[name], np.float32), mesh, sh.SPECS[spec])
-        assert w.state["bytes"][name] == js.bytes_per_device(placed)[0]
+        placed = shardings.place(np.zeros(sh.SHAPES[name], np.float32), mesh, sh.SPECS[spec])
+        assert w.state["bytes"][name] == shardings.bytes_per_device(placed)[0]
     no_problems(w)
     w.controls["y"].value = sh.AUTO
     w.controls["x"].value = "P('data', None)"

@@ -1,7 +1,7 @@
-"""course_utils.zero.stages: the lesson's ZeRO table, from-scratch ZeRO-1/2/3 on real gloo ranks against
-an unsharded single-process reference, measured bytes == formula, communication volumes, the
-ZeRO-2 and ZeRO-3 memory timelines, bf16 against fp32 gradient sums, and bad inputs (a3's
-feedback: tests/test_reference_answers.py)."""
+"""course_utils.zero (sizes, engine, training, timeline) and a3's harness: the lesson's ZeRO
+table, from-scratch ZeRO-1/2/3 on real gloo ranks against an unsharded single-process reference,
+measured bytes == formula, communication volumes, the ZeRO-2 and ZeRO-3 memory timelines, bf16
+against fp32 gradient sums, and bad inputs (a3's feedback: tests/test_reference_answers.py)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,29 @@ from torch import nn
 
 from course_utils import launch
 from course_utils.memory import sizing as memory
-from course_utils.zero import stages as zero
+from course_utils import zero
+from course_utils.assess import a3_zero
 
 SIZES = [16, 32, 32, 8]          # the lecture's model: units of 544, 1056 and 264 elements
 UNITS = zero.unit_sizes(SIZES)
 GB = 1e9
+
+
+# ------------------------------------------------------------------------------ the package
+
+
+FORMER_NAMES = [
+    "STAGES", "STAGE_NAMES", "REDUCE_DTYPES", "LAYOUT", "make_mlp", "unit_sizes", "shard_numel",
+    "make_batches", "padded_state_bytes", "expected_comm_bytes", "CommLog", "ZeroDP",
+    "train_worker", "all_stages_worker", "run_all_stages", "reference_train",
+    "sum_rounding_error", "max_abs_diff", "TIMELINE_KINDS", "TIMELINE_KEY", "short_event",
+    "timeline_peak", "draw_memory_timeline", "draw_memory_timelines"]
+
+
+def test_the_former_module_names_are_still_the_package_names():
+    missing = [n for n in FORMER_NAMES if not hasattr(zero, n)]
+    assert not missing
+    assert callable(a3_zero.shard_step_harness) and callable(a3_zero.run_shard_step)
 
 
 # ------------------------------------------------------------------------------ the formulas
@@ -107,8 +125,8 @@ def test_comm_log_ring_bytes():
     (lambda: zero.ZeroDP(zero.make_mlp(SIZES), 1, lr=0), "lr"),
     (lambda: zero.ZeroDP(zero.make_mlp(SIZES), 1, reduce_dtype="fp64"), "reduce_dtype"),
     (lambda: zero.max_abs_diff([torch.zeros(2)], []), "same length"),
-    (lambda: zero.run_shard_step(None, torch.zeros(4), torch.zeros(1, 2, 4)), "fn"),
-    (lambda: zero.run_shard_step(print, torch.zeros(4), torch.zeros(1, 2, 3)), "local_grads"),
+    (lambda: a3_zero.run_shard_step(None, torch.zeros(4), torch.zeros(1, 2, 4)), "fn"),
+    (lambda: a3_zero.run_shard_step(print, torch.zeros(4), torch.zeros(1, 2, 3)), "local_grads"),
 ])
 def test_bad_input_raises_value_error(call, words):
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):

@@ -17,10 +17,10 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils import launch
-from course_utils.measure import run as measure
+from course_utils.runtime import clock
 from course_utils.zero import zero1
-from course_utils.zero.grad_buffer import GradBuffer
-from course_utils.zero.zero1 import FlatLayout, ShardedOptimizer
+from course_utils.zero.grad_buffer import FlatLayout, GradBuffer
+from course_utils.zero.zero1 import ShardedOptimizer
 from rank_jobs import job, run_jobs
 
 SEEDS = (0, 1)
@@ -262,7 +262,7 @@ def test_bf16_gradients_accumulate_in_fp32(ranks, seed):
     assert same and fp32 and lost > 0
 
 
-@pytest.mark.skipif(measure.bytes_written() is None, reason="no /proc/self/io on this host")
+@pytest.mark.skipif(clock.bytes_written() is None, reason="no /proc/self/io on this host")
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_zero1_sends_what_one_all_reduce_sends(world_size):
     """Per rank: 2(D-1)/D of the bytes, against 3(D-1)/D for an all-reduce then an all-gather
@@ -329,6 +329,11 @@ def test_every_element_is_owned_by_one_rank(dp, cap):
         for b, (lo, hi) in enumerate(layout.buckets[:-1]):
             filled = sum(n for i, n in enumerate(numels) if layout.bucket_of[i] == b)
             assert filled >= cap
+
+
+def test_flat_layout_lives_in_the_gradient_buffer_and_keeps_its_zero1_name():
+    from course_utils.zero import grad_buffer
+    assert zero1.FlatLayout is grad_buffer.FlatLayout is FlatLayout
 
 
 def test_bad_arguments_are_named():

@@ -289,7 +289,7 @@ def test_lecture_5s_stated_figures():
     (lambda: zb.held_for_w("block", None), "block must be a torch.nn.Module"),
     (lambda: zb.held_for_w(torch.nn.Linear(2, 2), torch.ones(2)), "x must be a tensor that "
                                                                   "requires grad"),
-    (lambda: zb.split_order("zb-h1", 4, 8, 4), "rank must be from 0 to p - 1 = 3"),
+    (lambda: zb.split_order("zb-h1", 4, 8, 4), "rank must be an int from 0 to 3"),
     (lambda: ps.simulate("zbv", 4, 8, v=1), "v .chunks per rank. must be 2"),
     (lambda: ps.simulate("zb-h1", 4, 8, v=2), "v .chunks per rank. must be 1"),
     (lambda: ps.simulate("zb-h1", 4, 8, weight_share=1.0), "weight_share"),

@@ -31,8 +31,7 @@
 import torch
 import torch.distributed as dist
 
-from course_utils.assess import a10_capstone as capstone
-from course_utils.assess import checks
+from course_utils.assess import a10_capstone as capstone, checks
 
 # %% [markdown]
 # ## The scaffolding
@@ -261,8 +260,8 @@ None
 # `(b, T)`), and `job.result(model, ...)`, what a program returns.
 
 # %%
-from course_utils.runtime import backend
 from course_utils.data_parallel import pitfalls
+from course_utils.runtime import backend
 
 # %% [markdown]
 # ### Practice: reading a symptom

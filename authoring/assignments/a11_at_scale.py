@@ -36,9 +36,8 @@
 # %%
 import math
 
-from course_utils.assess import checks
+from course_utils.assess import checks, variants
 from course_utils.models import llama_shapes
-from course_utils.assess import variants
 
 G = variants.givens("a11_at_scale", on=True)  # your numbers (do not edit this cell)
 G

@@ -36,9 +36,7 @@ import numpy as np
 import torch
 
 from course_utils import checkpoint, launch
-from course_utils.assess import checks
-from course_utils.assess import a12_checkpointing as resume_check
-from course_utils.assess import variants
+from course_utils.assess import a12_checkpointing as resume_check, checks, variants
 
 launch.preload(*checkpoint.PRELOAD)  # the ranks import DCP once
 G = variants.givens("a12_checkpointing", on=True)  # your numbers (do not edit this cell)

@@ -36,9 +36,8 @@
 import torch
 import torch.distributed as dist
 
-from course_utils import zero
-from course_utils.assess import checks
-from course_utils.assess import variants
+from course_utils.assess import (a3_zero as zero, checks,  # the harness: zero.run_shard_step
+                                 variants)
 
 G = variants.givens("a3_zero", on=True)  # your numbers (do not edit this cell)
 G

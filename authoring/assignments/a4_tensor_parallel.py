@@ -44,8 +44,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils import launch
-from course_utils.assess import checks
-from course_utils.assess import variants
+from course_utils.assess import checks, variants
 
 G = variants.givens("a4_tensor_parallel", on=True)  # your numbers (do not edit this cell)
 G
@@ -477,7 +476,7 @@ def row_parallel_linear(x_local, w_local, bias, tp_group=None):
     ### END SOLUTION
 
 # %% [test q4_test points=4]
-from course_utils import tensor_parallel as tp_harness
+from course_utils.assess import a4_tensor_parallel as tp_harness
 
 
 def _visible_case(label, tp_size, xs, w, bias):

@@ -44,8 +44,7 @@
 import torch
 from torch import nn
 
-from course_utils.assess import checks
-from course_utils.assess import variants
+from course_utils.assess import checks, variants
 
 G = variants.givens("a9_activations", on=True)  # your numbers (do not edit this cell)
 G
@@ -267,8 +266,8 @@ def _q3_visible():
 
 _q3_visible()
 ### BEGIN HIDDEN TESTS
-from course_utils.models import tiny_lm
 from course_utils.assess.checks import hidden_cases, submit
+from course_utils.models import tiny_lm
 
 
 def _q3_hidden_case(kind, seed, shape):

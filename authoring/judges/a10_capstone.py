@@ -22,21 +22,23 @@ import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from course_utils.assess import a10_capstone as capstone
+from course_utils.assess.checks import check_choice
 from course_utils.data_parallel import pitfalls
 from course_utils.trainer3d import check as train3d_check
-from course_utils.assess.checks import check_choice
 
 HELPERS_NOT_ALLOWED = {
-    "q1": ["train3d.train_step", "train3d.train_worker", "train3d.run", "train3d_torch.run",
-           "train3d_torch.run_both",
-           "train3d_check.reference_train", "capstone.run_step", "overlap.BucketAllReduce",
-           "zero1.ShardedOptimizer", "grad_buffer.GradBuffer", "tiny_lm.build",
-           "stage_model.build_stage",
-           "stage_model.shard_state", "pipeline_parallel.pipeline_worker"],
+    "q1": ["trainer3d.train.train_step", "trainer3d.train.train_worker", "trainer3d.train.run",
+           "trainer3d.torch_parts.run", "trainer3d.torch_parts.run_both",
+           "trainer3d.check.reference_train", "assess.a10_capstone.run_step",
+           "data_parallel.overlap.BucketAllReduce", "zero.zero1.ShardedOptimizer",
+           "zero.grad_buffer.GradBuffer", "models.tiny_lm.build", "trainer3d.stage_model.build_stage",
+           "trainer3d.stage_model.shard_state", "pipeline.runtime.pipeline_worker"],
     "q2": ["tensor_parallel.copy_to_tp", "tensor_parallel.CopyToTensorParallel",
-           "tensor_parallel.ColumnParallelLinear", "stage_model.TensorParallelBlock"],
-    **{f"q{n}_fix": ["pitfalls.one_device", "pitfalls.sampler_order"] for n in range(4, 9)},
+           "tensor_parallel.ColumnParallelLinear", "trainer3d.stage_model.TensorParallelBlock"],
+    **{f"q{n}_fix": ["data_parallel.pitfalls.one_device", "data_parallel.pitfalls.sampler_order"]
+       for n in range(4, 9)},
 }
+
 
 
 # Every rank of part 2 builds torch.optim.SGD or DDP, which import torch._dynamo first: 1.35 s

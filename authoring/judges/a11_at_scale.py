@@ -17,16 +17,15 @@ twice) are computed here from the same givens.
 import functools
 import math
 
-from course_utils.models import llama_shapes
-from course_utils.scale import comms as scale_comms
-from course_utils.scale import memory as scale_memory
 from course_utils.assess.checks import check_number
+from course_utils.models import llama_shapes
+from course_utils.scale import comms as scale_comms, memory as scale_memory
 
 HELPERS_NOT_ALLOWED = {
-    "q1": ["scale_memory.rank_state", "scale_memory.state_bytes", "scale_memory.job_table",
-           "scale_tables.lesson_rows", "scale_tables.job_rows"],
-    "q2": ["scale_memory.rank_state", "scale_memory.state_bytes", "scale_memory.job_table"],
-    "q3": ["scale_comms.trace_step", "scale_tables.comm_rows"],
+    "q1": ["scale.memory.rank_state", "scale.memory.state_bytes", "scale.memory.job_table",
+           "scale.tables.lesson_rows", "scale.tables.job_rows"],
+    "q2": ["scale.memory.rank_state", "scale.memory.state_bytes", "scale.memory.job_table"],
+    "q3": ["scale.comms.trace_step", "scale.tables.comm_rows"],
 }
 
 

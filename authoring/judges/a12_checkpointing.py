@@ -18,10 +18,11 @@ from course_utils.assess import a12_checkpointing as resume_check
 from course_utils.assess.checks import check_choice, check_number
 
 HELPERS_NOT_ALLOWED = {
-    "q2": ["checkpoint_interval.young_interval", "checkpoint_interval.waste",
-           "checkpoint_interval.daly_interval"],
+    "q2": ["checkpoint.interval.young_interval", "checkpoint.interval.waste",
+           "checkpoint.interval.daly_interval"],
     "q3": ["checkpoint.save", "checkpoint.load", "checkpoint.state_to_save",
-           "resume_demo.omission_worker", "resume_demo.resume_worker", "checkpoint3d.state_of"],
+           "checkpoint.resume_demo.omission_worker", "checkpoint.resume_demo.resume_worker",
+           "checkpoint.trainer3d.state_of"],
 }
 
 # The ranks build FSDP2 models and AdamW over DTensors, which import torch._dynamo first.

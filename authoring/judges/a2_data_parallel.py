@@ -15,7 +15,7 @@ from course_utils.assess.checks import check_number
 HELPERS_NOT_ALLOWED = {
     "q1": ["data_parallel.sgd_reference", "data_parallel.two_replica_update_worker"],
     "q3": ["data_parallel.weighted_train", "data_parallel.split_by_counts"],
-    "q4": ["ring_allreduce.ring_bytes_per_rank", "measure.predicted_allreduce_bytes",
+    "q4": ["collectives.cost.ring_bytes_per_rank", "measure.predicted_allreduce_bytes",
            "measure.allreduce_bytes_sent"],
     "q5": ["data_parallel.unequal_batch_worker", "data_parallel.weighted_train"],
 }

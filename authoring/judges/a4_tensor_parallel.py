@@ -17,7 +17,7 @@ HELPERS_NOT_ALLOWED = {
            "tensor_parallel.shard_range", "tensor_parallel.layer_plan"],
     "q2": ["tensor_parallel.layer_plan"],
     "q3": ["tensor_parallel.tp_comm_bytes", "tensor_parallel.ring_all_reduce_bytes_per_rank",
-           "tensor_parallel.mlp_comm_to_compute", "ring_allreduce.ring_bytes_per_rank",
+           "tensor_parallel.mlp_comm_to_compute", "collectives.cost.ring_bytes_per_rank",
            "tensor_parallel.layer_plan"],
     "q4": ["tensor_parallel.reduce_from_tp", "tensor_parallel.reference"],
 }

@@ -18,18 +18,19 @@ from course_utils.pipeline import runtime as pp_harness
 # answer cell (or any cell it added) uses one is flagged in the instructor's report
 # (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
 HELPERS_NOT_ALLOWED = {
-    "q1": ["pipeline_schedule.bubble_fraction", "pipeline_schedule.bubble_ratio",
-           "pipeline_schedule.ratio_to_fraction", "pipeline_schedule.interleaved_bubble_fraction",
-           "pipeline_schedule.simulate"],
-    "q2": ["pipeline_schedule.min_microbatches", "pipeline_schedule.bubble_fraction",
-           "pipeline_schedule.ratio_to_fraction"],
-    "q3": ["pipeline_schedule.effective_batch"],
-    "q4": ["pipeline_schedule.simulate", "pipeline_schedule.schedule_order",
-           "pipeline_schedule.format_timeline"],
-    "q5": ["pipeline_parallel.pipeline_worker", "pipeline_parallel.reference_step",
-           "pipeline_parallel.microbatch_reference"],
-    "q7": ["pipeline_schedule.simulate", "zero_bubble.paper_bubble",
-           "zero_bubble.paper_bubble_fraction", "zero_bubble.paper_peak_activations"],
+    "q1": ["pipeline.schedule.bubble_fraction", "pipeline.schedule.bubble_ratio",
+           "pipeline.schedule.ratio_to_fraction", "pipeline.schedule.interleaved_bubble_fraction",
+           "pipeline.schedule.simulate"],
+    "q2": ["pipeline.schedule.min_microbatches", "pipeline.schedule.bubble_fraction",
+           "pipeline.schedule.ratio_to_fraction"],
+    "q3": ["pipeline.schedule.effective_batch"],
+    "q4": ["pipeline.schedule.simulate", "pipeline.schedule.schedule_order",
+           "pipeline.schedule.format_timeline"],
+    "q5": ["pipeline.runtime.pipeline_worker", "pipeline.runtime.reference_step",
+           "pipeline.runtime.microbatch_reference"],
+    "q7": ["pipeline.schedule.simulate", "pipeline.zero_bubble.paper_bubble",
+           "pipeline.zero_bubble.paper_bubble_fraction",
+           "pipeline.zero_bubble.paper_peak_activations"],
 }
 
 SCHEDULES = ["gpipe", "1f1b", "interleaved"]

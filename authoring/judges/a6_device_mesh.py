@@ -17,8 +17,9 @@ HELPERS_NOT_ALLOWED = {
     "q1": ["mesh.hand_mesh_groups", "mesh.torch_mesh_groups", "mesh.axis_group"],
     "q2": ["mesh.hand_mesh_groups", "mesh.torch_mesh_groups", "mesh.axis_group"],
     "q3": ["mesh.axis_group", "mesh.hand_mesh_groups"],
-    "q4": ["playground.plan", "playground.summary", "memory.zero_state_bytes"],
-    "q5": ["playground.plan", "playground.summary", "memory.zero_state_bytes", "memory.fits"],
+    "q4": ["mesh.plan_costs.plan", "mesh.plan_view.summary", "memory.zero_state_bytes"],
+    "q5": ["mesh.plan_costs.plan", "mesh.plan_view.summary", "memory.zero_state_bytes",
+           "memory.fits"],
 }
 
 

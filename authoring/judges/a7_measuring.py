@@ -10,8 +10,8 @@ compared with the reference's.
 
 import torch
 
-from course_utils.assess.givens import a7_runs
 from course_utils.assess.checks import as_number, check_choice, check_number
+from course_utils.assess.givens import a7_runs
 
 # Course helpers that compute a graded answer outright, per answer cell: a submission whose
 # answer cell (or any cell it added) uses one is flagged in the instructor's report
@@ -20,8 +20,8 @@ HELPERS_NOT_ALLOWED = {
     "q2": ["measure.throughput"],
     "q3": ["measure.wait_fraction", "measure.summarize"],
     "q4": ["measure.summarize", "measure.wait_fraction"],
-    "q6": ["measure.predicted_allreduce_bytes", "ring_allreduce.ring_bytes_per_rank",
-           "ring_allreduce.ring_time_s"],
+    "q6": ["measure.predicted_allreduce_bytes", "collectives.cost.ring_bytes_per_rank",
+           "collectives.cost.ring_time_s"],
     "q7": ["data_parallel.straggler_worker"],
 }
 

@@ -21,9 +21,9 @@ CHOICES = ["none", "all-gather", "all-reduce", "reduce-scatter"]
 # answer cell (or any cell it added) uses one is flagged in the instructor's report
 # (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
 HELPERS_NOT_ALLOWED = {
-    "q2": ["jax_sharding.compile_plan", "jax_sharding.local_bytes",
-           "jax_sharding.compiled_text", "jax_sharding.collective_names",
-           "jax_sharding.bytes_per_device", "jax_sharding.shard_table"],
+    "q2": ["jax_sharding.compile_plan", "jax_sharding.local_bytes", "jax_sharding.compiled_text",
+           "jax_sharding.collective_names", "jax_sharding.bytes_per_device",
+           "jax_sharding.shard_table"],
     "q3": ["jax_sharding.shard_map_linear"],
 }
 

@@ -17,10 +17,10 @@ that table, never against the reference's timings.
 import torch
 from torch import nn
 
-from course_utils.memory import activations
-from course_utils.data_parallel import overlap
-from course_utils.models import tiny_lm
 from course_utils.assess.checks import as_number, check_choice, check_number
+from course_utils.data_parallel import overlap
+from course_utils.memory import activations
+from course_utils.models import tiny_lm
 
 # Answers the student measures on their own ranks (Q5): judged against the student's own
 # measurement, so there is no fixed value a lecture could give away.
@@ -30,13 +30,13 @@ MEASURED = {"q5_runs", "q5_step_ms", "q5_best"}
 # answer cell (or any cell it added) uses one is flagged in the instructor's report
 # (grading.integrity.helper_uses), since the question asks for the reasoning the helper does.
 HELPERS_NOT_ALLOWED = {
-    "q1": ["activations.korthikanti_bytes", "activations.predicted_block_bytes",
-           "activations.block_terms", "activations.measured_block_bytes"],
-    "q2": ["activations.korthikanti_bytes"],
-    "q3": ["activations.saved_bytes", "activations.measured_block_bytes",
-           "activations.measured_model_bytes"],
-    "q5": ["overlap.measure_overlap"],
-    "q6": ["activations.korthikanti_bytes"],
+    "q1": ["memory.activations.korthikanti_bytes", "memory.activations.predicted_block_bytes",
+           "memory.activations.block_terms", "memory.activations.measured_block_bytes"],
+    "q2": ["memory.activations.korthikanti_bytes"],
+    "q3": ["memory.activations.saved_bytes", "memory.activations.measured_block_bytes",
+           "memory.activations.measured_model_bytes"],
+    "q5": ["data_parallel.overlap.measure_overlap"],
+    "q6": ["memory.activations.korthikanti_bytes"],
 }
 
 Q2_RECOMPUTES = ["none", "selective", "full"]

@@ -27,8 +27,8 @@ import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from course_utils import collectives, launch, memory, style, zero
-from course_utils.zero import fsdp
 from course_utils.widgets.zero_shards import ZeroShards
+from course_utils.zero import fsdp
 
 style.use()
 

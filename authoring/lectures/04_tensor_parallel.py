@@ -19,8 +19,9 @@
 # `(h_out, h_in)`. So "split `W` by columns" means "split `nn.Linear.weight` by rows". We will meet
 # this again when PyTorch's DTensor shards `weight` with `Shard(0)`.
 #
-# The code lives in `course_utils/tensor_parallel/layers.py` (layers, autograd operators, comparisons)
-# and `course_utils/tensor_parallel/pictures.py` (the drawings). Every comparison below uses
+# The code lives in `course_utils/tensor_parallel/`: `layers.py` (the layers), `conjugates.py`
+# (the autograd operators), `comms.py` (what goes on the wire), `comparison.py` (each layer
+# against one device) and `pictures.py` (the drawings). Every comparison below uses
 # `torch.testing.assert_close` over two seeds; if any tensor differed, the cell would raise.
 
 # %%
@@ -131,9 +132,9 @@ print(tp.comparison_table(rows))
 #   `Y = sum_r P_r` gives `dL/dP_r = dL/dY` on every rank.
 #
 # The forward of one is the backward of the other. Here is the line each pass of each operator
-# returns, read from `course_utils/tensor_parallel/layers.py` (`_all_reduce` all-reduces a copy of the
-# tensor over the TP group and records the collective; `x.view_as(x)` is the identity, a view of
-# the same data):
+# returns, read from `course_utils/tensor_parallel/conjugates.py` (`_all_reduce` all-reduces a
+# copy of the tensor over the TP group and records the collective; `x.view_as(x)` is the
+# identity, a view of the same data):
 
 # %%
 for op in (tp.CopyToTensorParallel, tp.ReduceFromTensorParallel):

@@ -34,16 +34,11 @@ import textwrap
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils.pipeline import backward_split as bs
 from course_utils import launch, style
-from course_utils.pipeline import fiw_times
-from course_utils.models import llama_shapes
-from course_utils.pipeline import runtime as pp
-from course_utils.pipeline import pictures as pics
-from course_utils.pipeline import schedule as ps
 from course_utils.checkpoint import post_validation
-from course_utils.pipeline import zero_bubble as zb
-from course_utils.pipeline import zero_bubble_runtime as zbp
+from course_utils.models import llama_shapes
+from course_utils.pipeline import (backward_split as bs, fiw_times, pictures as pics, runtime as pp,
+                                   schedule as ps, zero_bubble as zb, zero_bubble_runtime as zbp)
 from course_utils.widgets.pipeline_timeline import PipelineTimeline
 
 style.use()

@@ -25,7 +25,7 @@ from course_utils import launch, memory, style
 from course_utils.sequence_parallel import experts as expert_parallel
 from course_utils.mesh import (Mesh, check_dp_tp, draw_rank_groups, hand_mesh_groups,
                                torch_mesh_groups)
-from course_utils.mesh.playground import OMITTED, Playground, collectives, figure, plan, summary
+from course_utils.mesh.playground import collectives, figure, OMITTED, plan, Playground, summary
 
 style.use()
 

@@ -28,8 +28,8 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import launch, measure, memory, style
-from course_utils.runtime import backend
 from course_utils.models import tiny_lm
+from course_utils.runtime import backend
 
 style.use()
 torch.set_num_threads(1)  # like each rank: with several ranks per machine, more threads contend

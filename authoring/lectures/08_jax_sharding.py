@@ -29,7 +29,8 @@
 #    figures;
 # 8. the same training step in PyTorch and in JAX, compared on a pinned workload (module 7).
 #
-# The code lives in `course_utils/jax_sharding/plans.py` and `course_utils/jax_sharding/framework_compare.py`.
+# The code lives in `course_utils/jax_sharding/`, one module per section below (`shardings.py`,
+# `hlo.py`, `layouts.py`, `ring.py`, `comm_cost.py`, ...), and `framework_compare.py`.
 #
 # **Eight devices on one laptop.** XLA can split this one CPU into several "devices"; the flag
 # `--xla_force_host_platform_device_count=8` in the environment variable `XLA_FLAGS` asks for 8.
@@ -51,8 +52,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from course_utils import jax_sharding as js, launch, memory, style
-from course_utils.jax_sharding import framework_compare as fc
-from course_utils.jax_sharding import P
+from course_utils.jax_sharding import framework_compare as fc, P
 from course_utils.widgets.sharding import Sharding
 
 style.use()

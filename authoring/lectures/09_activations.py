@@ -29,8 +29,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import memory, style, zero
-from course_utils.memory import activations
-from course_utils.memory import precision
+from course_utils.memory import activations, precision
 from course_utils.models import tiny_lm
 from course_utils.widgets.activation_memory import ActivationMemory
 from course_utils.widgets.number_formats import NumberFormats

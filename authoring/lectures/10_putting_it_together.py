@@ -37,12 +37,9 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import memory, style
-from course_utils.trainer3d import stage_model
 from course_utils.models import tiny_lm
-from course_utils.trainer3d import train as train3d
-from course_utils.trainer3d import comms as train3d_comms
-from course_utils.trainer3d import torch_parts as train3d_torch
-from course_utils.trainer3d import check
+from course_utils.trainer3d import (check, comms as train3d_comms, stage_model,
+                                    torch_parts as train3d_torch, train as train3d)
 
 style.use()
 torch.set_num_threads(1)

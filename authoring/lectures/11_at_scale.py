@@ -27,12 +27,10 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import memory, style
-from course_utils.models import llama_shapes
 from course_utils.mesh import playground
-from course_utils.scale import check as scale_check
-from course_utils.scale import comms as scale_comms
-from course_utils.scale import memory as scale_memory
-from course_utils.scale import tables as scale_tables
+from course_utils.models import llama_shapes
+from course_utils.scale import (check as scale_check, comms as scale_comms, memory as scale_memory,
+                                tables as scale_tables)
 
 style.use()
 torch.set_num_threads(1)

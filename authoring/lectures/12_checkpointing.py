@@ -33,13 +33,8 @@ import numpy as np
 import torch
 
 from course_utils import checkpoint, launch, style
-from course_utils.checkpoint import trainer3d as checkpoint3d
-from course_utils.checkpoint import interval as checkpoint_interval
-from course_utils.checkpoint import lost_node
-from course_utils.checkpoint import lost_rank
-from course_utils.checkpoint import reshard
-from course_utils.checkpoint import resume_demo
-from course_utils.checkpoint import resume_job
+from course_utils.checkpoint import (interval as checkpoint_interval, lost_node, lost_rank, reshard,
+                                     resume_demo, resume_job, trainer3d as checkpoint3d)
 from course_utils.trainer3d import train as train3d
 
 style.use()

@@ -1,15 +1,15 @@
 """The givens of every assignment whose numbers vary per student, with the options their author
 states (issue 26; drawn by :mod:`course_utils.assess.variants`).
 
-Each given is one ``variants.given(label, base, *others)``: the first option is the base, the
-lesson's own number that everyone gets with variants off or without an identity; a tuple is
-drawn as one (numbers that only make sense together). The options are realistic (model sizes of
-real models, device sizes of accelerators a vendor sells (:data:`ACCELERATOR_GB`, checked by
-``tests/test_variants.py``), D a power of two or a common node multiple),
-and chosen so that every variant keeps the question's known mistakes apart from its answer
-(``tests/test_variant_grading.py`` checks every combination against the judge), and so that
-no variant's answer is printed in a lecture or in the assignment itself
-(``tests/test_assignments.py`` scans them for every combination).
+Each given is one ``given(label, base, *others)`` (:func:`given`, defined here and bound in
+:mod:`course_utils.assess.variants` too): the first option is the base, the lesson's own number
+that everyone gets with variants off or without an identity; a tuple is drawn as one (numbers that
+only make sense together). The options are realistic (model sizes of real models, device sizes of
+accelerators a vendor sells (:data:`ACCELERATOR_GB`, checked by ``tests/test_variants.py``), D a
+power of two or a common node multiple), and chosen so that every variant keeps the question's
+known mistakes apart from its answer (``tests/test_variant_grading.py`` checks every combination
+against the judge), and so that no variant's answer is printed in a lecture or in the assignment
+itself (``tests/test_assignments.py`` scans them for every combination).
 
 Questions whose givens stay fixed, and why:
 
@@ -43,7 +43,31 @@ Questions whose givens stay fixed, and why:
 
 from __future__ import annotations
 
-from course_utils.assess.variants import given
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Given", "given", "ACCELERATOR_GB", "DEVICE_GIVENS", "GIVENS", "a7_runs"]
+
+
+@dataclass(frozen=True)
+class Given:
+    """One given's stated options, the base (the lesson's own number) first, and what it is."""
+
+    label: str
+    options: tuple
+
+
+def given(label: str, *options: Any) -> Given:
+    """A given drawn uniformly from ``options``, the author's stated list; the first option is
+    the base, what everyone gets with variants off or without an identity."""
+    if not isinstance(label, str) or not label:
+        raise ValueError(f"label must say what the given is (a non-empty str); got {label!r}")
+    if not options:
+        raise ValueError(f"given {label!r} needs at least one option")
+    if len(set(map(repr, options))) != len(options):
+        raise ValueError(f"given {label!r} lists an option twice: {options!r}")
+    return Given(label, tuple(options))
+
 
 ACCELERATOR_GB = {
     16: "NVIDIA V100 16GB (nvidia.com/en-us/data-center/v100)",
@@ -268,6 +292,10 @@ def a7_runs(givens) -> tuple[dict, dict, dict]:
     first): run A has one slow rank the others wait for, run B waits in its all-reduce about as
     long as the bytes take at the bus bandwidth (7.5 ms more), run C is at the device's memory.
     The base givens give the tables the lesson's numbers were written for."""
+    # here, not at the top: importing the collectives package loads torch, and this module is
+    # read by every notebook's first cell (variants.givens)
+    from course_utils.collectives.cost import ring_bytes
+
     n_params, bus_gb_per_s, _, _ = givens["job"]
     slow, fast_ms, slow_ms = givens["run_a"]
     d = 4
@@ -278,7 +306,7 @@ def a7_runs(givens) -> tuple[dict, dict, dict]:
              "wait_ms": [step_a - c - 2.0 for c in compute_a],
              "peak_gb": [51.9 if r == slow else next(peak) for r in range(d)],
              "alloc_retries": [0] * d}
-    ring_ms = 2 * (d - 1) / d * 2 * n_params / (bus_gb_per_s * 1e9) * 1000
+    ring_ms = ring_bytes("all_reduce", 2 * n_params, d) / (bus_gb_per_s * 1e9) * 1000
     wait_b = round(ring_ms + 7.5)
     run_b = {"step_ms": 140.0 + wait_b + 2.0, "compute_ms": [140.0, 141.0, 139.0, 140.0],
              "wait_ms": [float(wait_b), wait_b - 1.0, wait_b + 1.0, float(wait_b)],

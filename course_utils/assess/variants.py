@@ -3,8 +3,9 @@
 A question whose givens can vary without changing what it teaches (model size, D, P and m,
 budgets, ...) takes them from :func:`givens`, so that one shared answer sheet is worth nothing
 to another student. The draw is seeded by the assignment and the student's identity
-(:func:`seed`), within the options its author states (``course_utils.assess.givens``), and the same identity
-always gets the same numbers.
+(:func:`seed`), within the options its author states (:mod:`course_utils.assess.givens`, which
+also defines :func:`given` and :class:`Given`, bound here), and the same identity always gets
+the same numbers.
 
 Where the identity comes from (:func:`identity`), first match wins:
 
@@ -28,9 +29,10 @@ import os
 import random
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from course_utils.assess.givens import GIVENS, Given, given  # noqa: F401 - Given, given: bound here
 
 __all__ = ["IDENTITY_ENV", "HUB_ENV", "IDENTITY_FILE_ENV", "identity", "check_identity", "seed",
            "Given", "given", "givens_of", "base", "draw", "every_variant", "Givens", "givens",
@@ -86,39 +88,12 @@ def seed(assignment: str, student: str) -> int:
 # ------------------------------------------------------------------------------- drawing
 
 
-@dataclass(frozen=True)
-class Given:
-    """One given's stated options, the base (the lesson's own number) first, and what it is."""
-
-    label: str
-    options: tuple
-
-
-def given(label: str, *options: Any) -> Given:
-    """A given drawn uniformly from ``options``, the author's stated list; the first option is
-    the base, what everyone gets with variants off or without an identity."""
-    if not isinstance(label, str) or not label:
-        raise ValueError(f"label must say what the given is (a non-empty str); got {label!r}")
-    if not options:
-        raise ValueError(f"given {label!r} needs at least one option")
-    if len(set(map(repr, options))) != len(options):
-        raise ValueError(f"given {label!r} lists an option twice: {options!r}")
-    return Given(label, tuple(options))
-
-
-def _registry() -> dict[str, dict[str, Given]]:
-    from course_utils.assess.givens import GIVENS
-
-    return GIVENS
-
-
 def givens_of(assignment: str) -> dict[str, Given]:
     """The stated givens of ``assignment`` (``{name: Given}``, in the order drawn)."""
-    registry = _registry()
-    if assignment not in registry:
+    if assignment not in GIVENS:
         raise ValueError(f"assignment {assignment!r} has no givens; those with givens: "
-                         f"{sorted(registry)}")
-    return registry[assignment]
+                         f"{sorted(GIVENS)}")
+    return GIVENS[assignment]
 
 
 def base(assignment: str) -> dict[str, Any]:

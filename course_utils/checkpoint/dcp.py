@@ -1,14 +1,14 @@
 """Saving and resuming a sharded run with ``torch.distributed.checkpoint`` (DCP), and refusing a
 checkpoint that cannot resume it.
 
-:func:`save` writes everything a :class:`course_utils.checkpoint.resume_job.Trainer` needs to go on exactly:
-the sharded weights and AdamW's state (``get_state_dict``: DTensor shards, each rank writes its
-own), the schedule, the data position (the sampler's epoch, the step in the epoch), the step,
-and each rank's torch, NumPy and Python generators under a key of its own: DCP writes a key
-that every rank saves **once** (it takes equal keys for a replicated value: ``dedup_save_plans``
-in ``torch/distributed/checkpoint/_dedup_save_plans.py``), so one key for the generators would
-hand every rank the same one. :func:`load` restores it, leaving out the pieces named in
-``omit`` (lecture 12 measures what each one costs).
+:func:`save` writes everything a :class:`course_utils.checkpoint.resume_job.Trainer` needs to go on
+exactly: the sharded weights and AdamW's state (``get_state_dict``: DTensor shards, each rank writes
+its own), the schedule, the data position (the sampler's epoch, the step in the epoch), the step,
+and each rank's torch, NumPy and Python generators under a key of its own: DCP writes a key that
+every rank saves **once** (it takes equal keys for a replicated value: ``dedup_save_plans`` in
+``torch/distributed/checkpoint/_dedup_save_plans.py``), so one key for the generators would hand
+every rank the same one. :func:`load` restores it, leaving out the pieces named in ``omit`` (lecture
+12 measures what each one costs).
 
 :func:`verify` reads a checkpoint folder before anything is loaded and raises
 :class:`CheckpointError` naming what is wrong: a half-written folder (DCP writes ``.metadata``

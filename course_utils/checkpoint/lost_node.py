@@ -1,13 +1,13 @@
 """A lost node: two torchrun agents, one killed whole, and the job goes on without it.
 
-Most interruptions at scale are hardware: of Llama 3 405B's 419 unexpected interruptions in 54
-days, 78 % were confirmed or suspected hardware issues, a faulty GPU 30.1 % and its HBM3 memory
-17.2 % (Llama Team 2024, "The Llama 3 Herd of Models", Table 5). A restart on the same node
-meets the same GPU again (lecture 12's :mod:`course_utils.checkpoint.lost_rank` restarts every rank where
-it was); the cure is to leave the bad host out. torchrun does that when its job is *elastic*:
-with ``--nnodes 1:2`` and a c10d rendezvous, each node's agent joins a rendezvous that closes
-with between 1 and 2 nodes, and when a node is lost, the agents left start a new round without
-it and the job goes on with fewer ranks.
+Most interruptions at scale are hardware: of Llama 3 405B's 419 unexpected interruptions in 54 days,
+78 % were confirmed or suspected hardware issues, a faulty GPU 30.1 % and its HBM3 memory 17.2 %
+(Llama Team 2024, "The Llama 3 Herd of Models", Table 5). A restart on the same node meets the same
+GPU again (lecture 12's :mod:`course_utils.checkpoint.lost_rank` restarts every rank where it was);
+the cure is to leave the bad host out. torchrun does that when its job is *elastic*: with
+``--nnodes 1:2`` and a c10d rendezvous, each node's agent joins a rendezvous that closes with
+between 1 and 2 nodes, and when a node is lost, the agents left start a new round without it and
+the job goes on with fewer ranks.
 
 :func:`run` starts two agents on this machine, two "nodes" (torchrun's own agent,
 ``torch.distributed.launcher.api.elastic_launch``, each in a process group of its own; node

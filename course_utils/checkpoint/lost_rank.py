@@ -1,8 +1,8 @@
 """A lost rank: a real SIGKILL mid-run, torchrun's agent restarts the job, the job resumes from
 its last complete checkpoint and ends where the uninterrupted run does.
 
-:func:`job_worker` is one rank of a :class:`course_utils.checkpoint.resume_job.Job` run as torchrun runs
-it (env:// rendezvous, ``TORCHELASTIC_RESTART_COUNT``): it resumes from
+:func:`job_worker` is one rank of a :class:`course_utils.checkpoint.resume_job.Job` run as
+torchrun runs it (env:// rendezvous, ``TORCHELASTIC_RESTART_COUNT``): it resumes from
 :func:`course_utils.checkpoint.dcp.latest` when there is a checkpoint, saves one every ``every``
 steps, pads each step to ``step_s`` seconds (so that the timeline reads like a bigger model's)
 and, in the first attempt only, rank ``kill_rank`` sends itself SIGKILL in the middle of step
@@ -18,7 +18,8 @@ end; the agent's whole process group is killed after ``timeout_s``.
 
 The same worker under the ``torchrun`` command (rank 1 killed at step 6, one restart)::
 
-    torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m course_utils.checkpoint.lost_rank FOLDER
+    torchrun --standalone --nproc-per-node 2 --max-restarts 1 \
+        -m course_utils.checkpoint.lost_rank FOLDER
 """
 
 from __future__ import annotations
@@ -50,14 +51,12 @@ class Plan:
     max_restarts: int = 1
 
     def __post_init__(self) -> None:
-        from course_utils.runtime.validate import check_int, check_real
+        from course_utils.runtime.validate import check_index, check_int, check_real
 
         for name in ("world_size", "steps", "every", "max_restarts"):
             check_int(name, getattr(self, name))
         check_real("step_s", self.step_s)
-        if not 0 <= self.kill_rank < self.world_size:
-            raise ValueError(f"kill_rank must be a rank from 0 to {self.world_size - 1}; got "
-                             f"{self.kill_rank!r}")
+        check_index("kill_rank", self.kill_rank, self.world_size)
         if not 0 < self.kill_step < self.steps:
             raise ValueError(f"kill_step must be a step from 1 to {self.steps - 1}; got "
                              f"{self.kill_step!r}")
@@ -192,12 +191,13 @@ def run(plan: Plan = Plan(), timeout_s: float = 120.0) -> dict[str, Any]:
 
     from course_utils import launch
     from course_utils.checkpoint import dcp as checkpoint
+    from course_utils.runtime.validate import check_real
 
     if not isinstance(plan, Plan):
         raise ValueError(f"plan must be a lost_rank.Plan; got {type(plan).__name__}")
-    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds; got {timeout_s!r}")
-    launch.preload(*checkpoint.PRELOAD, "course_utils.checkpoint.lost_rank")   # (if nothing started it)
+    check_real("timeout_s", timeout_s)  # seconds
+    # (if nothing started it)
+    launch.preload(*checkpoint.PRELOAD, "course_utils.checkpoint.lost_rank")
     launch.run(launch.ping, 1, timeout_s=timeout_s)                  # the forkserver, ready
     folder = tempfile.mkdtemp(prefix="course-lost-rank-")
     agent = multiprocessing.get_context("forkserver").Process(
@@ -316,5 +316,6 @@ def _cli_main(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    # torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m course_utils.checkpoint.lost_rank DIR
+    # torchrun --standalone --nproc-per-node 2 --max-restarts 1 \
+    #     -m course_utils.checkpoint.lost_rank DIR
     _cli_main(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="course-lost-"))

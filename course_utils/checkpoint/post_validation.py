@@ -69,9 +69,8 @@ def _check_hyper(lr: Any, betas: Any, eps: Any, weight_decay: Any) -> tuple[floa
     lr = check_real("lr", lr)
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise ValueError(f"betas must be a pair (beta1, beta2); got {betas!r}")
-    for b in betas:
-        if check_real("betas", b) >= 1.0:  # > 0: the rollback divides by each beta
-            raise ValueError(f"betas must lie in (0, 1); got {betas!r}")
+    for i, b in enumerate(betas):  # > 0: the rollback divides by each beta
+        check_real(f"betas[{i}]", b, 0, maximum=1)
     check_real("eps", eps, strict=False)
     if check_real("weight_decay", weight_decay, strict=False) * lr >= 1.0:
         raise ValueError(f"weight_decay * lr must be < 1; got {weight_decay!r} * {lr!r}")

@@ -30,7 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from course_utils.models.toy import toy_mlp
 from course_utils.runtime import backend
+from course_utils.runtime.validate import one_of
 
 __all__ = ["LAYOUTS", "SIZES", "build", "boxes", "serialized_bytes", "predicted_bytes",
            "counting_reader", "reshard_worker", "table"]
@@ -42,9 +44,9 @@ LAYOUTS = ("DP 4 (ZeRO-3)", "DP 2 x TP 2", "DP 4, ZeRO-1")
 
 
 def build(seed: int = 0) -> nn.Sequential:
-    """The MLP, seeded."""
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 32))
+    """The MLP, seeded: Linear(32, 128), ReLU, Linear(128, 32)
+    (:func:`course_utils.models.toy.toy_mlp`)."""
+    return toy_mlp((32, 128, 32), seed=seed, activation="relu")
 
 
 def _rows(n: int, parts: int, k: int) -> tuple[int, int]:
@@ -56,8 +58,7 @@ def boxes(layout: str, name: str, rank: int, world: int = 4) -> list[tuple[tuple
     """The pieces of tensor ``name`` (a weight or a moment of it) rank ``rank`` holds in
     ``layout`` on ``world`` ranks (the names say 4; "DP 2 x TP 2" is DP world/2 x TP 2): each a
     ((start, stop) per dimension) box of the whole tensor."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
+    one_of("layout", layout, LAYOUTS)
     shape = SIZES[name.split(".exp_avg")[0]]
     whole = tuple((0, n) for n in shape)
     if layout == LAYOUTS[0]:

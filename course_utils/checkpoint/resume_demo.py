@@ -1,14 +1,13 @@
 """Lecture 12's resume experiments on real ranks: what each piece of a checkpoint is worth, and a
 bit-exact resume in a new job.
 
-:func:`omission_worker` trains a :class:`course_utils.checkpoint.resume_job.Job` without interruption,
-saving a checkpoint on the way (``course_utils.checkpoint.dcp.save``); then, for each piece of
-:data:`course_utils.checkpoint.dcp.PIECES` in turn, starts a new trainer as a new job would
-(``resume_job.fresh``: generators seeded, model built and sharded), loads the checkpoint
-*without that piece* and trains to the end. :func:`departures` says where each resumed loss
-curve leaves the uninterrupted one. :func:`resume_worker` is the resume done right, in new
-processes (a second ``launch.run``): its losses and final weights equal the uninterrupted run's
-bit for bit on CPU.
+:func:`omission_worker` trains a :class:`course_utils.checkpoint.resume_job.Job` without
+interruption, saving a checkpoint on the way (``course_utils.checkpoint.dcp.save``); then, for each
+piece of :data:`course_utils.checkpoint.dcp.PIECES` in turn, starts a new trainer as a new job would
+(``resume_job.fresh``: generators seeded, model built and sharded), loads the checkpoint *without
+that piece* and trains to the end. :func:`departures` says where each resumed loss curve leaves the
+uninterrupted one. :func:`resume_worker` is the resume done right, in new processes (a second
+``launch.run``): its losses and final weights equal the uninterrupted run's bit for bit on CPU.
 
 Run under torchrun (2 ranks: the run, saved at step 6, resumed in the same job)::
 

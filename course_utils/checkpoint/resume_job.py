@@ -15,8 +15,8 @@ tensors, RNG digests), and :func:`reference_run` computes the same run in one pr
 rank, so that a distributed run can be checked against it (assignment a12's judge does).
 
 The run is bit-for-bit deterministic on CPU: the same mesh, seed and step count give the same
-bits. Workers run on ``launch.run`` ranks; nothing here writes files (``course_utils.checkpoint.dcp``
-saves and loads).
+bits. Workers run on ``launch.run`` ranks; nothing here writes files
+(``course_utils.checkpoint.dcp`` saves and loads).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils.models.toy import toy_mlp
 from course_utils.runtime import backend
 from course_utils.runtime.validate import check_int, check_real, one_of
 
@@ -78,7 +79,7 @@ class Job:
         if self.samples // self.world_size < self.rows:
             raise ValueError(f"samples={self.samples} gives each of world_size={self.world_size} "
                              f"ranks fewer than rows={self.rows} rows per epoch")
-        one_of("sampler", self.sampler, dict.fromkeys(SAMPLERS))
+        one_of("sampler", self.sampler, SAMPLERS)
         if self.sampler == "global" and self.dropout:
             raise ValueError(f"dropout must be 0.0 with sampler='global'; got {self.dropout!r} "
                              "(dropout draws from each rank's torch generator, which depends "
@@ -162,13 +163,10 @@ def dataset(job: Job) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def build_model(job: Job) -> nn.Sequential:
-    """The whole model, the same weights on every rank (seeded by ``job.seed``)."""
-    gen_state = torch.get_rng_state()
-    torch.manual_seed(job.seed)
-    model = nn.Sequential(nn.Linear(job.features, job.hidden), nn.ReLU(),
-                          nn.Dropout(job.dropout), nn.Linear(job.hidden, job.classes))
-    torch.set_rng_state(gen_state)
-    return model
+    """The whole model, the same weights on every rank (seeded by ``job.seed``): Linear, ReLU,
+    Dropout, Linear (:func:`course_utils.models.toy.toy_mlp`)."""
+    return toy_mlp((job.features, job.hidden, job.classes), seed=job.seed, activation="relu",
+                   dropout=job.dropout)
 
 
 def _seed_generators(job: Job, rank: int) -> None:

@@ -25,7 +25,7 @@ def ring_factor(op: str, group_size: int) -> float:
     the others of :data:`RING_OPS`."""
     times = validate.one_of("op", op, RING_OPS)
     g = validate.check_int("group_size", group_size, 1)
-    return times * (g - 1) / g
+    return times * ((g - 1) / g)
 
 
 def ring_steps(op: str, group_size: int) -> int:

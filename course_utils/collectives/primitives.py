@@ -20,7 +20,8 @@ Public API (other modules build on it):
 
 Run a worker under torchrun::
 
-    torchrun --standalone --nproc-per-node 2 -m course_utils.launch course_utils.collectives.primitives:hello
+    torchrun --standalone --nproc-per-node 2 -m course_utils.launch \
+        course_utils.collectives.primitives:hello
     torchrun --standalone --nproc-per-node 3 -m course_utils.collectives.primitives
 """
 
@@ -33,7 +34,7 @@ import torch.distributed as dist
 
 from course_utils import launch
 from course_utils.runtime import backend
-from course_utils.runtime.validate import check_int as _check_positive_int
+from course_utils.runtime.validate import check_index, check_int, one_of
 
 __all__ = ["COLLECTIVES", "REDUCE_OPS", "shard_sizes", "shard_bounds", "all_gather_flat",
            "reduce_scatter_flat", "example_inputs", "reference", "collective_worker",
@@ -57,24 +58,6 @@ _SUMMARY = {
 # ------------------------------------------------------------------------------ argument checks
 
 
-def _check_name(name: Any) -> str:
-    if name not in COLLECTIVES:
-        raise ValueError(f"name must be one of {list(COLLECTIVES)}; got {name!r}")
-    return name
-
-
-def _check_op(op: Any) -> dist.ReduceOp:
-    if op not in REDUCE_OPS:
-        raise ValueError(f"op must be one of {list(REDUCE_OPS)}; got {op!r}")
-    return REDUCE_OPS[op]
-
-
-def _check_root(root: Any, world_size: int) -> int:
-    if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < world_size:
-        raise ValueError(f"root must be a rank from 0 to {world_size - 1}; got {root!r}")
-    return root
-
-
 def _check_flat(arg: str, tensor: Any) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1:
         shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
@@ -86,9 +69,10 @@ def _check_flat(arg: str, tensor: Any) -> torch.Tensor:
 
 
 def shard_sizes(numel: int, world_size: int) -> list[int]:
-    """Elements per rank when ``numel`` elements are split over ``world_size`` ranks (sum = numel)."""
-    _check_positive_int("numel", numel, minimum=0)
-    _check_positive_int("world_size", world_size)
+    """Elements per rank when ``numel`` elements are split over ``world_size`` ranks
+    (sum = numel)."""
+    check_int("numel", numel, minimum=0)
+    check_int("world_size", world_size)
     base, extra = divmod(numel, world_size)
     return [base + (1 if r < extra else 0) for r in range(world_size)]
 
@@ -141,7 +125,7 @@ def reduce_scatter_flat(full: torch.Tensor, op: str = "sum", sizes: Sequence[int
     ``sizes`` defaulting to :func:`shard_sizes` (N, world_size). ``op``: sum, avg, max or min.
     """
     _check_flat("full", full)
-    reduce_op = _check_op(op)
+    reduce_op = one_of("op", op, REDUCE_OPS)
     world_size = _group_size(group)
     if sizes is None:
         sizes = shard_sizes(full.numel(), world_size)
@@ -167,9 +151,9 @@ def example_inputs(name: str, world_size: int, numel: int = 2) -> list[torch.Ten
     Shape (numel,) per rank, except reduce_scatter: (numel * world_size,), so each rank's output
     shard has ``numel`` elements, mirroring all_gather.
     """
-    _check_name(name)
-    _check_positive_int("world_size", world_size)
-    _check_positive_int("numel", numel)
+    one_of("name", name, COLLECTIVES)
+    check_int("world_size", world_size)
+    check_int("numel", numel)
     length = numel * world_size if name == "reduce_scatter" else numel
     return [torch.arange(1, length + 1, dtype=torch.float32) + 10 * r for r in range(world_size)]
 
@@ -181,12 +165,12 @@ def reference(name: str, inputs: Sequence[torch.Tensor], root: int = 0,
     ``inputs[r]`` is rank r's 1-D tensor. For ``reduce`` non-root entries are None (their buffers
     are scratch space afterwards). ``op`` applies to the reducing collectives.
     """
-    _check_name(name)
+    one_of("name", name, COLLECTIVES)
     if not inputs:
         raise ValueError("inputs must hold one tensor per rank; got none")
     world_size = len(inputs)
-    _check_root(root, world_size)
-    _check_op(op)
+    check_index("root", root, world_size)
+    one_of("op", op, REDUCE_OPS)
     for r, t in enumerate(inputs):
         _check_flat(f"inputs[{r}]", t)
     if name in ("all_reduce", "reduce", "reduce_scatter"):
@@ -244,7 +228,7 @@ def collective_worker(rank: int, world_size: int, name: str, inputs: Sequence[to
 
     Returns ``(before, after)`` as lists of floats; prints one line per rank.
     """
-    _check_name(name)
+    one_of("name", name, COLLECTIVES)
     x = backend.to_device(inputs[rank])
     sizes = [t.numel() for t in inputs] if name == "all_gather" else None
     y = _run_on_this_rank(name, x, rank, world_size, root, op, sizes)
@@ -276,10 +260,10 @@ def run_collective(name: str, world_size: int = 2, inputs: Sequence[torch.Tensor
 
     ``inputs`` defaults to :func:`example_inputs`; the launcher prints each rank's line.
     """
-    _check_name(name)
-    _check_positive_int("world_size", world_size)
-    _check_root(root, world_size)
-    _check_op(op)
+    one_of("name", name, COLLECTIVES)
+    check_int("world_size", world_size)
+    check_index("root", root, world_size)
+    one_of("op", op, REDUCE_OPS)
     if inputs is None:
         inputs = example_inputs(name, world_size)
     if len(inputs) != world_size:
@@ -300,14 +284,15 @@ def _fmt(values: Sequence[float]) -> str:
 # -------------------------------------------------------------------------------------- picture
 
 
-def provenance(name: str, before: Sequence[torch.Tensor], root: int = 0) -> list[list[tuple[int, ...]]]:
+def provenance(name: str, before: Sequence[torch.Tensor],
+               root: int = 0) -> list[list[tuple[int, ...]]]:
     """For each rank and each output element, the ranks whose input it came from.
 
     An empty tuple marks scratch (non-root ranks after ``reduce``).
     """
-    _check_name(name)
+    one_of("name", name, COLLECTIVES)
     world_size = len(before)
-    _check_root(root, world_size)
+    check_index("root", root, world_size)
     everyone = tuple(range(world_size))
     lengths = [int(t.numel()) for t in before]
     if name == "all_reduce":
@@ -339,15 +324,15 @@ def draw_collective(name: str, before: Sequence[torch.Tensor] | None = None,
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    _check_name(name)
-    _check_positive_int("max_cells", max_cells, minimum=2)
+    one_of("name", name, COLLECTIVES)
+    check_int("max_cells", max_cells, minimum=2)
     if before is None:
-        _check_positive_int("world_size", world_size)
+        check_int("world_size", world_size)
         before = example_inputs(name, world_size)
     world_size = len(before)
     if world_size < 1:
         raise ValueError("before must hold one 1-D tensor per rank; got none")
-    _check_root(root, world_size)
+    check_index("root", root, world_size)
     for r, t in enumerate(before):
         _check_flat(f"before[{r}]", torch.as_tensor(t))
     if after is None:
@@ -405,7 +390,8 @@ def draw_collective(name: str, before: Sequence[torch.Tensor] | None = None,
 
 
 if __name__ == "__main__":
-    # torchrun --standalone --nproc-per-node N -m course_utils.collectives.primitives  (runs all_reduce on the example)
+    # runs all_reduce on the example:
+    # torchrun --standalone --nproc-per-node N -m course_utils.collectives.primitives
     import os
 
     _ws = int(os.environ.get("WORLD_SIZE", "2"))

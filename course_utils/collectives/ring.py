@@ -31,8 +31,6 @@ Run it under torchrun (checks the result against ``dist.all_reduce`` and prints 
 
 from __future__ import annotations
 
-import math
-import numbers
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
@@ -45,7 +43,7 @@ from course_utils.runtime import backend
 from course_utils.collectives.cost import ring_bytes_per_rank, ring_time_s  # noqa: F401
 from course_utils.collectives.primitives import shard_bounds
 from course_utils.runtime.clock import clock
-from course_utils.runtime.validate import check_int as _check_int
+from course_utils.runtime.validate import check_int
 
 __all__ = ["RingStats", "ring_bytes_per_rank", "ring_time_s", "reduce_scatter_phase",
            "all_gather_phase", "ring_all_reduce_simple", "ring_all_reduce", "open_channels",
@@ -66,21 +64,6 @@ class RingStats:
         return RingStats(self.bytes_sent + other.bytes_sent,
                          self.bytes_received + other.bytes_received,
                          self.messages_sent + other.messages_sent)
-
-
-def _check_real(arg: str, value: Any, low: float, *, strict: bool = False) -> None:
-    """Raise ValueError naming ``arg`` unless ``value`` is a finite real >= (or >) ``low``."""
-    ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
-          and math.isfinite(value) and (value > low if strict else value >= low))
-    if not ok:
-        raise ValueError(f"{arg} must be a finite number {'>' if strict else '>='} {low:g}; "
-                         f"got {value!r}")
-
-
-def _check_sizes(numel: Any, world_size: Any, element_size: Any) -> None:
-    _check_int("numel", numel, 0)
-    _check_int("world_size", world_size, 1)
-    _check_int("element_size", element_size, 1)
 
 
 def _check_tensor(tensor: Any) -> torch.Tensor:
@@ -109,7 +92,8 @@ def _ring(group: dist.ProcessGroup | None) -> tuple[int, int, int, int]:
 def _record(trace: list | None, step: int, send: int, recv: int, sent: int, received: int,
             flat: torch.Tensor) -> None:
     """Append one step to ``trace``: the shards sent and received, their bytes, and a copy of
-    what this rank holds after the step (:mod:`course_utils.collectives.ring_trace` replays them)."""
+    what this rank holds after the step (:mod:`course_utils.collectives.ring_trace` replays
+    them)."""
     if trace is not None:
         trace.append({"step": step, "send": send, "recv": recv, "sent_bytes": sent,
                       "received_bytes": received, "flat": flat.detach().clone()})
@@ -185,7 +169,9 @@ def default_pieces(numel: int, world_size: int, element_size: int = 4) -> int:
     ``numel`` (int >= 0) elements of ``element_size`` (int >= 1) bytes over ``world_size``
     (int >= 1) ranks; a shard under 1.5 MiB stays whole (one piece).
     """
-    _check_sizes(numel, world_size, element_size)
+    check_int("numel", numel, 0)
+    check_int("world_size", world_size, 1)
+    check_int("element_size", element_size, 1)
     shard_bytes = numel * element_size / world_size
     return int(max(1, min(16, round(shard_bytes / 2**20))))
 
@@ -197,7 +183,7 @@ def open_channels(n: int, timeout_s: float = 60.0) -> list[dist.ProcessGroup | N
     channels travel in parallel (NCCL's "channels" idea; under NCCL each group is its own
     communicator). Every rank must call this, in the same order.
     """
-    _check_int("n", n)
+    check_int("n", n)
     return [None] + [backend.new_group(timeout_s=timeout_s) for _ in range(n - 1)]
 
 
@@ -231,7 +217,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     rank, world_size, next_rank, prev_rank = _ring(group)
     if pieces is None:
         pieces = default_pieces(flat.numel(), world_size, flat.element_size())
-    _check_int("pieces", pieces)
+    check_int("pieces", pieces)
     channels = list(channels) if channels else [group]
     stats = RingStats()
     if world_size == 1 or flat.numel() == 0:
@@ -248,10 +234,14 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     scratch = _scratch(parities * pieces * longest, flat.dtype).view(parities, pieces, longest)
 
     def send_shard(step: int) -> int:
-        return (rank - step) % world_size if step < n_rs else (rank + 1 - (step - n_rs)) % world_size
+        if step < n_rs:
+            return (rank - step) % world_size
+        return (rank + 1 - (step - n_rs)) % world_size
 
     def recv_shard(step: int) -> int:
-        return (rank - step - 1) % world_size if step < n_rs else (rank - (step - n_rs)) % world_size
+        if step < n_rs:
+            return (rank - step - 1) % world_size
+        return (rank - (step - n_rs)) % world_size
 
     def recv_buffer(step: int, j: int) -> torch.Tensor:
         lo, hi = piece_bounds[recv_shard(step)][j]
@@ -307,8 +297,10 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
 
 
 def ring_worker(rank: int, world_size: int, inputs: Sequence[torch.Tensor],
-                implementation: str = "fast", pieces: int | None = None) -> tuple[list[float], dict]:
-    """All-reduce ``inputs[rank]`` with the ring; returns (result as a list, byte counts as a dict)."""
+                implementation: str = "fast",
+                pieces: int | None = None) -> tuple[list[float], dict]:
+    """All-reduce ``inputs[rank]`` with the ring; returns (result as a list, byte counts as a
+    dict)."""
     if implementation not in ("fast", "simple"):
         raise ValueError(f"implementation must be 'fast' or 'simple'; got {implementation!r}")
     x = backend.to_device(inputs[rank]).clone()

@@ -14,8 +14,8 @@ a sum of contributions is the bitmask of the ranks it came from (exact in float3
 nothing yet (a shard the all-gather has not brought). :func:`record` runs the four collectives
 on D ranks and decodes every step into those masks (one per shard, after checking that every
 element of the shard agrees); :func:`load` reads the recording committed in
-``course_utils/data/ring_traces.json``, which ``python -m course_utils.collectives.ring_trace`` writes and
-``tests/test_ring_trace.py`` compares with a fresh run.
+``course_utils/data/ring_traces.json``, which ``python -m course_utils.collectives.ring_trace``
+writes and ``tests/test_ring_trace.py`` compares with a fresh run.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import torch.distributed as dist
 
 from course_utils import launch
 from course_utils.runtime import backend
+from course_utils.collectives.cost import ring_bytes_per_rank
 from course_utils.collectives.primitives import shard_bounds
-from course_utils.collectives.ring import (RingStats, all_gather_phase, reduce_scatter_phase,
-                                         ring_bytes_per_rank)
-from course_utils.runtime.validate import check_int
+from course_utils.collectives.ring import RingStats, all_gather_phase, reduce_scatter_phase
+from course_utils.runtime.validate import check_int, one_of
 
 __all__ = ["COLLECTIVES", "WORLD_SIZES", "NUMEL", "PATH", "Step", "Trace",
            "pairwise_all_to_all", "trace_worker", "record", "record_all", "load", "trace",
@@ -228,16 +228,13 @@ def load(path: Path = PATH) -> dict[tuple[str, int], Trace]:
 def trace(collective: str, world_size: int) -> Trace:
     """The recorded trace of ``collective`` (one of :data:`COLLECTIVES`) on ``world_size`` ranks
     (one of :data:`WORLD_SIZES`)."""
-    if collective not in COLLECTIVES:
-        raise ValueError(f"collective must be one of {list(COLLECTIVES)}; got {collective!r}")
-    if world_size not in WORLD_SIZES:
-        raise ValueError(f"world_size must be one of {list(WORLD_SIZES)} (the recorded ranks); "
-                         f"got {world_size!r}")
+    one_of("collective", collective, COLLECTIVES)
+    one_of("world_size", world_size, WORLD_SIZES)  # the recorded ranks
     return load()[collective, world_size]
 
 
 def ring_total(world_size: int) -> float:
-    """What :func:`~course_utils.collectives.ring.ring_bytes_per_rank` says each rank sends in
+    """What :func:`~course_utils.collectives.cost.ring_bytes_per_rank` says each rank sends in
     the recorded all-reduce (:data:`NUMEL` float32 per rank)."""
     return ring_bytes_per_rank(NUMEL, world_size, 4)
 

@@ -25,7 +25,7 @@ earlier ones, and only what is left when backward ends is *exposed* (waited for)
 Timing: on gloo (CPU) a collective runs on gloo's worker threads and ``work.wait()`` blocks
 until the result is in place, so ``time.perf_counter`` around it is right. On CUDA, NCCL runs on its
 own stream and the call (even ``wait()``) returns once the work is enqueued: every clock here is
-:func:`course_utils.measure.run.clock`, which synchronizes the device first. That synchronization
+:func:`course_utils.runtime.clock.clock`, which synchronizes the device first. That synchronization
 also drains NCCL's stream before the wait is timed, so on CUDA ``wait_ms`` reads near 0 and the
 exposed communication is ``step_ms - compute_ms`` (or read it from CUDA events / the profiler).
 
@@ -46,9 +46,10 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils import launch
+from course_utils.models.toy import toy_mlp
 from course_utils.runtime import backend
 from course_utils.runtime import clock as timing
-from course_utils.runtime.validate import check_int, check_real
+from course_utils.runtime.validate import check_int, check_ints, check_real
 
 __all__ = ["MIB", "BUCKET_SIZES", "make_mlp", "make_batch", "param_sizes", "bucket_assignment",
            "bucket_copy_bytes", "bucket_name", "BucketAllReduce", "reference_grads", "grads_worker",
@@ -88,17 +89,12 @@ def bucket_name(bucket_mb: float | None) -> str:
 
 
 def make_mlp(width: int = 256, depth: int = 32, seed: int = 0) -> nn.Sequential:
-    """``depth`` Linear(width, width) layers with ReLU between them, seeded (fp32)."""
+    """``depth`` Linear(width, width) layers with ReLU between them, seeded (fp32):
+    :func:`course_utils.models.toy.toy_mlp`."""
     check_int("width", width)
     check_int("depth", depth)
     check_int("seed", seed, 0)
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for i in range(depth):
-        layers.append(nn.Linear(width, width))
-        if i < depth - 1:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+    return toy_mlp([width] * (depth + 1), seed=seed, activation="relu")
 
 
 def make_batch(n: int, width: int = 256, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -293,10 +289,7 @@ def check_grads(seeds: Sequence[int] = (0, 1), bucket_mbs: Sequence[Any] = (0.01
     """Launch :func:`grads_worker` for each seed; assert every rank's hand-made and DDP gradients
     equal one process's (``torch.testing.assert_close``); one line per seed and bucket size."""
     sizes = _check_bucket_list(bucket_mbs)
-    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__") or not list(seeds):
-        raise ValueError(f"seeds must be a non-empty sequence of ints >= 0; got {seeds!r}")
-    for seed in seeds:
-        check_int("seeds entry", seed, 0)
+    seeds = check_ints("seeds", seeds, 0)
     for name, value in (("world_size", world_size), ("width", width), ("depth", depth)):
         check_int(name, value)
     lines = []
@@ -508,11 +501,8 @@ def simulate(grad_bytes: Sequence[int], backward_s: float, bucket_mb: float | No
     backward_s, bytes_per_s = check_real("backward_s", backward_s), check_real("bytes_per_s",
                                                                                 bytes_per_s)
     latency_s = check_real("latency_s", latency_s, strict=False)
-    if isinstance(grad_bytes, (str, bytes)) or not isinstance(grad_bytes, Sequence) or not any(
-            grad_bytes) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
-                                   for b in grad_bytes):
-        raise ValueError(f"grad_bytes must be a non-empty list of ints >= 0, not all 0; got "
-                         f"{grad_bytes!r}")
+    if not any(check_ints("grad_bytes", grad_bytes, 0)):
+        raise ValueError(f"grad_bytes must hold a size > 0 (not all 0); got {grad_bytes!r}")
     sizes = [(str(i), b) for i, b in enumerate(grad_bytes)]
     buckets = bucket_assignment(sizes, bucket_mb)
     total = sum(b for _, b in sizes)

@@ -39,9 +39,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from course_utils.runtime import backend
+from course_utils.collectives import recorder
 from course_utils.data_parallel.overlap import recording_hook
-from course_utils.runtime.validate import check_int, check_real
+from course_utils.models.toy import toy_mlp
+from course_utils.runtime import backend
+from course_utils.runtime.validate import check_bool, check_int, check_real, one_of
 
 __all__ = ["Job", "PROGRAMS", "JOBS", "RECORDS", "TOLERANCE", "run", "one_device", "check",
            "weights_match", "steps_of", "sampler_order", "show", "demo", "gloo_avg", "log_mean",
@@ -81,18 +83,16 @@ class Job:
                      "accumulation", "epochs"):
             check_int(name, getattr(self, name))
         check_real("lr", self.lr)
-        if not isinstance(self.ragged, bool):
-            raise ValueError(f"ragged must be True or False; got {self.ragged!r}")
+        check_bool("ragged", self.ragged)
         if self.rows % self.accumulation:
             raise ValueError(f"rows={self.rows} must split into accumulation="
                              f"{self.accumulation} equal microbatches")
 
     def model(self) -> torch.nn.Module:
-        """The model, the same on every rank (seeded): token-wise Linear, Tanh, Linear."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            model = torch.nn.Sequential(torch.nn.Linear(self.features, self.hidden),
-                                        torch.nn.Tanh(), torch.nn.Linear(self.hidden, self.classes))
+        """The model, the same on every rank (seeded): token-wise Linear, Tanh, Linear
+        (:func:`course_utils.models.toy.toy_mlp`)."""
+        model = toy_mlp((self.features, self.hidden, self.classes), seed=self.seed,
+                        activation="tanh")
         return model.to(backend.device())
 
     def optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -274,9 +274,7 @@ JOBS: dict[str, Job] = {
 
 
 def _program(name: str) -> Callable[..., dict[str, Any]]:
-    if name not in PROGRAMS:
-        raise ValueError(f"name must be one of {sorted(PROGRAMS)}; got {name!r}")
-    return PROGRAMS[name]
+    return one_of("name", name, PROGRAMS)
 
 
 def show(name: str) -> None:
@@ -299,17 +297,14 @@ def run(fn: Callable[..., dict[str, Any]], job: Job, timeout_s: float = 90.0) ->
 
 
 def _counted(rank: int, world_size: int, job: Job, fn: Callable[..., Any]) -> Any:
-    """Run ``fn`` on this rank, counting its calls of ``dist.all_reduce``."""
-    real, calls = dist.all_reduce, [0]
+    """Run ``fn`` on this rank, counting its calls of ``dist.all_reduce`` (the recorder's)."""
+    calls = [0]
 
-    def all_reduce(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return real(*args, **kwargs)
-    dist.all_reduce = all_reduce
-    try:
+    def count(call: recorder.Call) -> None:
+        calls[0] += call.api == "all_reduce"
+
+    with recorder.listen(recorder.once_per_api_call(count)):
         result = fn(rank, world_size, job)
-    finally:
-        dist.all_reduce = real
     if isinstance(result, dict):
         result = {**result, "all_reduce_calls": calls[0]}
     return result
@@ -344,8 +339,7 @@ def one_device(job: Job, normalise: str = "tokens",
     :meth:`Job.dataset`, as :func:`sampler_order` gives): the steps read those rows instead of
     :meth:`Job.batch`. Returns the final ``weights`` and the global ``losses`` per step.
     """
-    if normalise not in ("tokens", "ranks"):
-        raise ValueError(f"normalise must be 'tokens' or 'ranks'; got {normalise!r}")
+    one_of("normalise", normalise, ("tokens", "ranks"))
     model = job.model()                     # one process: the CPU (no process group here)
     opt = torch.optim.SGD(model.parameters(), lr=job.lr)
     data = job.dataset() if order is not None else None

@@ -1,4 +1,4 @@
-"""Data parallelism on real ranks: one update across replicas, where the averaging goes, and scaling.
+"""Data parallelism on real ranks: one update across replicas, where averaging goes, scaling.
 
 Each rank holds a full copy of the model, computes gradients on its own examples, and an
 all-reduce combines the gradients so every replica takes the same step. This module has the
@@ -18,8 +18,8 @@ single-process computation it must equal:
 * :func:`accumulation_worker`: gradient accumulation with DDP's ``no_sync`` (one all-reduce per
   step instead of one per micro-batch), equal to the full-batch step.
 * :func:`throughput_worker` and :func:`straggler_worker`: what limits scaling. Both read the
-  clock through :func:`course_utils.measure.run.clock`, which waits for a CUDA device first (on CUDA a
-  collective returns once it is enqueued, so ``perf_counter`` alone would miss its time).
+  clock through :func:`course_utils.runtime.clock.clock`, which waits for a CUDA device first (on
+  CUDA a collective returns once it is enqueued, so ``perf_counter`` alone would miss its time).
 
 Workers return plain Python lists and numbers, never tensors: a tensor returned through the
 launcher travels through shared memory and can race its rank's exit.
@@ -40,9 +40,10 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils import launch
+from course_utils.models.toy import toy_mlp
 from course_utils.runtime import backend
 from course_utils.runtime import clock as timing
-from course_utils.runtime.validate import check_int as _check_int
+from course_utils.runtime.validate import check_index, check_int, check_real
 
 __all__ = ["LESSON_GRADS", "LESSON_W0", "LESSON_LR", "NORMALIZATIONS", "WEIGHTINGS",
            "sgd_reference", "two_replica_update_worker", "normalization_worker",
@@ -70,7 +71,8 @@ def _check_grads(local_grads: Any, world_size: int | None = None) -> list[list[f
         raise ValueError("local_grads must be a non-empty list with one gradient per rank")
     lengths = {len(g) for g in local_grads}
     if len(lengths) != 1:
-        raise ValueError(f"local_grads must all have the same length; got lengths {sorted(lengths)}")
+        raise ValueError(f"local_grads must all have the same length; got lengths "
+                         f"{sorted(lengths)}")
     if world_size is not None and len(local_grads) != world_size:
         raise ValueError(f"local_grads must hold world_size={world_size} gradients; "
                          f"got {len(local_grads)}")
@@ -86,7 +88,8 @@ def sgd_reference(local_grads: Sequence[Sequence[float]], w0: Sequence[float],
     grads = torch.tensor(_check_grads(local_grads))  # (D, P)
     w = torch.tensor([float(v) for v in w0])  # (P,)
     if w.shape[0] != grads.shape[1]:
-        raise ValueError(f"w0 must have {grads.shape[1]} entries, like each gradient; got {len(w0)}")
+        raise ValueError(f"w0 must have {grads.shape[1]} entries, like each gradient; "
+                         f"got {len(w0)}")
     mean = grads.mean(0)  # (P,)
     return mean.tolist(), (w - lr * mean).tolist()
 
@@ -144,8 +147,8 @@ def all_normalizations_worker(rank: int, world_size: int,
 def make_regression(seed: int, n: int, dim: int = 2,
                     noise: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """A linear-regression data set: X (n, dim), y (n,) = X @ w_true + noise (float64)."""
-    _check_int("n", n)
-    _check_int("dim", dim)
+    check_int("n", n)
+    check_int("dim", dim)
     gen = torch.Generator().manual_seed(seed)
     X = torch.randn(n, dim, generator=gen, dtype=torch.float64)  # (n, dim)
     w_true = torch.arange(1, dim + 1, dtype=torch.float64)  # (dim,)
@@ -230,7 +233,8 @@ def unequal_batch_worker(rank: int, world_size: int,
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {list(WEIGHTINGS)}; got {weighting!r}")
     if len(shards) != world_size:
-        raise ValueError(f"shards must hold world_size={world_size} (X, y) pairs; got {len(shards)}")
+        raise ValueError(f"shards must hold world_size={world_size} (X, y) pairs; "
+                         f"got {len(shards)}")
     X, y, w = backend.to_device((*shards[rank], w0))
     n_local = torch.tensor(float(X.shape[0]), dtype=X.dtype, device=X.device)  # scalar
     path = [w.clone()]
@@ -254,14 +258,9 @@ def unequal_batch_worker(rank: int, world_size: int,
 
 
 def make_mlp(seed: int, sizes: Sequence[int] = (4, 16, 1)) -> nn.Sequential:
-    """A small tanh MLP with seeded weights: Linear(sizes[0], sizes[1]) ... (float32)."""
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers.append(nn.Tanh())
-    return nn.Sequential(*layers)
+    """A small tanh MLP with seeded weights: Linear(sizes[0], sizes[1]) ... (float32);
+    :func:`course_utils.models.toy.toy_mlp`."""
+    return toy_mlp(sizes, seed=seed, activation="tanh")
 
 
 def make_batch(seed: int, n: int, dim: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -277,7 +276,8 @@ def flat_params(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def _step_batches(seed: int, steps: int, global_batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _step_batches(seed: int, steps: int,
+                  global_batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [make_batch(seed * 100 + s, global_batch) for s in range(steps)]
 
 
@@ -354,7 +354,8 @@ def accumulation_worker(rank: int, world_size: int, seed: int, micro_batches: in
 
     Each rank splits its slice of the global batch into micro-batches, scales each loss by
     1/micro_batches and calls backward once per micro-batch; with ``use_no_sync`` all but the
-    last micro-batch (forward and backward) run inside ``ddp.no_sync()``. A comm hook counts DDP's all-reduces.
+    last micro-batch (forward and backward) run inside ``ddp.no_sync()``. A comm hook counts
+    DDP's all-reduces.
     Returns {"params": final flat params (list), "allreduces": all-reduce calls per step}.
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -428,12 +429,10 @@ def straggler_worker(rank: int, world_size: int, slow_rank: int, delay_s: float,
 
     Returns this rank's median seconds per step in compute, waiting inside the all-reduce, and
     the whole step: fast ranks spend the straggler's extra time waiting. The clock is read with
-    :func:`course_utils.measure.run.clock`, which synchronizes first if ``grad`` is on CUDA.
+    :func:`course_utils.runtime.clock.clock`, which synchronizes first if ``grad`` is on CUDA.
     """
-    if not 0 <= slow_rank < world_size:
-        raise ValueError(f"slow_rank must be a rank from 0 to {world_size - 1}; got {slow_rank}")
-    if not delay_s >= 0:
-        raise ValueError(f"delay_s must be >= 0 seconds; got {delay_s!r}")
+    check_index("slow_rank", slow_rank, world_size)
+    check_real("delay_s", delay_s, 0, strict=False)  # seconds
     grad = torch.ones(numel, device=backend.device())  # (numel,) a stand-in gradient
     compute, wait, total = [], [], []
     dist.barrier()
@@ -441,7 +440,8 @@ def straggler_worker(rank: int, world_size: int, slow_rank: int, delay_s: float,
         t0 = timing.clock(grad)
         grad.mul_(1.0)  # the (tiny) backward pass
         if rank == slow_rank:
-            time.sleep(delay_s)  # e.g. a slow input pipeline, a busier host, a thermally throttled chip
+            # e.g. a slow input pipeline, a busier host, a thermally throttled chip
+            time.sleep(delay_s)
         t1 = timing.clock(grad)  # on CUDA: after the backward's kernels have finished
         dist.all_reduce(grad)
         t2 = timing.clock(grad)  # on CUDA: after the all-reduce, not merely its launch
@@ -456,5 +456,6 @@ def straggler_worker(rank: int, world_size: int, slow_rank: int, delay_s: float,
 
 
 if __name__ == "__main__":
-    # torchrun --standalone --nproc-per-node 2 -m course_utils.data_parallel.replicas  (the lesson's update)
+    # the lesson's update:
+    # torchrun --standalone --nproc-per-node 2 -m course_utils.data_parallel.replicas
     launch.torchrun_main(two_replica_update_worker)

@@ -22,6 +22,7 @@ another batch, a GPU, other thread settings or another version can reverse it.
 
 Run it from a shell: ``python benchmarks/framework_compare.py``. JAX is imported only in the
 subprocess (``python -m course_utils.jax_sharding.framework_compare --jax '<workload json>'``).
+Lecture 8 (JAX), section 8.
 """
 
 from __future__ import annotations
@@ -93,10 +94,6 @@ def _check_workload(w: object) -> Workload:
     return w
 
 
-def _check_timeout(timeout_s: object) -> float:
-    return check_real("timeout_s", timeout_s)
-
-
 def init_params(w: Workload) -> list[np.ndarray]:
     """Initial weights (``Y = X W`` layout) and biases, float32, from ``w.seed``."""
     _check_workload(w)
@@ -164,8 +161,8 @@ def dp_rank_worker(rank: int, world_size: int, workload: dict) -> dict:
     rows = slice(rank * local, (rank + 1) * local)
     losses, times = [], []
     for step in range(w.steps):
-        x, y = backend.to_device((torch.from_numpy(xs[step, rows]), torch.from_numpy(ys[step, rows])),
-                                 dev)
+        x, y = backend.to_device((torch.from_numpy(xs[step, rows]),
+                                  torch.from_numpy(ys[step, rows])), dev)
         dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -182,7 +179,7 @@ def run_torch(w: Workload, timeout_s: float = 120.0) -> dict:
     """The PyTorch side: DDP on ``w.workers`` gloo ranks. Per step: the mean of the ranks'
     losses (equal shards: the global batch's loss) and the slowest rank's time."""
     _check_workload(w)
-    _check_timeout(timeout_s)
+    check_real("timeout_s", timeout_s)
     import functools
 
     import torch
@@ -218,27 +215,32 @@ def _jax_flags(w: Workload) -> str:
 
 def _jax_main(w: Workload) -> dict:
     """The JAX side, run in this (fresh) process: XLA_FLAGS must already be set."""
+    # JAX first, on purpose: run_jax set this process's XLA_FLAGS (the workload's device
+    # count), and course_utils.jax_sharding.devices leaves the flags of a process that already
+    # imported JAX as they are.
     import jax
     import jax.numpy as jnp
 
-    from course_utils.jax_sharding import plans as js
+    from course_utils.jax_sharding.hlo import collective_names
+    from course_utils.jax_sharding.mlp import mse
+    from course_utils.jax_sharding.shardings import P, make_mesh, place
 
-    mesh = js.make_mesh((w.workers,), ("data",))
-    params = [js.place(p, mesh, js.P()) for p in init_params(w)]
+    mesh = make_mesh((w.workers,), ("data",))
+    params = [place(p, mesh, P()) for p in init_params(w)]
     xs, ys = batches(w)
 
     def step(params, x, y):
-        loss, grads = jax.value_and_grad(js.mse)(params, x, y)
+        loss, grads = jax.value_and_grad(mse)(params, x, y)
         return [p - w.lr * g for p, g in zip(params, grads)], loss
 
-    x0, y0 = js.place(xs[0], mesh, js.P("data")), js.place(ys[0], mesh, js.P("data"))
+    x0, y0 = place(xs[0], mesh, P("data")), place(ys[0], mesh, P("data"))
     start = time.perf_counter()
     compiled = jax.jit(step).lower(params, x0, y0).compile()
     compile_s = time.perf_counter() - start
-    names = js.collective_names(compiled.as_text())
+    names = collective_names(compiled.as_text())
     losses, times = [], []
     for s in range(w.steps):
-        x, y = js.place(xs[s], mesh, js.P("data")), js.place(ys[s], mesh, js.P("data"))
+        x, y = place(xs[s], mesh, P("data")), place(ys[s], mesh, P("data"))
         jax.block_until_ready((x, y))
         t0 = time.perf_counter()
         params, loss = compiled(params, x, y)
@@ -258,12 +260,12 @@ def _jax_main(w: Workload) -> dict:
 def run_jax(w: Workload, timeout_s: float = 120.0) -> dict:
     """The JAX side in a fresh Python process with the workload's XLA_FLAGS."""
     _check_workload(w)
-    _check_timeout(timeout_s)
+    check_real("timeout_s", timeout_s)
     env = dict(os.environ, XLA_FLAGS=_jax_flags(w), OMP_NUM_THREADS=str(w.threads_per_worker),
                JAX_PLATFORMS="cpu")
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "course_utils.jax_sharding.framework_compare", "--jax",
-                           w.to_json()], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "course_utils.jax_sharding.framework_compare",
+                           "--jax", w.to_json()], capture_output=True, text=True, env=env,
                           timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"the JAX side failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -297,7 +299,7 @@ def compare(w: Workload | None = None, timeout_s: float = 120.0) -> dict:
     w = Workload() if w is None else w
     if not isinstance(w, Workload):
         raise TypeError(f"w must be a Workload; got {type(w).__name__}")
-    _check_timeout(timeout_s)
+    check_real("timeout_s", timeout_s)
     torch_side, jax_side = run_torch(w, timeout_s), run_jax(w, timeout_s)
     rel = max(abs(a - b) / max(abs(b), 1e-12)
               for a, b in zip(torch_side["losses"], jax_side["losses"]))

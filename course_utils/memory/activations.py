@@ -46,8 +46,9 @@ from torch.utils.checkpoint import checkpoint
 
 from course_utils import style
 from course_utils.models import tiny_lm
+from course_utils.models.toy import seeded
 from course_utils.runtime import clock as timing
-from course_utils.runtime.validate import check_int as _check_int
+from course_utils.runtime.validate import check_bool, check_int, one_of
 
 __all__ = ["ATTENTIONS", "RECOMPUTES", "saved_bytes", "forward", "loss_and_grads", "make_inputs",
            "measured_block_bytes", "measured_model_bytes", "predicted_block_bytes",
@@ -61,12 +62,6 @@ _FP32 = 4      # bytes per fp32 element: TinyLM runs in fp32 on CPU
 _INT64 = 8     # bytes per token id
 
 
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
-    return value
-
-
 def _check_cfg(cfg: Any) -> tiny_lm.TinyLMConfig:
     if not isinstance(cfg, tiny_lm.TinyLMConfig):
         raise ValueError(f"cfg must be a tiny_lm.TinyLMConfig; got {type(cfg).__name__}")
@@ -74,8 +69,8 @@ def _check_cfg(cfg: Any) -> tiny_lm.TinyLMConfig:
 
 
 def _check_shape(cfg: tiny_lm.TinyLMConfig, batch: Any, seq: Any) -> None:
-    _check_int("batch", batch)
-    _check_int("seq", seq)
+    check_int("batch", batch)
+    check_int("seq", seq)
     if seq > cfg.seq_len:
         raise ValueError(f"seq must be <= cfg.seq_len={cfg.seq_len}; got {seq}")
 
@@ -146,7 +141,7 @@ def _check_layers(layers: Any, n_layers: int) -> int:
     """How many blocks recomputation applies to: all of them when ``layers`` is None."""
     if layers is None:
         return n_layers
-    _check_int("layers", layers, 0)
+    check_int("layers", layers, 0)
     if layers > n_layers:
         raise ValueError(f"layers must be <= the model's n_layers={n_layers}; got {layers}")
     return layers
@@ -158,8 +153,8 @@ def forward(model: tiny_lm.TinyLM, tokens: torch.Tensor, recompute: str = "none"
     applied to the first ``layers`` blocks (all when None: partial recomputation otherwise)."""
     if not isinstance(model, tiny_lm.TinyLM):
         raise ValueError(f"model must be a tiny_lm.TinyLM; got {type(model).__name__}")
-    _check_choice("recompute", recompute, RECOMPUTES)
-    _check_choice("attention", attention, ATTENTIONS)
+    one_of("recompute", recompute, RECOMPUTES)
+    one_of("attention", attention, ATTENTIONS)
     layers = _check_layers(layers, len(model.blocks))
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
         raise ValueError("tokens must be a (batch, seq) int64 tensor")
@@ -184,7 +179,7 @@ def make_inputs(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int,
                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Random token ids and targets, each (batch, seq) int64, from ``seed``."""
     _check_shape(_check_cfg(cfg), batch, seq)
-    _check_int("seed", seed, 0)
+    check_int("seed", seed, 0)
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(cfg.vocab_size, (batch, seq + 1), generator=g)     # (B, T+1)
     return tokens[:, :-1].clone(), tokens[:, 1:].clone()          # two buffers, even at B = 1
@@ -194,7 +189,7 @@ def loss_and_grads(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int, recompute: s
                    attention: str = "math", seed: int = 0) -> tuple[float, dict[str, torch.Tensor]]:
     """Loss and every parameter's gradient of one step (weights and data from ``seed``)."""
     _check_shape(_check_cfg(cfg), batch, seq)
-    _check_int("seed", seed, 0)
+    check_int("seed", seed, 0)
     model = tiny_lm.build(cfg, seed)
     tokens, targets = make_inputs(cfg, batch, seq, seed)
     loss = _loss(forward(model, tokens, recompute, attention), targets)
@@ -208,8 +203,8 @@ def measured_block_bytes(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int,
     """Measured bytes one block saves for backward on a (batch, seq, d_model) fp32 input,
     with the block and input on ``device`` (the GPU check runs it on CUDA)."""
     _check_shape(_check_cfg(cfg), batch, seq)
-    _check_choice("recompute", recompute, RECOMPUTES)
-    _check_choice("attention", attention, ATTENTIONS)
+    one_of("recompute", recompute, RECOMPUTES)
+    one_of("attention", attention, ATTENTIONS)
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError):
@@ -248,8 +243,8 @@ def block_terms(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int, recompute: str 
     """What one block saves, in elements, by tensor (B = batch, T = seq, D = d_model, F = d_ff,
     H = n_heads); every entry is fp32 (4 bytes per element)."""
     _check_shape(_check_cfg(cfg), batch, seq)
-    _check_choice("recompute", recompute, RECOMPUTES)
-    _check_choice("attention", attention, ATTENTIONS)
+    one_of("recompute", recompute, RECOMPUTES)
+    one_of("attention", attention, ATTENTIONS)
     btd, btf, bt, h = batch * seq * cfg.d_model, batch * seq * cfg.d_ff, batch * seq, cfg.n_heads
     if recompute == "full":
         return {"block input": btd}
@@ -315,11 +310,10 @@ def korthikanti_bytes(s: int, b: int, h: int, a: int, layers: int = 1, recompute
     becomes 4 a / h per s·b·h; selective recomputation then changes nothing but that term (the
     kernel already recomputes the matrix in backward)."""
     for name, value in (("s", s), ("b", b), ("h", h), ("a", a), ("layers", layers), ("tp", tp)):
-        _check_int(name, value)
-    _check_choice("recompute", recompute, RECOMPUTES)
-    _check_choice("attention", attention, ATTENTIONS)
-    if not isinstance(sp, bool):
-        raise ValueError(f"sp must be a bool; got {sp!r}")
+        check_int(name, value)
+    one_of("recompute", recompute, RECOMPUTES)
+    one_of("attention", attention, ATTENTIONS)
+    check_bool("sp", sp)
     if sp and tp == 1:
         raise ValueError("sp=True needs tp > 1 (sequence parallelism splits over the TP ranks)")
     sbh, t = s * b * h, tp
@@ -354,7 +348,7 @@ class ModernBlockConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "kv_heads", "d_ff"):
-            _check_int(name, getattr(self, name))
+            check_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads "
                              f"({self.n_heads})")
@@ -404,7 +398,7 @@ class ModernBlock(nn.Module):
 
     def __init__(self, cfg: ModernBlockConfig, norm: str = "fused") -> None:
         super().__init__()
-        self.cfg, self.norm = _check_modern_cfg(cfg), _check_choice("norm", norm, NORMS)
+        self.cfg, self.norm = _check_modern_cfg(cfg), one_of("norm", norm, NORMS)
         d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
         self.norm1, self.norm2 = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)
         self.wq = nn.Linear(d, d, bias=False)
@@ -435,8 +429,8 @@ class ModernBlock(nn.Module):
 
 def _check_modern(cfg: Any, norm: Any, dtype: Any) -> torch.dtype:
     _check_modern_cfg(cfg)
-    _check_choice("norm", norm, NORMS)
-    return _DTYPES[_check_choice("dtype", dtype, tuple(_DTYPES))]
+    one_of("norm", norm, NORMS)
+    return _DTYPES[one_of("dtype", dtype, tuple(_DTYPES))]
 
 
 def _modern_per_token(cfg: ModernBlockConfig, norm: str, dtype: str) -> dict[str, int]:
@@ -467,8 +461,8 @@ def modern_block_terms(cfg: ModernBlockConfig, batch: int, seq: int, norm: str =
     """What one :class:`ModernBlock` saves for backward on (batch, seq) tokens, in bytes by
     tensor (each in its own dtype: the statistics are fp32 whatever ``dtype`` is)."""
     _check_modern(cfg, norm, dtype)
-    _check_int("batch", batch)
-    _check_int("seq", seq)
+    check_int("batch", batch)
+    check_int("seq", seq)
     return {k: v * batch * seq for k, v in _modern_per_token(cfg, norm, dtype).items()}
 
 
@@ -477,12 +471,12 @@ def measured_modern_bytes(cfg: ModernBlockConfig, batch: int, seq: int, norm: st
     """Measured bytes one :class:`ModernBlock` saves for backward on a (batch, seq, d_model)
     input of ``dtype`` (weights left out)."""
     torch_dtype = _check_modern(cfg, norm, dtype)
-    _check_int("batch", batch)
-    _check_int("seq", seq)
-    _check_int("seed", seed, 0)
-    torch.manual_seed(seed)
-    block = ModernBlock(cfg, norm).to(torch_dtype)
-    x = torch.randn(batch, seq, cfg.d_model, dtype=torch_dtype, requires_grad=True)  # (B, T, D)
+    check_int("batch", batch)
+    check_int("seq", seq)
+    check_int("seed", seed, 0)
+    with seeded(seed):
+        block = ModernBlock(cfg, norm).to(torch_dtype)
+        x = torch.randn(batch, seq, cfg.d_model, dtype=torch_dtype, requires_grad=True)  # (B,T,D)
     n, _ = saved_bytes(lambda: block(x), exclude=block.parameters())
     return n
 
@@ -509,7 +503,7 @@ def step_time(cfg: tiny_lm.TinyLMConfig, batch: int, seq: int, recompute: str = 
     busy while it ran (``timing.warn_if_busy``)."""
 
     _check_shape(_check_cfg(cfg), batch, seq)
-    _check_int("repeats", repeats)
+    check_int("repeats", repeats)
     model = tiny_lm.build(cfg, 0)
     tokens, targets = make_inputs(cfg, batch, seq, 0)
     times, wall, cpu = [], 0.0, 0.0

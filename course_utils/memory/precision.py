@@ -9,7 +9,8 @@ Module 1's layouts (:data:`course_utils.memory.sizing.LAYOUTS`) differ in exactl
 * **12 B/param** (``bf16_adam_no_master``): drops the master copy, so those updates are lost.
 * **18 B/param** (``mixed_adam_fp32_grads``): keeps gradients in fp32 (2 more bytes) so that
   sums over micro-batches and ranks round once, not at every addition
-  (:func:`accumulation_error`; the all-reduce case is :func:`course_utils.zero.stages.sum_rounding_error`).
+  (:func:`accumulation_error`; the all-reduce case is
+  :func:`course_utils.zero.training.sum_rounding_error`).
 * **fp16** has bf16's 2 bytes but a far smaller range: gradients below about 6e-8 flush to zero
   unless the loss is scaled up first (:func:`loss_scaling`, ``torch.amp.GradScaler``), and a
   gradient-norm clip must come after ``unscale_`` (:func:`clip_with_scaler`).
@@ -23,23 +24,13 @@ import math
 from typing import Any
 
 import torch
-from course_utils.runtime.validate import check_int as _check_int
-from course_utils.runtime.validate import check_real as _check_positive  # finite, > 0
+
+from course_utils.runtime.validate import check_bool, check_int, check_real, one_of
 
 __all__ = ["DTYPES", "bf16_gap", "repeated_update", "fraction_lost", "loss_scaling",
            "clip_with_scaler", "fp8_cast_error", "FP8_DTYPES", "accumulation_error"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-def _check_dtype(name: str, value: Any, allowed: tuple[str, ...]) -> torch.dtype:
-    return _check_dtype_map(name, value, {k: DTYPES[k] for k in allowed})
-
-
-def _check_dtype_map(name: str, value: Any, allowed: dict[str, torch.dtype]) -> torch.dtype:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
-    return allowed[value]
 
 
 BF16_MIN_NORMAL = 2.0 ** -126  # below it bf16 is subnormal: a fixed spacing of 2^-133
@@ -50,7 +41,7 @@ def bf16_gap(x: float) -> float:
     """Spacing of bf16 numbers at ``x`` (0 < x <= bf16's largest finite value): the distance
     from the largest bf16 number <= x to the next one. 2^(floor(log2 x) - 7) for normal
     numbers (7 stored fraction bits); 2^-133 for subnormals (x < 2^-126)."""
-    x = _check_positive("x", x)
+    x = check_real("x", x)
     if x > BF16_MAX:
         raise ValueError(f"x must be at most bf16's largest finite value {BF16_MAX:.4g}, got {x!r}")
     return 2.0 ** (math.floor(math.log2(max(x, BF16_MIN_NORMAL))) - 7)
@@ -59,8 +50,8 @@ def bf16_gap(x: float) -> float:
 def repeated_update(start: float = 1.0, update: float = 1e-3, steps: int = 100) -> dict[str, float]:
     """Add ``update`` to a weight ``steps`` times: once to a bf16 weight directly (12-byte
     layout), once to an fp32 master copy rounded to bf16 after each step (16-byte layout)."""
-    start, update = _check_positive("start", start), _check_positive("update", update)
-    _check_int("steps", steps)
+    start, update = check_real("start", start), check_real("update", update)
+    check_int("steps", steps)
     weight = torch.tensor(start, dtype=torch.bfloat16)         # () the bf16 weight, no master
     master = torch.tensor(start, dtype=torch.float32)          # () the fp32 master copy
     step = torch.tensor(update, dtype=torch.float32)
@@ -75,10 +66,10 @@ def fraction_lost(update: float, weight_std: float = 0.02, numel: int = 100_000,
                   seed: int = 0) -> float:
     """Fraction of a bf16 weight tensor (normal, std ``weight_std``) that does not change at
     all when ``update`` (times a random sign, as Adam's steps are about lr in size) is added."""
-    update = _check_positive("update", update)
-    weight_std = _check_positive("weight_std", weight_std)
-    _check_int("numel", numel)
-    _check_int("seed", seed, 0)
+    update = check_real("update", update)
+    weight_std = check_real("weight_std", weight_std)
+    check_int("numel", numel)
+    check_int("seed", seed, 0)
     g = torch.Generator().manual_seed(seed)
     w = (torch.randn(numel, generator=g) * weight_std).bfloat16()           # (numel,)
     sign = torch.randint(0, 2, (numel,), generator=g).float() * 2 - 1       # (numel,) +-1
@@ -96,11 +87,11 @@ def loss_scaling(loss_weight: float = 1e-4, input_scale: float = 1e-4, numel: in
     (the largest error against the largest gradient: ``"max relative error with scaling"``), and
     whether the scaled step was taken (no inf/nan) with the scale after ``update()``.
     """
-    loss_weight = _check_positive("loss_weight", loss_weight)
-    input_scale = _check_positive("input_scale", input_scale)
-    init_scale = _check_positive("init_scale", init_scale)
-    _check_int("numel", numel)
-    _check_int("seed", seed, 0)
+    loss_weight = check_real("loss_weight", loss_weight)
+    input_scale = check_real("input_scale", input_scale)
+    init_scale = check_real("init_scale", init_scale)
+    check_int("numel", numel)
+    check_int("seed", seed, 0)
     g = torch.Generator().manual_seed(seed)
     w0 = torch.randn(numel, generator=g)                                    # (numel,) fp32 master
     x = (torch.randn(numel, generator=g) * input_scale).half()              # (numel,) fp16
@@ -144,10 +135,10 @@ def clip_with_scaler(max_norm: float = 1.0, init_scale: float = 2.0**16, numel: 
     step norms say what each order does: ``max_norm`` when clipped after ``unscale_``; when
     clipped before it, the clip saw the scaled gradient, and unscaling then shrank the already
     clipped gradient by ``init_scale`` as well."""
-    max_norm = _check_positive("max_norm", max_norm)
-    init_scale = _check_positive("init_scale", init_scale)
-    _check_int("numel", numel)
-    _check_int("seed", seed, 0)
+    max_norm = check_real("max_norm", max_norm)
+    init_scale = check_real("init_scale", init_scale)
+    check_int("numel", numel)
+    check_int("seed", seed, 0)
     x = torch.randn(numel, generator=torch.Generator().manual_seed(seed))   # (numel,)
     out: dict[str, float] = {}
     for order in ("after unscale_", "before unscale_"):
@@ -179,14 +170,13 @@ def fp8_cast_error(std: float = 1e-3, numel: int = 100_000, fmt: str = "e4m3",
     without a scale or with a per-tensor scale (largest finite fp8 value / amax, the "current
     scaling" recipe). Returns the fraction of the other elements that became zero and their mean
     relative error |rounded - x| / |x|."""
-    std = _check_positive("std", std)
-    _check_int("numel", numel, 2)
-    dtype = _check_dtype_map("fmt", fmt, FP8_DTYPES)
-    if not isinstance(scaled, bool):
-        raise ValueError(f"scaled must be a bool; got {scaled!r}")
+    std = check_real("std", std)
+    check_int("numel", numel, 2)
+    dtype = one_of("fmt", fmt, FP8_DTYPES)
+    check_bool("scaled", scaled)
     if outlier is not None:
-        outlier = _check_positive("outlier", outlier)
-    _check_int("seed", seed, 0)
+        outlier = check_real("outlier", outlier)
+    check_int("seed", seed, 0)
     x = torch.randn(numel, generator=torch.Generator().manual_seed(seed)) * std  # (numel,)
     if outlier is not None:
         x[0] = outlier
@@ -207,11 +197,11 @@ def accumulation_error(n_micro: int, grad_dtype: str = "bf16", features: int = 6
     divided by ``n_micro`` and stored as bf16. Returns mean |result - exact| / mean |exact|, the
     exact mean computed in float64 from the same bf16 micro-batch gradients.
     """
-    _check_int("n_micro", n_micro)
-    _check_int("features", features)
-    _check_int("batch", batch)
-    _check_int("seed", seed, 0)
-    acc_dtype = _check_dtype("grad_dtype", grad_dtype, ("bf16", "fp32"))
+    check_int("n_micro", n_micro)
+    check_int("features", features)
+    check_int("batch", batch)
+    check_int("seed", seed, 0)
+    acc_dtype = one_of("grad_dtype", grad_dtype, {k: DTYPES[k] for k in ("bf16", "fp32")})
     g = torch.Generator().manual_seed(seed)
     weight = (torch.randn(features, features, generator=g) / features**0.5).bfloat16()
     weight.requires_grad_(True)                                             # (F, F) bf16
@@ -238,12 +228,6 @@ FIELDS = {"fp32": (8, 23), "bf16": (8, 7), "fp16": (5, 10), "fp8 e4m3": (4, 3),
 _AS_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 
-def _check_finite(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number; got {value!r}")
-    return float(value)
-
-
 def _stored(x: float, dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.float64).to(dtype)  # () rounded by torch's cast
 
@@ -268,8 +252,8 @@ def represent(x: float, fmt: str = "bf16") -> dict[str, Any]:
     value, inf or nan), the rounding error stored - x, the format's largest finite number and
     whether |x| is past it (``overflow``: fp16 and fp8 e5m2 then store inf; fp8 e4m3 has no
     inf, torch's cast saturates at 448)."""
-    x = _check_finite("x", x)
-    dtype = _check_dtype_map("fmt", fmt, FORMATS)
+    x = check_real("x", x, None)
+    dtype = one_of("fmt", fmt, FORMATS)
     t = _stored(x, dtype)
     stored = t.to(torch.float64).item()
     raw, n = _bits(t), 8 * t.element_size()
@@ -291,8 +275,8 @@ def update_lost(weight: float, update: float, fmt: str = "bf16") -> dict[str, An
     """Add ``update`` to ``weight`` stored in ``fmt`` as :func:`repeated_update` adds it to a
     bf16 weight (in fp32, the sum rounded back to ``fmt``): the weight before and after, and
     whether the update was lost (the stored weight did not change)."""
-    weight, update = _check_finite("weight", weight), _check_finite("update", update)
-    dtype = _check_dtype_map("fmt", fmt, FORMATS)
+    weight, update = check_real("weight", weight, None), check_real("update", update, None)
+    dtype = one_of("fmt", fmt, FORMATS)
     before = _stored(weight, dtype)
     after = (before.float() + torch.tensor(update, dtype=torch.float32)).to(dtype)  # ()
     b, a = before.to(torch.float64).item(), after.to(torch.float64).item()

@@ -12,6 +12,7 @@ from typing import Iterable
 import torch
 
 from course_utils import style
+from course_utils.models.toy import toy_mlp
 from course_utils.runtime import backend
 from course_utils.runtime import validate
 
@@ -80,6 +81,7 @@ def layout(name: str | Layout) -> Layout:
 
 
 def _check_count(name: str, value: float, allow_zero: bool = True) -> None:
+    """A count of bytes or parameters, inf allowed; the widgets show this message to students."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number; got {value!r}")
     if value < 0 or (value == 0 and not allow_zero) or value != value:
@@ -110,9 +112,7 @@ def format_bytes(n_bytes: float, unit: str = "GB", digits: int = 2) -> str:
     _check_count("n_bytes", n_bytes)
     scale = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-    if unit not in scale:
-        raise ValueError(f"unit must be one of {list(scale)}; got {unit!r}")
-    return f"{n_bytes / scale[unit]:.{digits}f} {unit}"
+    return f"{n_bytes / validate.one_of('unit', unit, scale):.{digits}f} {unit}"
 
 
 def fits(n_bytes: float, device_gb: float) -> bool:
@@ -234,10 +234,8 @@ def zero_state_bytes(n_params: float, dp: int, stage: int,
     Ideal sharding: N/D per rank, without padding.
     """
     _check_count("n_params", n_params)
-    if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
-        raise ValueError(f"dp must be an int >= 1 (the number of data-parallel ranks); got {dp!r}")
-    if stage not in ZERO_STAGES or isinstance(stage, bool):
-        raise ValueError(f"stage must be one of {ZERO_STAGES}; got {stage!r}")
+    validate.check_int("dp", dp)  # data-parallel ranks
+    validate.one_of("stage", stage, ZERO_STAGES)
     lay = layout(layout_name)
     out = {
         "weights": lay.weights / (dp if stage >= 3 else 1),
@@ -254,17 +252,10 @@ def zero_state_bytes(n_params: float, dp: int, stage: int,
 
 def tiny_mlp(widths: tuple[int, ...] = (64, 256, 64), seed: int = 0,
              dtype: torch.dtype = torch.bfloat16) -> torch.nn.Sequential:
-    """A small MLP (Linear-GELU-...-Linear) with deterministic weights, for byte counting."""
-    if len(widths) < 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1
-                              for w in widths):
-        raise ValueError(f"widths must be at least two positive ints; got {widths!r}")
-    torch.manual_seed(seed)
-    layers: list[torch.nn.Module] = []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(widths) - 2:
-            layers.append(torch.nn.GELU())
-    return torch.nn.Sequential(*layers).to(dtype)
+    """A small MLP (Linear-GELU-...-Linear) with deterministic weights, for byte counting
+    (:func:`course_utils.models.toy.toy_mlp`)."""
+    widths = validate.check_ints("widths", widths, 1, min_len=2)
+    return toy_mlp(widths, seed=seed, activation="gelu", dtype=dtype)
 
 
 def replica_state_bytes(dp_rank: int, dp_size: int, widths: tuple[int, ...] = (64, 256, 64),

@@ -23,7 +23,9 @@ from typing import Sequence
 
 import torch
 
+from course_utils.models.toy import seeded
 from course_utils.runtime import backend
+from course_utils.runtime.validate import check_int
 
 __all__ = ["Mesh", "AXES", "axis_group", "torch_mesh_groups", "hand_mesh_groups", "dp_tp_batch",
            "DpTpMLP", "reference_step", "dp_tp_step", "dp_tp_step_dtensor"]
@@ -122,12 +124,12 @@ class Mesh:
 
     def node_of(self, rank: int, devices_per_node: int) -> int:
         """Node that holds ``rank`` when ranks fill nodes in order (rank // devices_per_node)."""
-        _check_positive("devices_per_node", devices_per_node)
+        check_int("devices_per_node", devices_per_node)
         return self._rank(rank) // devices_per_node
 
     def groups_crossing_nodes(self, axis: str, devices_per_node: int) -> list[list[int]]:
         """Groups along ``axis`` whose ranks sit on more than one node."""
-        _check_positive("devices_per_node", devices_per_node)
+        check_int("devices_per_node", devices_per_node)
         return [g for g in self.groups(axis)
                 if len({r // devices_per_node for r in g}) > 1]
 
@@ -204,11 +206,6 @@ def draw_rank_groups(mesh: Mesh, rank: int, ax=None):
     return ax.figure
 
 
-def _check_positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
-
-
 # ----------------------------------------------------------------- the same mesh, built by torch
 
 
@@ -274,8 +271,8 @@ def dp_tp_batch(seed: int, batch: int = BATCH, dim: int = DIM) -> tuple[torch.Te
 
 
 def _model(seed: int) -> DpTpMLP:
-    torch.manual_seed(seed)
-    return DpTpMLP()
+    with seeded(seed):
+        return DpTpMLP()
 
 
 def reference_step(seed: int, lr: float = 0.1) -> dict[str, torch.Tensor]:

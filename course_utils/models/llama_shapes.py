@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.runtime.validate import check_int, one_of
+from course_utils.runtime.validate import check_index, check_int, one_of
 
 __all__ = ["Shape", "SHAPES", "shape", "param_count", "layer_params", "SPLITS", "stage_layers",
            "Block", "StageModel", "build", "TP_PLANS", "apply_tp"]
@@ -114,8 +114,7 @@ def stage_layers(n_layers: int, pp: int, stage: int, split: str = "balanced") ->
     check_int("n_layers", n_layers, 1)
     check_int("pp", pp, 1)
     one_of("split", split, SPLITS)
-    if not 0 <= stage < pp:
-        raise ValueError(f"stage must be from 0 to {pp - 1}; got {stage!r}")
+    check_index("stage", stage, pp)
     if split == "even" or pp == 1:
         if pp > n_layers:
             raise ValueError(f"pp must be at most the number of layers ({n_layers}); got {pp}")

@@ -1,4 +1,4 @@
-"""A tiny causal transformer language model and the text it learns, made locally (nothing downloaded).
+"""A tiny causal transformer language model and the text it learns, made locally (no download).
 
 The text comes from a random *Markov chain* over a small vocabulary: each token has a few likely
 successors. A model that learns the chain predicts the next token with cross-entropy equal to
@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.runtime.validate import check_int as _check_int
+from course_utils.models.toy import seeded
+from course_utils.runtime.validate import check_index, check_int
 
 __all__ = ["TinyLMConfig", "TinyLM", "MarkovCorpus", "count_params", "predicted_param_count",
            "lm_loss", "shard_batch", "build", "uniform_loss"]
@@ -41,9 +42,7 @@ class TinyLMConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers", "d_ff"):
-            _check_int(name, getattr(self, name))
-        if self.vocab_size < 2:
-            raise ValueError(f"vocab_size must be >= 2; got {self.vocab_size}")
+            check_int(name, getattr(self, name), 2 if name == "vocab_size" else 1)
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model must be divisible by n_heads; got d_model={self.d_model}, "
                              f"n_heads={self.n_heads}")
@@ -132,7 +131,7 @@ class MarkovCorpus:
     """
 
     def __init__(self, vocab_size: int = 64, n_successors: int = 4, seed: int = 0):
-        _check_int("vocab_size", vocab_size, 2)
+        check_int("vocab_size", vocab_size, 2)
         if (isinstance(n_successors, bool) or not isinstance(n_successors, int)
                 or not 1 <= n_successors <= vocab_size):
             raise ValueError(f"n_successors must be an int from 1 to vocab_size={vocab_size}; "
@@ -167,8 +166,7 @@ class MarkovCorpus:
         """The global batch for ``step``: (inputs, targets), each (batch_size, seq_len) int64."""
         for name, value, low in (("step", step, 0), ("batch_size", batch_size, 1),
                                  ("seq_len", seq_len, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}; got {value!r}")
+            check_int(name, value, low)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         tokens = torch.empty(batch_size, seq_len + 1, dtype=torch.long)         # (B, T+1)
         tokens[:, 0] = torch.randint(self.vocab_size, (batch_size,), generator=g)
@@ -181,10 +179,10 @@ class MarkovCorpus:
 
 
 def shard_batch(x: torch.Tensor, dp_rank: int, dp_size: int) -> torch.Tensor:
-    """Rows of the global batch ``x`` (B, ...) that ``dp_rank`` of ``dp_size`` owns: (B/dp_size, ...)."""
-    _check_int("dp_size", dp_size)
-    if isinstance(dp_rank, bool) or not isinstance(dp_rank, int) or not 0 <= dp_rank < dp_size:
-        raise ValueError(f"dp_rank must be an int from 0 to {dp_size - 1}; got {dp_rank!r}")
+    """Rows of the global batch ``x`` (B, ...) that ``dp_rank`` of ``dp_size`` owns:
+    (B/dp_size, ...)."""
+    check_int("dp_size", dp_size)
+    check_index("dp_rank", dp_rank, dp_size)
     if x.shape[0] % dp_size:
         raise ValueError(f"the global batch ({x.shape[0]} rows) must divide evenly over "
                          f"dp_size={dp_size} ranks")
@@ -193,11 +191,9 @@ def shard_batch(x: torch.Tensor, dp_rank: int, dp_size: int) -> torch.Tensor:
 
 
 def build(cfg: TinyLMConfig | None = None, seed: int = 0) -> TinyLM:
-    """A :class:`TinyLM` whose initial weights depend only on ``seed`` (same on every rank)."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an int; got {seed!r}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    """A :class:`TinyLM` whose initial weights depend only on ``seed`` (same on every rank;
+    :func:`course_utils.models.toy.seeded`)."""
+    with seeded(seed):
         return TinyLM(cfg)
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from course_utils.runtime.validate import check_int
+
 __all__ = ["linear_input_grad", "linear_weight_grad", "full_backward", "autograd_split",
            "matmul_flops", "SplitStage"]
 
@@ -62,8 +64,7 @@ def autograd_split(layer: nn.Linear, x: torch.Tensor,
 def matmul_flops(n: int, d_in: int, d_out: int) -> dict[str, int]:
     """Floating-point operations of a linear layer's F, I and W for n rows: 2 n d_in d_out each."""
     for name, value in (("n", n), ("d_in", d_in), ("d_out", d_out)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int(name, value)
     flops = 2 * n * d_in * d_out
     return {"F": flops, "I": flops, "W": flops}
 

@@ -2,8 +2,8 @@
 
 Lecture 5's zero-bubble schedules take the forward (F), the input gradient (I) and the weight
 gradient (W) of a stage to cost the same, the model Qi et al. (2023) start from
-(:mod:`course_utils.pipeline.backward_split`). For one linear layer that holds: F, I and W are each one
-matmul of 2 n d_in d_out floating-point operations (``backward_split.matmul_flops``). A
+(:mod:`course_utils.pipeline.backward_split`). For one linear layer that holds: F, I and W are
+each one matmul of 2 n d_in d_out floating-point operations (``backward_split.matmul_flops``). A
 transformer layer also multiplies activations by activations: the attention scores q k^T and
 their product with v, 2 s^2 h each for a sequence of s tokens of width h. They have no weights,
 so they add to F (two products) and to I (four: the gradients of q, k, v and of the scores) and
@@ -32,7 +32,8 @@ from torch import nn
 
 from course_utils.pipeline import schedule as ps
 from course_utils.pipeline import zero_bubble as zb
-from course_utils.runtime.validate import check_int, check_real, one_of
+from course_utils.models.toy import seeded
+from course_utils.runtime.validate import check_bool, check_int, check_real, one_of
 
 __all__ = ["Layer", "layer_flops", "measure_fiw", "SCHEDULES", "schedule_idle", "compare_rows",
            "compare_table"]
@@ -52,8 +53,7 @@ def _sizes(hidden: Any, seq: Any, heads: Any, batch: Any, ffn: Any,
     ffn = 4 * hidden if ffn is None else check_int("ffn", ffn)
     if hidden % heads:
         raise ValueError(f"heads must divide hidden = {hidden}; got {heads}")
-    if not isinstance(attention, bool):
-        raise ValueError(f"attention must be True or False; got {attention!r}")
+    check_bool("attention", attention)
     return hidden, seq, heads, batch, ffn
 
 
@@ -110,9 +110,9 @@ def measure_fiw(hidden: int = 256, seq: int = 512, heads: int = 4, batch: int = 
     ``stage_backward_input`` (I: ``torch.autograd.grad`` for the layer's input alone, the graph
     kept, the gradients reaching the weights' products saved, plus a walk of the graph to find
     them) and ``stage_backward_weight`` (W: from those saved gradients to the weights), as
-    :func:`course_utils.pipeline.zero_bubble.held_for_w` runs I. ``warmup`` repeats go first, untimed;
-    torch's thread count is set to 1 and restored. Returns ``"F"``, ``"I"``, ``"W"`` (seconds),
-    ``"flops"`` (:func:`layer_flops`) and the sizes.
+    :func:`course_utils.pipeline.zero_bubble.held_for_w` runs I. ``warmup`` repeats go first,
+    untimed; torch's thread count is set to 1 and restored. Returns ``"F"``, ``"I"``, ``"W"``
+    (seconds), ``"flops"`` (:func:`layer_flops`) and the sizes.
     """
     from torch.distributed.pipelining._backward import (stage_backward_input,
                                                         stage_backward_weight)
@@ -124,8 +124,7 @@ def measure_fiw(hidden: int = 256, seq: int = 512, heads: int = 4, batch: int = 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded(seed):
             layer = Layer(hidden, heads, ffn, attention)
         x = torch.randn(batch, seq, hidden, generator=gen)
         grad = torch.randn(batch, seq, hidden, generator=gen)
@@ -168,8 +167,7 @@ def schedule_idle(schedule: str, p: int, m: int, f: float, i: float, w: float,
     check_int("p", p)
     check_int("m", m)
     f, i, w = check_real("f", f), check_real("i", i), check_real("w", w)
-    if not isinstance(sync, bool):
-        raise ValueError(f"sync must be True or False; got {sync!r}")
+    check_bool("sync", sync)
     timeline = ps.simulate(schedule, p, m, forward_time=f, backward_ratio=(i + w) / f,
                            weight_share=w / (i + w))
     return timeline.idle_fraction(sync)
@@ -194,8 +192,9 @@ def compare_rows(times: Mapping[str, float], p: int = 4, m: int = 8,
                  sync: bool = False) -> list[dict[str, Any]]:
     """Per schedule: idle share simulated at F = I = W (``"equal"``) and at ``times``
     normalised to F = 1 (``"measured"``), and the papers' formula at each (``"paper_equal"``,
-    ``"paper_measured"``: None where :func:`~course_utils.pipeline.zero_bubble.paper_bubble_fraction`
-    gives none: zbv at unequal times, m below the bound)."""
+    ``"paper_measured"``: None where
+    :func:`~course_utils.pipeline.zero_bubble.paper_bubble_fraction` gives none: zbv at unequal
+    times, m below the bound)."""
     f, i, w = _fiw(times)
     return [{"schedule": s,
              "equal": schedule_idle(s, p, m, 1.0, 1.0, 1.0, sync),

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from course_utils.pipeline.schedule import Timeline, _check_pos_number, op_label
+from course_utils.pipeline.schedule import Timeline, op_label
+from course_utils.runtime.validate import check_real
 
 __all__ = ["op_color", "legend_handles", "draw_timeline"]
 
@@ -107,7 +108,7 @@ def draw_timeline(timeline: Timeline, ax: Any = None, title: str | None = None, 
 
     if not isinstance(timeline, Timeline):
         raise ValueError(f"timeline must be a Timeline, got {type(timeline).__name__}")
-    tmax = timeline.makespan if tmax is None else _check_pos_number("tmax", tmax)
+    tmax = timeline.makespan if tmax is None else check_real("tmax", tmax)
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 0.6 * timeline.p + 1.4))
     from matplotlib.collections import PolyCollection

@@ -29,12 +29,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from course_utils.models.toy import toy_mlp
 from course_utils.runtime import backend
 from course_utils.runtime.clock import clock
 from course_utils.pipeline.schedule import Op, Timeline, bubble_fraction, schedule_order
-from course_utils.runtime.validate import check_int as _check_int
+from course_utils.runtime.validate import check_int, check_ints, check_real
 
-__all__ = ["make_model", "make_batch", "split_stages", "stage_bounds", "reference_step",
+__all__ = ["MAX_OP_TIME_S", "to_numpy", "hold_until", "make_model", "make_batch",
+           "split_stages", "stage_bounds", "reference_step",
            "pipeline_worker", "torch_pipeline_worker", "records_to_timeline", "jobs_worker",
            "schedule_classes", "measure_bubble",
            "matmul_throughput", "run_student_pipeline", "microbatch_reference"]
@@ -42,41 +44,32 @@ __all__ = ["make_model", "make_batch", "split_stages", "stage_bounds", "referenc
 # runtime.clock.clock: perf_counter (CLOCK_MONOTONIC on Linux: one clock shared by all processes),
 # read after the device has finished its queued work (on CUDA; at once on CPU)
 
+MAX_OP_TIME_S = 10.0
+"""``op_time_s`` (seconds an op is stretched to) must be below this: a typo, not a pipeline."""
 
-def _plain(t: torch.Tensor) -> Any:
+
+def to_numpy(t: torch.Tensor) -> Any:
     """A tensor as a numpy array: results travel back from ranks by value, not shared memory."""
     return backend.to_cpu(t.detach()).numpy().copy()
-
-
-def _check_time(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 10:
-        raise ValueError(f"{name} must be a number of seconds in [0, 10), got {value!r}")
-    return float(value)
 
 
 # ----------------------------------------------------------------------------------- the model
 
 
 def make_model(seed: int, width: int = 16, depth: int = 4) -> nn.Sequential:
-    """``depth`` blocks of Linear(width, width) -> Tanh, initialised from ``seed``."""
-    _check_int("width", width)
-    _check_int("depth", depth)
-    gen = torch.Generator().manual_seed(seed)
-    blocks = []
-    for _ in range(depth):
-        lin = nn.Linear(width, width)
-        with torch.no_grad():
-            bound = width ** -0.5
-            lin.weight.copy_(torch.empty(width, width).uniform_(-bound, bound, generator=gen))
-            lin.bias.copy_(torch.empty(width).uniform_(-bound, bound, generator=gen))
-        blocks.append(nn.Sequential(lin, nn.Tanh()))
-    return nn.Sequential(*blocks)
+    """``depth`` blocks of Linear(width, width) -> Tanh, initialised from ``seed``
+    (:func:`course_utils.models.toy.toy_mlp`'s weights, one block per Linear)."""
+    check_int("width", width)
+    check_int("depth", depth)
+    layers = list(toy_mlp([width] * (depth + 1), seed=seed, activation="tanh",
+                          final_activation=True))
+    return nn.Sequential(*(nn.Sequential(*layers[2 * k:2 * k + 2]) for k in range(depth)))
 
 
 def make_batch(seed: int, batch: int, width: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs x and regression targets y, both (batch, width), from ``seed``."""
-    _check_int("batch", batch)
-    _check_int("width", width)
+    check_int("batch", batch)
+    check_int("width", width)
     gen = torch.Generator().manual_seed(10_000 + seed)
     x = torch.randn(batch, width, generator=gen)  # (batch, width)
     y = torch.randn(batch, width, generator=gen)  # (batch, width)
@@ -85,8 +78,8 @@ def make_batch(seed: int, batch: int, width: int = 16) -> tuple[torch.Tensor, to
 
 def stage_bounds(depth: int, p: int) -> list[tuple[int, int]]:
     """[start, end) block indices of each of p contiguous stages (sizes differ by at most 1)."""
-    _check_int("depth", depth)
-    _check_int("p", p)
+    check_int("depth", depth)
+    check_int("p", p)
     if p > depth:
         raise ValueError(f"p must be at most depth={depth} (one block per stage at least), got {p}")
     base, extra = divmod(depth, p)
@@ -118,7 +111,7 @@ def reference_step(seed: int, batch: int, width: int = 16, depth: int = 4,
 # ----------------------------------------------------------------------------------- from scratch
 
 
-def _hold_until(t_end: float) -> None:
+def hold_until(t_end: float) -> None:
     """Sleep until clock() reaches t_end: an emulated device kernel (the CPU stays free)."""
     left = t_end - clock()
     if left > 0:
@@ -153,7 +146,7 @@ def _run_schedule(stage: nn.Module, pp_rank: int, pp_size: int, order: Sequence[
                 # mean over the whole batch = sum over microbatches of (microbatch mean) / m
                 out = nn.functional.mse_loss(out, y_mbs[i]) / m
                 loss_sum += out.item()
-            _hold_until(t0 + op_time_s)
+            hold_until(t0 + op_time_s)
             t1 = clock(dev)
             inputs[i], outputs[i] = x, out
             if not last:
@@ -166,7 +159,7 @@ def _run_schedule(stage: nn.Module, pp_rank: int, pp_size: int, order: Sequence[
                 dist.recv(grad, src=pp_next_rank)
             t0 = clock(dev)
             torch.autograd.backward(outputs.pop(i), grad_tensors=grad)
-            _hold_until(t0 + 2 * op_time_s)  # backward = 2 x forward
+            hold_until(t0 + 2 * op_time_s)  # backward = 2 x forward
             t1 = clock(dev)
             x = inputs.pop(i)
             if not first:
@@ -187,14 +180,15 @@ def pipeline_worker(pp_rank: int, pp_size: int, schedule: str = "gpipe", m: int 
     the CPU is; the math is unchanged.
 
     Returns {"loss": float on the last rank else None, "grads": this stage's parameter grads
-    (from the last step, as numpy arrays), "records": per step, a list of (kind, microbatch, start_s, end_s)}.
+    (from the last step, as numpy arrays), "records": per step, a list of (kind, microbatch,
+    start_s, end_s)}.
     """
     if schedule not in ("gpipe", "1f1b"):
         raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {schedule!r}")
-    _check_int("m", m)
-    _check_int("steps", steps)
-    _check_int("microbatch", microbatch)
-    _check_time("op_time_s", op_time_s)
+    check_int("m", m)
+    check_int("steps", steps)
+    check_int("microbatch", microbatch)
+    check_real("op_time_s", op_time_s, 0, strict=False, maximum=MAX_OP_TIME_S)
     model = make_model(seed, width, depth).to(backend.device())  # same model everywhere
     stage = split_stages(model, pp_size)[pp_rank]  # ... and each rank keeps its stage
     x, y = backend.to_device(make_batch(seed, m * microbatch, width))
@@ -208,7 +202,7 @@ def pipeline_worker(pp_rank: int, pp_size: int, schedule: str = "gpipe", m: int 
         loss, records = _run_schedule(stage, pp_rank, pp_size, order, x_mbs, y_mbs,
                                       (microbatch, width), op_time_s)
         all_records.append(records)
-    return {"loss": loss, "grads": [_plain(q.grad) for q in stage.parameters()],
+    return {"loss": loss, "grads": [to_numpy(q.grad) for q in stage.parameters()],
             "records": all_records}
 
 
@@ -226,7 +220,7 @@ class _Stamp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         if ctx.hold_s:  # the backward ends here: hold until it has lasted hold_s
-            _hold_until(ctx.log[-1][1] + ctx.hold_s)
+            hold_until(ctx.log[-1][1] + ctx.hold_s)
         ctx.log.append((ctx.label, clock(grad)))
         return grad, None, None, None
 
@@ -248,7 +242,7 @@ class _TimedStage(nn.Module):
         x = _Stamp.apply(x, self.log, "B1", 2 * self.op_time_s)  # reaching the input: B ends
         out = self.inner(x)
         out = _Stamp.apply(out, self.log, "B0", 0.0)  # grad arriving at the output: B starts
-        _hold_until(t0 + self.op_time_s)
+        hold_until(t0 + self.op_time_s)
         self.log.append(("F1", clock(out)))
         return out
 
@@ -286,9 +280,9 @@ def torch_pipeline_worker(pp_rank: int, pp_size: int, schedule: str = "gpipe", m
     classes = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
     if schedule not in classes:
         raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {schedule!r}")
-    _check_int("m", m)
-    _check_int("steps", steps)
-    _check_time("op_time_s", op_time_s)
+    check_int("m", m)
+    check_int("steps", steps)
+    check_real("op_time_s", op_time_s, 0, strict=False, maximum=MAX_OP_TIME_S)
     dev = backend.device()
     model = make_model(seed, width, depth).to(dev)
     timed = _TimedStage(split_stages(model, pp_size)[pp_rank], op_time_s)
@@ -316,7 +310,7 @@ def torch_pipeline_worker(pp_rank: int, pp_size: int, schedule: str = "gpipe", m
             pipe.step()
         loss = torch.stack(losses).mean().item() if last else None
         all_records.append(_log_to_records(timed.log))
-    return {"loss": loss, "grads": [_plain(q.grad) for q in timed.inner.parameters()],
+    return {"loss": loss, "grads": [to_numpy(q.grad) for q in timed.inner.parameters()],
             "records": all_records}
 
 
@@ -371,17 +365,14 @@ def measure_bubble(p: int, ms: Sequence[int], *, schedule: str = "gpipe", impl: 
     """
     from course_utils import launch
 
-    _check_int("p", p)
-    _check_int("steps", steps)
-    _check_time("op_time_s", op_time_s)
+    check_int("p", p)
+    check_int("steps", steps)
+    check_real("op_time_s", op_time_s, 0, strict=False, maximum=MAX_OP_TIME_S)
     if impl not in ("scratch", "torch"):
         raise ValueError(f"impl must be 'scratch' or 'torch', got {impl!r}")
     if schedule not in ("gpipe", "1f1b"):
         raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {schedule!r}")
-    if isinstance(ms, (str, bytes)) or not ms:
-        raise ValueError(f"ms must be a non-empty sequence of positive ints, got {ms!r}")
-    for m in ms:
-        _check_int("m", m)
+    check_ints("ms", ms)
     depth = depth or 2 * p
     worker = pipeline_worker if impl == "scratch" else torch_pipeline_worker
     jobs = [(worker, dict(schedule=schedule, m=m, seed=0, microbatch=microbatch, width=width,
@@ -403,13 +394,11 @@ def measure_bubble(p: int, ms: Sequence[int], *, schedule: str = "gpipe", impl: 
 
 def matmul_throughput(sizes: Sequence[int], width: int = 512, min_time_s: float = 0.05,
                       threads: int = 1) -> list[float]:
-    """GFLOP/s of (size, width) @ (width, width) for each microbatch size, on ``threads`` threads."""
-    _check_int("width", width)
-    _check_int("threads", threads)
-    if isinstance(sizes, (str, bytes)) or not sizes:
-        raise ValueError(f"sizes must be a non-empty sequence of positive ints, got {sizes!r}")
-    for s in sizes:
-        _check_int("sizes[i]", s)
+    """GFLOP/s of (size, width) @ (width, width) for each microbatch size, on ``threads``
+    threads."""
+    check_int("width", width)
+    check_int("threads", threads)
+    check_ints("sizes", sizes)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -446,8 +435,8 @@ def _student_worker(pp_rank: int, pp_size: int, fn: Callable[..., Any], seed: in
     x_mbs, y_mbs = list(x.split(list(sizes))), list(y.split(list(sizes)))  # (n_i, width) each
     loss = fn(stage, pp_rank, pp_size, x_mbs, y_mbs)
     if isinstance(loss, torch.Tensor):
-        loss = _plain(loss)
-    return {"loss": loss, "grads": [None if q.grad is None else _plain(q.grad)
+        loss = to_numpy(loss)
+    return {"loss": loss, "grads": [None if q.grad is None else to_numpy(q.grad)
                                     for q in stage.parameters()]}
 
 
@@ -460,11 +449,8 @@ def run_student_pipeline(fn: Callable[..., Any], pp_size: int, seed: int, sizes:
     """
     from course_utils import launch
 
-    _check_int("pp_size", pp_size)
-    if isinstance(sizes, (str, bytes)) or not sizes:
-        raise ValueError(f"sizes must be a non-empty sequence of positive ints, got {sizes!r}")
-    for n in sizes:
-        _check_int("sizes[i]", n)
+    check_int("pp_size", pp_size)
+    check_ints("sizes", sizes)
     return launch.run(_student_worker, pp_size, fn, seed, list(sizes), width, depth,
                       timeout_s=timeout_s, show_output=False)
 
@@ -486,7 +472,7 @@ def microbatch_reference(seed: int, sizes: Sequence[int], width: int = 8, depth:
         weight = len(x_mb) / len(x) if weighting == "examples" else 1 / len(sizes)
         total = total + nn.functional.mse_loss(model(x_mb), y_mb) * weight
     total.backward()
-    return total.item(), [[_plain(q.grad) for q in st.parameters()]
+    return total.item(), [[to_numpy(q.grad) for q in st.parameters()]
                           for st in split_stages(model, p)]
 
 

@@ -26,7 +26,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from course_utils.pipeline.zero_bubble import SPLIT_SCHEDULES, V_SCHEDULES, overlapped_pairs, split_order
+from course_utils.pipeline.zero_bubble import (SPLIT_SCHEDULES, V_SCHEDULES, overlapped_pairs,
+                                               split_order)
+from course_utils.runtime.validate import check_int, check_real, one_of
 
 __all__ = ["bubble_fraction", "bubble_ratio", "ratio_to_fraction", "fraction_to_ratio",
            "interleaved_bubble_fraction", "min_microbatches", "effective_batch", "SCHEDULES",
@@ -36,68 +38,48 @@ __all__ = ["bubble_fraction", "bubble_ratio", "ratio_to_fraction", "fraction_to_
 SCHEDULES = ("gpipe", "1f1b", "interleaved") + SPLIT_SCHEDULES
 
 
-# ----------------------------------------------------------------------------------- checks
-
-
-def _check_pos_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer (>= 1), got {value!r}")
-    return value
-
-
-def _check_pos_number(name: str, value: Any, allow_zero: bool = False) -> float:
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-          and (value >= 0 if allow_zero else value > 0))
-    if not ok:
-        what = "a finite number >= 0" if allow_zero else "a finite number > 0"
-        raise ValueError(f"{name} must be {what}, got {value!r}")
-    return float(value)
-
-
 # ----------------------------------------------------------------------------------- formulas
 
 
 def bubble_fraction(p: int, m: int) -> float:
     """Idle fraction (P-1)/(m+P-1) of a balanced pipeline with p stages and m microbatches."""
-    _check_pos_int("p", p)
-    _check_pos_int("m", m)
+    check_int("p", p)
+    check_int("m", m)
     return (p - 1) / (m + p - 1)
 
 
 def bubble_ratio(p: int, m: int) -> float:
     """Bubble time over useful compute time, (P-1)/m (the form GPipe and Megatron papers quote)."""
-    _check_pos_int("p", p)
-    _check_pos_int("m", m)
+    check_int("p", p)
+    check_int("m", m)
     return (p - 1) / m
 
 
 def ratio_to_fraction(ratio: float) -> float:
     """Convert bubble/compute ratio r to the idle fraction of total time: r / (1 + r)."""
-    _check_pos_number("ratio", ratio, allow_zero=True)
+    check_real("ratio", ratio, 0, strict=False)
     return ratio / (1.0 + ratio)
 
 
 def fraction_to_ratio(fraction: float) -> float:
     """Convert an idle fraction f (0 <= f < 1) of total time to the bubble/compute ratio f/(1-f)."""
-    _check_pos_number("fraction", fraction, allow_zero=True)
-    if fraction >= 1:
-        raise ValueError(f"fraction must be in [0, 1), got {fraction!r}")
+    check_real("fraction", fraction, 0, strict=False, maximum=1)
     return fraction / (1.0 - fraction)
 
 
 def interleaved_bubble_fraction(p: int, m: int, v: int) -> float:
-    """Idle fraction (P-1)/(v*m+P-1) of interleaved 1F1B with v model chunks per rank (Megatron-LM)."""
-    _check_pos_int("p", p)
-    _check_pos_int("m", m)
-    _check_pos_int("v", v)
+    """Idle fraction (P-1)/(v*m+P-1) of interleaved 1F1B with v model chunks per rank
+    (Megatron-LM)."""
+    check_int("p", p)
+    check_int("m", m)
+    check_int("v", v)
     return (p - 1) / (v * m + p - 1)
 
 
 def min_microbatches(p: int, target: float) -> int:
     """Smallest m with bubble_fraction(p, m) <= target (0 < target < 1)."""
-    _check_pos_int("p", p)
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
-        raise ValueError(f"target must be a fraction strictly between 0 and 1, got {target!r}")
+    check_int("p", p)
+    check_real("target", target, 0, maximum=1)
     # (p-1)/(m+p-1) <= t  <=>  m >= (p-1)(1-t)/t ; then step past floating-point rounding
     m = max(1, math.ceil((p - 1) * (1 - target) / target - 1e-9))
     while m > 1 and bubble_fraction(p, m - 1) <= target:
@@ -108,10 +90,11 @@ def min_microbatches(p: int, target: float) -> int:
 
 
 def effective_batch(microbatch_size: int, accumulation_steps: int, dp: int) -> int:
-    """Examples per optimizer step: microbatch_size x accumulation_steps x dp (TP and PP do not count)."""
-    _check_pos_int("microbatch_size", microbatch_size)
-    _check_pos_int("accumulation_steps", accumulation_steps)
-    _check_pos_int("dp", dp)
+    """Examples per optimizer step: microbatch_size x accumulation_steps x dp (TP and PP do not
+    count)."""
+    check_int("microbatch_size", microbatch_size)
+    check_int("accumulation_steps", accumulation_steps)
+    check_int("dp", dp)
     return microbatch_size * accumulation_steps * dp
 
 
@@ -120,13 +103,12 @@ def effective_batch(microbatch_size: int, accumulation_steps: int, dp: int) -> i
 
 def _check_schedule(schedule: Any, p: int, m: int, v: Any) -> int:
     """Check the arguments; return v (None: 2 for the V schedules, else 1)."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
-    _check_pos_int("p", p)
-    _check_pos_int("m", m)
+    one_of("schedule", schedule, SCHEDULES)
+    check_int("p", p)
+    check_int("m", m)
     if v is None:
         v = 2 if schedule in V_SCHEDULES else 1
-    _check_pos_int("v", v)
+    check_int("v", v)
     if schedule in V_SCHEDULES and v != 2:
         raise ValueError(f"v (chunks per rank) must be 2 for schedule {schedule!r} (rank r holds "
                          f"stages r and 2p - 1 - r), got {v}")
@@ -348,23 +330,20 @@ def simulate(schedule: str, p: int, m: int, *, v: int | None = None,
     """
     v = _check_schedule(schedule, p, m, v)
     if stage_times is None:
-        stage_times = [_check_pos_number("forward_time", forward_time)] * p
+        stage_times = [check_real("forward_time", forward_time)] * p
     else:
         if isinstance(stage_times, (str, bytes)) or len(stage_times) != p:
             raise ValueError(f"stage_times must be a sequence of p={p} positive numbers, "
                              f"got {stage_times!r}")
-        stage_times = [_check_pos_number(f"stage_times[{i}]", t) for i, t in enumerate(stage_times)]
-    _check_pos_number("backward_ratio", backward_ratio)
-    if (isinstance(weight_share, bool) or not isinstance(weight_share, (int, float))
-            or not 0 < weight_share < 1):
-        raise ValueError(f"weight_share (W's part of the backward) must be strictly between 0 "
-                         f"and 1, got {weight_share!r}")
-    _check_pos_number("comm_time", comm_time, allow_zero=True)
+        stage_times = [check_real(f"stage_times[{i}]", t) for i, t in enumerate(stage_times)]
+    check_real("backward_ratio", backward_ratio)
+    check_real("weight_share", weight_share, 0, maximum=1)  # W's part of the backward
+    check_real("comm_time", comm_time, 0, strict=False)
     if pair_time is not None:
         if schedule != "dualpipev":
             raise ValueError(f"pair_time is for schedule 'dualpipev' (its overlapped pairs), "
                              f"got schedule {schedule!r}")
-        _check_pos_number("pair_time", pair_time)
+        check_real("pair_time", pair_time)
     scale = {"F": 1.0, "B": backward_ratio, "I": backward_ratio * (1 - weight_share),
              "W": backward_ratio * weight_share}
 
@@ -436,7 +415,7 @@ def format_timeline(timeline: Timeline, unit: float | None = None) -> str:
     """
     if not isinstance(timeline, Timeline):
         raise ValueError(f"timeline must be a Timeline, got {type(timeline).__name__}")
-    unit = min(o.duration for o in timeline.ops) if unit is None else _check_pos_number("unit", unit)
+    unit = min(o.duration for o in timeline.ops) if unit is None else check_real("unit", unit)
     width = max(len(op_label(o, timeline.v)) for o in timeline.ops) + 1
     slots = round(timeline.makespan / unit)
     t0 = timeline.start
@@ -453,5 +432,6 @@ def format_timeline(timeline: Timeline, unit: float | None = None) -> str:
 
 
 def op_label(op: Op, v: int) -> str:
-    """``F3`` / ``B3`` / ``I3`` / ``W3`` (``F3a`` / ``F3b`` with v chunks): how charts name an op."""
+    """``F3`` / ``B3`` / ``I3`` / ``W3`` (``F3a`` / ``F3b`` with v chunks): how charts name an
+    op."""
     return f"{op.kind}{op.microbatch}" + ("abcdefghijklmnopqrstuvwxyz"[op.chunk] if v > 1 else "")

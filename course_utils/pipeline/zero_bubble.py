@@ -1,4 +1,4 @@
-"""Zero-bubble pipeline schedules: the backward pass split in two, the op orders, the papers' formulas.
+"""Zero-bubble pipeline schedules: the backward split in two, the op orders, the papers' formulas.
 
 A stage's backward pass does two jobs. The gradient with respect to the stage's *input* (op
 ``I``) is what the previous stage waits for; the gradient with respect to the stage's *weights*
@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from course_utils.runtime.validate import check_int, check_real, one_of
+from course_utils.runtime.validate import check_index, check_int, check_real, one_of
 
 __all__ = ["SPLIT_SCHEDULES", "V_SCHEDULES", "split_order", "overlapped_pairs", "paper_bubble",
            "min_microbatches", "paper_bubble_fraction", "paper_peak_activations", "held_for_w"]
@@ -44,13 +44,10 @@ Order = list[tuple[str, int, int]]
 
 
 def _check(schedule: Any, p: Any, m: Any, rank: Any) -> None:
-    if schedule not in SPLIT_SCHEDULES:
-        raise ValueError(f"schedule must be one of {list(SPLIT_SCHEDULES)}, got {schedule!r}")
+    one_of("schedule", schedule, SPLIT_SCHEDULES)
     check_int("p", p)
     check_int("m", m)
-    check_int("rank", rank, minimum=0)
-    if rank >= p:
-        raise ValueError(f"rank must be from 0 to p - 1 = {p - 1}, got {rank}")
+    check_index("rank", rank, p)
     if schedule == "dualpipev" and m < 2 * p:
         raise ValueError(f"m must be at least 2p = {2 * p} (one microbatch per stage) for "
                          f"dualpipev, as torch's ScheduleDualPipeV requires; got m={m}")
@@ -262,9 +259,7 @@ def paper_peak_activations(schedule: str, p: int) -> float:
     """
     check_int("p", p)
     peaks = {"1f1b": p, "zb-h1": p, "zbv": p, "dualpipev": (2 * p + 1) / 2}
-    if schedule not in peaks:
-        raise ValueError(f"schedule must be one of {list(peaks)}, got {schedule!r}")
-    return float(peaks[schedule])
+    return float(one_of("schedule", schedule, peaks))
 
 
 def held_for_w(block: Any, x: Any) -> dict[str, int]:

@@ -4,8 +4,9 @@ Two implementations, checked against one process (loss and every gradient) and t
 (:mod:`course_utils.pipeline.schedule`):
 
 * :func:`split_pipeline_worker`: the course's own, from ``dist.recv`` / ``dist.isend``, on a
-  :class:`course_utils.pipeline.backward_split.SplitStage` (forward, I and W by hand). ``"zb-h1"`` runs
-  I and W apart in ZB-H1's order; ``"1f1b"`` runs each backward as I then W at once (1F1B).
+  :class:`course_utils.pipeline.backward_split.SplitStage` (forward, I and W by hand).
+  ``"zb-h1"`` runs I and W apart in ZB-H1's order; ``"1f1b"`` runs each backward as I then W
+  at once (1F1B).
 * :func:`torch_split_worker`: ``torch.distributed.pipelining``'s ``ScheduleZBVZeroBubble`` and
   ``ScheduleDualPipeV``, two stages per rank in a V (rank r holds stages r and 2P - 1 - r),
   each ``PipelineStage`` timestamping its F, I, W and B and counting the bytes autograd saves
@@ -38,11 +39,11 @@ from torch import nn
 from course_utils.runtime import backend
 from course_utils.pipeline.backward_split import SplitStage
 from course_utils.runtime.clock import clock
-from course_utils.pipeline.runtime import (_check_time, _hold_until, _plain, jobs_worker,
-                                            make_batch, make_model, records_to_timeline,
-                                            split_stages)
+from course_utils.pipeline.runtime import (MAX_OP_TIME_S, hold_until, jobs_worker, make_batch,
+                                           make_model, records_to_timeline, split_stages,
+                                           to_numpy)
 from course_utils.pipeline.schedule import Timeline, schedule_order
-from course_utils.runtime.validate import check_int
+from course_utils.runtime.validate import check_int, check_real
 
 __all__ = ["split_pipeline_worker", "torch_split_worker", "measure_schedules",
            "post_validation_worker", "post_validation_reference", "SCRATCH", "TORCH"]
@@ -91,7 +92,7 @@ def _split_step(stage: SplitStage, pp_rank: int, pp_size: int, order: Sequence[t
         else:
             t0 = clock()
             stage.backward_weight(i)
-        _hold_until(t0 + (2 if kind == "B" else 1) * op_time_s)
+        hold_until(t0 + (2 if kind == "B" else 1) * op_time_s)
         records.append((kind, i, 0, t0, clock()))
         if send is not None:
             pending.append(dist.isend(*send))
@@ -115,7 +116,7 @@ def split_pipeline_worker(pp_rank: int, pp_size: int, schedule: str = "zb-h1", m
         raise ValueError(f"schedule must be one of {list(SCRATCH)}, got {schedule!r}")
     for name, value in (("m", m), ("microbatch", microbatch), ("steps", steps)):
         check_int(name, value)
-    _check_time("op_time_s", op_time_s)
+    check_real("op_time_s", op_time_s, 0, strict=False, maximum=MAX_OP_TIME_S)
     model = make_model(seed, width, depth).to(backend.device())
     stage_module = split_stages(model, pp_size)[pp_rank]
     x, y = backend.to_device(make_batch(seed, m * microbatch, width))
@@ -132,7 +133,7 @@ def split_pipeline_worker(pp_rank: int, pp_size: int, schedule: str = "zb-h1", m
                                            op_time_s)
         out["records"].append(records)
         out["peak_bytes"].append(stage.peak_bytes)
-    out["grads"] = [_plain(q.grad) for q in stage_module.parameters()]
+    out["grads"] = [to_numpy(q.grad) for q in stage_module.parameters()]
     return out
 
 
@@ -199,7 +200,7 @@ def _timed_stage_class() -> type:
         def _timed(self, kind: str, mb: int, fn: Callable[[], Any]) -> Any:
             t0 = clock()
             result = fn()
-            _hold_until(t0 + (2 if kind == "B" else 1) * self.hold_s)
+            hold_until(t0 + (2 if kind == "B" else 1) * self.hold_s)
             self.log.append((kind, mb, self.chunk, t0, clock()))
             return result
 
@@ -238,7 +239,7 @@ def torch_split_worker(pp_rank: int, pp_size: int, schedule: str = "zbv", m: int
         raise ValueError(f"schedule must be one of {list(TORCH)}, got {schedule!r}")
     for name, value in (("m", m), ("microbatch", microbatch), ("steps", steps)):
         check_int(name, value)
-    _check_time("op_time_s", op_time_s)
+    check_real("op_time_s", op_time_s, 0, strict=False, maximum=MAX_OP_TIME_S)
     dev = backend.device()
     n_stages = 2 * pp_size
     modules = split_stages(make_model(seed, width, depth).to(dev), n_stages)
@@ -274,7 +275,7 @@ def torch_split_worker(pp_rank: int, pp_size: int, schedule: str = "zbv", m: int
         out["loss"] = torch.stack(losses).mean().item() if pp_rank == 0 else None
         out["records"].append(list(log))
         out["peak_bytes"].append(saved.peak)
-    out["grads"] = {s: [_plain(q.grad) for q in modules[s].parameters()] for s in mine}
+    out["grads"] = {s: [to_numpy(q.grad) for q in modules[s].parameters()] for s in mine}
     return out
 
 
@@ -305,7 +306,7 @@ def measure_schedules(p: int, m: int, schedules: Sequence[str] = SCRATCH + TORCH
     check_int("p", p)
     check_int("m", m)
     check_int("steps", steps)
-    _check_time("op_time_s", op_time_s)
+    check_real("op_time_s", op_time_s, 0, strict=False, maximum=MAX_OP_TIME_S)
     jobs = []
     for schedule in schedules:
         fn, v = _worker_for(schedule)
@@ -362,7 +363,7 @@ def post_validation_worker(pp_rank: int, pp_size: int, seed: int = 0, max_norm: 
     total = torch.tensor([local], dtype=torch.float64)
     dist.all_reduce(total)  # the global check, in order: everyone waits for everyone
     coef = _clip_coef(total.item(), max_norm)
-    sync = [_plain(q.detach() - lr * coef * g) for q, g in zip(params, grads)]
+    sync = [to_numpy(q.detach() - lr * coef * g) for q, g in zip(params, grads)]
 
     partial = torch.tensor([local], dtype=torch.float64)
     if pp_rank > 0:  # what the stages before this one summed
@@ -383,7 +384,7 @@ def post_validation_worker(pp_rank: int, pp_size: int, seed: int = 0, max_norm: 
     rolled_back = right != used
     if rolled_back:  # validation failed: back to the kept weights, step again
         new = [q - lr * right * g for q, g in zip(old, grads)]
-    return {"sync": sync, "validated": [_plain(t) for t in new], "rolled_back": rolled_back,
+    return {"sync": sync, "validated": [to_numpy(t) for t in new], "rolled_back": rolled_back,
             "partial_norm": partial.item() ** 0.5, "norm": whole.item() ** 0.5}
 
 
@@ -400,7 +401,7 @@ def post_validation_reference(seed: int = 0, max_norm: float = 1.0, lr: float = 
     with torch.no_grad():
         for q in model.parameters():
             q -= lr * q.grad
-    return [[_plain(q) for q in st.parameters()] for st in split_stages(model, p)]
+    return [[to_numpy(q) for q in st.parameters()] for st in split_stages(model, p)]
 
 
 def _demo(pp_rank: int, pp_size: int) -> str:

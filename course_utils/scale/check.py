@@ -68,12 +68,13 @@ def tp_plan_worker(rank: int, world_size: int, tp_plan: str, seed: int = 0,
 
     from torch.distributed.device_mesh import init_device_mesh
 
-    from course_utils.runtime import backend
     from course_utils.models import llama_shapes
+    from course_utils.models.toy import seeded
+    from course_utils.runtime import backend
 
-    torch.manual_seed(seed)
     on = backend.device()
-    reference = llama_shapes.build(model, device=on)
+    with seeded(seed):
+        reference = llama_shapes.build(model, device=on)
     module = copy.deepcopy(reference)
     llama_shapes.apply_tp(module, init_device_mesh(on.type, (world_size,)), tp_plan)
     vocab = llama_shapes.shape(model).vocab

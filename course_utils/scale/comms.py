@@ -4,8 +4,10 @@
 weights fake tensors (``FakeTensorMode``: shapes and dtypes, no data, no compute) and runs one
 forward and backward of a microbatch under two dispatch modes: PyTorch's ``CommDebugMode``
 (collectives by kind) and :class:`CollectiveLog`, which records every collective's mesh axis
-and buffer. Each rank sends, under ring algorithms, ``(g-1)/g`` of an all-gather's output or a
-reduce-scatter's input and ``2(g-1)/g`` of an all-reduce's buffer, over a group of ``g`` ranks.
+and buffer (a view of the course's recorder, :mod:`course_utils.collectives.recorder`). Each
+rank sends, under ring algorithms, ``(g-1)/g`` of an all-gather's output or a reduce-scatter's
+input and ``2(g-1)/g`` of an all-reduce's buffer, over a group of ``g`` ranks
+(:func:`sent_bytes`, from :mod:`course_utils.collectives.cost`).
 
 The layers of a stage are identical, so the trace runs the stage with one and with two layers
 and extends the difference to all of them (:func:`trace_step` says so in ``"layers_traced"``;
@@ -20,18 +22,19 @@ way between neighbouring stages.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections import defaultdict
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from course_utils.collectives import cost, recorder
 from course_utils.runtime import backend
 from course_utils.models import llama_shapes
 from course_utils.scale import memory as scale_memory
-from course_utils.zero import stages as zero
+from course_utils.zero import sizes as zero
 from course_utils.runtime.validate import check_int
 
 __all__ = ["KINDS", "CollectiveLog", "one_step", "accumulate", "summarize", "axis_names",
@@ -44,46 +47,33 @@ KINDS = {"_allgather_base_": "all_gather", "all_gather_into_tensor": "all_gather
 
 def sent_bytes(kind: str, buffer_bytes: float, group: int) -> float:
     """Bytes one rank sends for a ring collective over ``group`` ranks; ``buffer_bytes`` is the
-    all-reduce's buffer, the all-gather's output or the reduce-scatter's input."""
-    return (2 if kind == "all_reduce" else 1) * (group - 1) / group * buffer_bytes
+    all-reduce's buffer, the all-gather's output or the reduce-scatter's input
+    (:func:`course_utils.collectives.cost.ring_bytes`)."""
+    return cost.ring_bytes(kind, buffer_bytes, group)
 
 
-class CollectiveLog(TorchDispatchMode):
-    """Records ``(kind, group name, group size, buffer bytes)`` for each collective dispatched."""
+class CollectiveLog:
+    """Records ``(kind, group name, group size, buffer bytes)`` for each collective dispatched
+    (of :data:`KINDS`) while it is entered, as a ``with`` block; it may be entered again, the
+    calls add up. A view of :func:`course_utils.collectives.recorder.listen`."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.calls: list[tuple[str, str, int, int]] = []
+        self._open: list[contextlib.ExitStack] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kind = KINDS.get(func._overloadpacket.__name__) if "c10d" in func.namespace else None
+    def __enter__(self) -> CollectiveLog:
+        stack = contextlib.ExitStack()
+        stack.enter_context(recorder.listen(self._seen))
+        self._open.append(stack)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._open.pop().close()
+
+    def _seen(self, call: recorder.Call) -> None:
+        kind = KINDS.get(call.dispatched.rpartition(".")[2])
         if kind is not None:
-            self.calls.append((kind, *_group(args), _buffer(kind, func, args)))
-        return func(*args, **(kwargs or {}))
-
-
-def _group(args: tuple) -> tuple[str, int]:
-    import torch.distributed as dist
-
-    for a in args:
-        if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a._type()):
-            pg = dist.ProcessGroup.unbox(a)
-            return pg.group_name, pg.size()
-    name = next(a for a in args[1:] if isinstance(a, str) and a not in ("sum", "avg"))
-    return name, dist.distributed_c10d._resolve_process_group(name).size()
-
-
-def _buffer(kind: str, func, args: tuple) -> int:
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    if isinstance(args[0], (list, tuple)):           # c10d.allreduce_(tensors, ...)
-        tensors = list(args[0])
-    if func._overloadpacket.__name__.endswith("base_"):  # (output, input, group, ...)
-        t = tensors[0] if kind == "all_gather" else tensors[1]
-    elif kind == "all_gather":                       # functional: input is one shard
-        return tensors[0].numel() * tensors[0].element_size() * _group(args)[1]
-    else:
-        t = tensors[0]
-    return t.numel() * t.element_size()
+            self.calls.append((kind, call.group_name, call.group_size, call.buffer_bytes))
 
 
 def accumulate(module: torch.nn.Module, microbatch: int, microbatches: int) -> None:

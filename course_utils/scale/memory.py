@@ -2,8 +2,8 @@
 
 One CPU process plays one rank of a job of any size: :func:`backend.fake_job` joins
 PyTorch's fake process group (collectives move nothing), ``init_device_mesh`` builds the
-PP x DP x TP mesh, :func:`course_utils.models.llama_shapes.build` makes that rank's pipeline stage on
-the meta device (shapes, no storage), ``parallelize_module`` applies tensor parallelism and
+PP x DP x TP mesh, :func:`course_utils.models.llama_shapes.build` makes that rank's pipeline
+stage on the meta device (shapes, no storage), ``parallelize_module`` applies tensor parallelism and
 ``fully_shard`` (FSDP2, ZeRO-3) shards over DP. :func:`rank_state` then reads:
 
 * **weights**: the storage behind each parameter's local shard (FSDP2 pads dim 0 up to a
@@ -27,11 +27,10 @@ from typing import Any
 
 import torch
 
-from course_utils.runtime import backend
 from course_utils.models import llama_shapes
-from course_utils.memory import sizing as memory
-from course_utils.zero import stages as zero
-from course_utils.runtime.validate import check_int, one_of
+from course_utils.runtime import backend
+from course_utils.runtime.validate import check_index, check_int, one_of
+from course_utils.zero import sizes as zero_sizes
 
 __all__ = ["STRATEGIES", "MESH_AXES", "mesh_coords", "shard_stage", "rank_state", "state_bytes",
            "course_zero", "course_formula", "stage_kinds", "representative_ranks", "job_table"]
@@ -44,8 +43,7 @@ def mesh_coords(rank: int, tp: int, pp: int, dp: int) -> dict[str, int]:
     """``{"pp", "dp", "tp"}`` coordinates of ``rank`` on the PP x DP x TP mesh."""
     for name, value in (("tp", tp), ("pp", pp), ("dp", dp)):
         check_int(name, value, 1)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp * pp * dp:
-        raise ValueError(f"rank must be an int from 0 to {tp * pp * dp - 1}; got {rank!r}")
+    check_index("rank", rank, tp * pp * dp)
     return {"pp": rank // (dp * tp), "dp": rank // tp % dp, "tp": rank % tp}
 
 
@@ -69,8 +67,7 @@ def shard_stage(model: str, tp: int, pp: int, dp: int, strategy: str = "fsdp2",
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
+    one_of("strategy", strategy, STRATEGIES)
     one_of("tp_plan", tp_plan, llama_shapes.TP_PLANS)    # (checked whatever tp is)
     reduce = one_of("reduce_dtype", reduce_dtype, {"bf16": torch.bfloat16,
                                                      "fp32": torch.float32})
@@ -169,12 +166,13 @@ def state_bytes(module: torch.nn.Module, layers: int | None = None) -> dict[str,
 
 
 def course_zero(model: str, dp: int, stage: int) -> dict[str, int]:
-    """The course's own ZeRO (``zero.padded_state_bytes``, module 3): flat shards padded per
-    parameter tensor, 2 + 2 + 12 bytes per parameter, for ``model`` on ``dp`` ranks."""
+    """The course's own ZeRO (:func:`course_utils.zero.sizes.padded_state_bytes`, module 3):
+    flat shards padded per parameter tensor, 2 + 2 + 12 bytes per parameter, for ``model`` on
+    ``dp`` ranks."""
     s = llama_shapes.shape(model)
     units = [s.vocab * s.hidden] * 2 + [s.hidden]
     units += list(llama_shapes.layer_params(s).values()) * s.layers
-    return zero.padded_state_bytes(units, dp, stage)
+    return zero_sizes.padded_state_bytes(units, dp, stage)
 
 
 def course_formula(model: str, tp: int = 1, pp: int = 1, dp: int = 1,

@@ -18,6 +18,7 @@ the tensor-parallel regions.
 Each worker is checked against one device (:func:`moe_reference`, :func:`attention_reference`)
 and can run over the whole world or over one axis of a :class:`course_utils.mesh.grid.Mesh`, which
 is how these axes reuse the device groups of another axis (for example EP over the DP groups).
+Serves lecture 6.
 
 Run under torchrun::
 
@@ -32,8 +33,9 @@ from typing import Sequence
 
 import torch
 
-from course_utils.runtime import backend
+from course_utils.collectives.cost import ring_bytes
 from course_utils.mesh.grid import Mesh, axis_group
+from course_utils.runtime import backend
 from course_utils.runtime.validate import check_int as _check_int
 
 __all__ = ["make_moe", "moe_tokens", "route", "moe_reference", "moe_expert_parallel",
@@ -45,8 +47,10 @@ DIM, HIDDEN = 8, 16  # token width and expert hidden width
 # ------------------------------------------------------------------------------------- MoE
 
 
-def make_moe(seed: int, n_experts: int, dim: int = DIM, hidden: int = HIDDEN) -> dict[str, torch.Tensor]:
-    """Router ``[dim, E]`` and E two-layer experts: ``w1 [E, dim, hidden]``, ``w2 [E, hidden, dim]``."""
+def make_moe(seed: int, n_experts: int, dim: int = DIM,
+             hidden: int = HIDDEN) -> dict[str, torch.Tensor]:
+    """Router ``[dim, E]`` and E two-layer experts: ``w1 [E, dim, hidden]``,
+    ``w2 [E, hidden, dim]``."""
     _check_int("n_experts", n_experts)
     g = torch.Generator().manual_seed(seed)
     return {"router": torch.randn(dim, n_experts, generator=g),
@@ -55,7 +59,8 @@ def make_moe(seed: int, n_experts: int, dim: int = DIM, hidden: int = HIDDEN) ->
 
 
 def moe_tokens(seed: int, n_tokens: int, dim: int = DIM) -> torch.Tensor:
-    """The global batch of tokens ``[n_tokens, dim]`` for ``seed``; rank r holds a contiguous slice."""
+    """The global batch of tokens ``[n_tokens, dim]`` for ``seed``; rank r holds a contiguous
+    slice."""
     _check_int("n_tokens", n_tokens)
     g = torch.Generator().manual_seed(10_000 + seed)
     return torch.randn(n_tokens, dim, generator=g)
@@ -73,7 +78,8 @@ def _expert(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor
 
 
 def moe_reference(x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Single-device MoE layer: ``gate * expert_e(x)`` for each token's chosen expert, ``[T, dim]``."""
+    """Single-device MoE layer: ``gate * expert_e(x)`` for each token's chosen expert,
+    ``[T, dim]``."""
     expert, gate = route(x, params["router"])
     out = torch.zeros_like(x)  # [T, dim]
     for e in range(params["w1"].shape[0]):
@@ -89,7 +95,8 @@ def _group_of(rank: int, world_size: int, mesh_sizes: Sequence[int] | None,
         return None, list(range(world_size)), rank
     mesh = Mesh(tuple(mesh_sizes), tuple(mesh_names))
     if mesh.world_size != world_size:
-        raise ValueError(f"mesh_sizes must multiply to world_size {world_size}; got {list(mesh_sizes)}")
+        raise ValueError(f"mesh_sizes must multiply to world_size {world_size}; "
+                         f"got {list(mesh_sizes)}")
     group, ranks = axis_group(mesh, rank, axis)
     return group, ranks, ranks.index(rank)
 
@@ -152,7 +159,8 @@ def moe_expert_parallel(rank: int, world_size: int, seed: int, tokens_per_rank: 
 # --------------------------------------------------------------- sequence/context parallelism
 
 
-def attention_inputs(seed: int, seq: int, heads: int, head_dim: int = 4) -> tuple[torch.Tensor, ...]:
+def attention_inputs(seed: int, seq: int, heads: int,
+                     head_dim: int = 4) -> tuple[torch.Tensor, ...]:
     """``q, k, v`` of shape ``[seq, heads, head_dim]`` for ``seed``."""
     for name, value in (("seq", seq), ("heads", heads), ("head_dim", head_dim)):
         _check_int(name, value)
@@ -212,7 +220,8 @@ def ulysses_attention(rank: int, world_size: int, seed: int, seq: int, heads: in
     qh, kh, vh = (_seq_to_heads(t, sp, group) for t in local)  # 3 x [seq, heads/sp, d]
     out_heads = attention_reference(qh, kh, vh, causal)    # [seq, heads/sp, d]: whole sequence
     out = _heads_to_seq(out_heads, sp, group)              # [seq/sp, heads, d]
-    sent = 4 * local[0].numel() * (sp - 1) // sp           # each all-to-all keeps 1/sp at home
+    # four all-to-alls, each keeping 1/sp at home: the ring's share, in elements
+    sent = round(ring_bytes("all_to_all", 4 * local[0].numel(), sp))
     return {"out": backend.to_cpu(out).numpy().copy(), "local_shape": list(local[0].shape),
             "heads_shape": list(qh.shape), "sent_elements": sent, "sp_ranks": sp_ranks}
 
@@ -252,7 +261,8 @@ def check_ulysses(seed: int, world_size: int = 4, seq: int = 8, heads: int = 4,
     ref = attention_reference(*attention_inputs(seed, seq, heads), causal=causal)
     for rank, res in enumerate(results):
         sp, i = len(res["sp_ranks"]), res["sp_ranks"].index(rank)
-        torch.testing.assert_close(torch.as_tensor(res["out"]), ref[i * seq // sp:(i + 1) * seq // sp])
+        torch.testing.assert_close(torch.as_tensor(res["out"]),
+                                   ref[i * seq // sp:(i + 1) * seq // sp])
     return results
 
 
@@ -282,8 +292,9 @@ def draw_token_routing(runs: dict[str, list[dict]]):
                             color="white" if count > 0.6 * top else "black")
         load = [sum(res["received"]) for res in results]
         experts = [res["my_experts"] for res in results]
-        _ = ax.set_xticks(range(n), [f"rank {j}\n{_experts(e)}\n{load[j]} token{'' if load[j] == 1 else 's'}" for j, e in
-                                     enumerate(experts)])
+        _ = ax.set_xticks(range(n), [
+            f"rank {j}\n{_experts(e)}\n{load[j]} token{'' if load[j] == 1 else 's'}"
+            for j, e in enumerate(experts)])
         _ = ax.set_yticks(range(n), [f"rank {i}" for i in range(n)])
         ax.tick_params(length=0)
         for side in ax.spines.values():
@@ -365,7 +376,8 @@ __all__ += ["draw_token_routing", "draw_all_to_all"]
 
 def _demo(rank: int, world_size: int) -> str:
     res = moe_expert_parallel(rank, world_size, 0, 6, 2 * world_size)  # "out" on the CPU
-    ref = moe_reference(moe_tokens(0, 6 * world_size), make_moe(0, 2 * world_size))[rank * 6:(rank + 1) * 6]
+    ref = moe_reference(moe_tokens(0, 6 * world_size),
+                        make_moe(0, 2 * world_size))[rank * 6:(rank + 1) * 6]
     torch.testing.assert_close(torch.as_tensor(res["out"]), ref)
     return f"MoE all-to-all matches one device; sent {res['sent']}, received {res['received']}"
 

@@ -3,7 +3,8 @@
 Shards are drawn in the course's tensor-parallel colour (``style.AXIS_COLORS["tp"]``), one shade
 per rank (rank 0 darkest); grey marks a tensor every rank holds whole. Drawn to scale from the
 sizes given, so a shard's rectangle has its real proportions. Every figure is 9 inches wide
-(a notebook's width) with text of at least 10 pt, and passes ``style.problems``.
+(a notebook's width) with text of at least 10 pt, and passes ``style.problems``. Serves
+lecture 4.
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def draw_megatron_mlp(tp: int = 2, h: int = 16, ffn: int = 64) -> Figure:
 
 def draw_comm_vs_matmul(timings: list[dict]) -> Figure:
     """Measured median times per hidden size: one rank's forward MLP matmuls vs the all-reduce
-    of their result (rows of :func:`course_utils.tensor_parallel.layers.time_comm_vs_matmul`)."""
+    of their result (rows of :func:`course_utils.tensor_parallel.comm_timing.time_comm_vs_matmul`)."""
     keys = {"h", "ffn", "tokens", "tp", "matmul_s", "all_reduce_s"}
     if not timings or any(not isinstance(row, dict) or not keys <= set(row) for row in timings):
         raise ValueError("timings must be the non-empty rows of tensor_parallel."

@@ -21,7 +21,8 @@ output layer; picotron's ``VocabParallelEmbedding``; torchtitan's ``tok_embeddin
   library form.
 
 :func:`check_worker` compares both with one process (``nn.Embedding``, ``F.cross_entropy``) on
-real ranks. Run it under torchrun (each rank prints its largest difference)::
+real ranks. Serves lecture 10 (the 3D trainer's split vocabulary; tensor parallelism is lecture
+4's). Run it under torchrun (each rank prints its largest difference)::
 
     torchrun --standalone --nproc-per-node 2 -m course_utils.tensor_parallel.vocab
 """
@@ -36,9 +37,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils.runtime import backend
-from course_utils.tensor_parallel import layers as tp
-from course_utils.sequence_parallel.sequence import reduce_scatter_to_sp
-from course_utils.tensor_parallel.layers import reduce_from_tp, shard_range
+from course_utils.tensor_parallel.comms import all_gather_cat
+from course_utils.tensor_parallel.conjugates import reduce_from_tp, reduce_scatter_to_sp
+from course_utils.tensor_parallel.sharding import shard_range
 
 __all__ = ["VocabParallelEmbedding", "VocabParallelCrossEntropy", "vocab_parallel_cross_entropy",
            "check_worker"]
@@ -89,7 +90,7 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         col = local.clamp(0, z.shape[-1] - 1)
         picked = z.gather(1, col.unsqueeze(1)).squeeze(1) * mine               # (N,)
         stats = torch.stack([local_max, local_sum, picked])                  # (3, N)
-        every = tp._all_gather_cat(stats, tp_group, "forward", dim=0).view(-1, 3, z.shape[0])
+        every = all_gather_cat(stats, tp_group, "forward", dim=0).view(-1, 3, z.shape[0])
         row_max = every[:, 0].max(dim=0).values                              # (N,) over all V
         sum_exp = (every[:, 1] * (every[:, 0] - row_max).exp()).sum(0)       # (N,)
         ctx.save_for_backward((z - row_max.unsqueeze(-1)).exp() / sum_exp.unsqueeze(-1), col,

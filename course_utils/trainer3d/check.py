@@ -2,8 +2,8 @@
 
 :func:`reference_train` trains ``tiny_lm.build(cfg, seed)`` on one process with
 ``torch.optim.Adam`` (and ``torch.nn.utils.clip_grad_norm_``) on the same global batches as
-:func:`course_utils.trainer3d.train.run`; :func:`check_against_reference` compares each rank's losses,
-first-step gradients, gradient norms and final weights with the slices
+:func:`course_utils.trainer3d.train.run`; :func:`check_against_reference` compares each rank's
+losses, first-step gradients, gradient norms and final weights with the slices
 :func:`course_utils.trainer3d.stage_model.shard_state` cuts from it (within :data:`TOLERANCES`);
 :func:`predicted_state_bytes` is a rank's persistent memory from the sizes alone;
 :func:`flops_per_token` the model's FLOPs, from which :func:`throughput` gives tokens per second
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from course_utils.mesh.grid import Mesh
 from course_utils.trainer3d.stage_model import Stage, shard_state
 from course_utils.models.tiny_lm import MarkovCorpus, TinyLMConfig, build
-from course_utils.trainer3d.train import Plan, train_worker
+from course_utils.trainer3d.plan import Plan
 from course_utils.trainer3d.comms import predicted_tp
 from course_utils.zero.zero1 import FlatLayout
 
@@ -33,7 +33,7 @@ __all__ = ["reference_train", "order_drift", "noise_steps", "replica_losses", "T
            "BF16_TOLERANCES", "check_against_reference", "predicted_state_bytes", "groups_table",
            "memory_table", "bucket_bytes", "comms_table", "tp_partial_numel",
            "predicted_tp_calls", "PARTS", "breakdown", "flops_per_token", "matmul_weights",
-           "peak_flops", "peak_units", "throughput", "MESH_FOR_WORLD", "torchrun_worker"]
+           "peak_flops", "peak_units", "throughput", "MESH_FOR_WORLD"]
 
 
 @contextlib.contextmanager
@@ -380,20 +380,5 @@ def throughput(plan: Plan, results: Sequence[dict[str, Any]], peak: float,
 
 
 MESH_FOR_WORLD = {8: (2, 2, 2), 4: (1, 2, 2), 2: (1, 2, 1)}
-"""(dp, pp, tp) that :func:`torchrun_worker` uses for each job size."""
-
-
-def torchrun_worker(rank: int, world_size: int, steps: int = 5) -> float:
-    """Worker for torchrun: trains ``steps`` steps on the mesh :data:`MESH_FOR_WORLD` gives this
-    job size (8 ranks: DP 2 x PP 2 x TP 2) and returns this rank's largest weight difference
-    from its slice of the one-process run (which every rank computes itself)."""
-    if world_size not in MESH_FOR_WORLD:
-        raise ValueError(f"run with {sorted(MESH_FOR_WORLD)} ranks; got world_size={world_size}")
-    dp, pp, tp = MESH_FOR_WORLD[world_size]
-    plan = Plan(dp=dp, pp=pp, tp=tp, steps=steps)
-    got = train_worker(rank, world_size, plan)
-    _dp_rank, pp_rank, tp_rank = got["coords"]
-    want = shard_state(reference_train(plan)["weights"], plan.cfg, pp_rank, plan.pp, tp_rank,
-                       plan.tp, plan.vocab_parallel)
-    return max(float((torch.as_tensor(got["weights"][k]) - v).abs().max())
-               for k, v in want.items())
+"""(dp, pp, tp) that :func:`course_utils.trainer3d.train.torchrun_worker` uses for each job
+size."""

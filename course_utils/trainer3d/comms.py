@@ -8,7 +8,8 @@
   as picotron's ``bidirectional_pipeline_communicate`` does
   (``picotron/pipeline_parallel/pp_communications.py``); :func:`format_exchange` writes it out.
 * :func:`count_comms`: every call a rank makes while a block runs (point-to-point, and each
-  collective by group: "tp", "dp" or "other"), read by wrapping ``torch.distributed``.
+  collective by group: "tp", "dp" or "other"), read from the course's collective recorder
+  (:mod:`course_utils.collectives.recorder`).
 * :func:`predicted_tp` / :func:`predicted_calls`: the same counts from the plan alone.
 """
 
@@ -18,8 +19,8 @@ import contextlib
 from typing import Any, Iterator
 
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 
+from course_utils.collectives import recorder
 from course_utils.pipeline.schedule import schedule_order
 from course_utils.trainer3d.stage_model import stage_blocks
 
@@ -67,65 +68,47 @@ def format_exchange(pp_rank: int, pp_size: int, m: int) -> str:
     return " ".join(words)
 
 
-_COLLECTIVES = {"all_reduce": 2, "all_gather": 2, "all_gather_single": 2, "all_to_all_single": 4,
-                "reduce_scatter_single": 3, "broadcast": 2}   # name: position of ``group``
+_COUNTED = ("all_reduce", "all_gather", "all_gather_single", "all_to_all_single",
+            "reduce_scatter_single", "broadcast")
+"""The ``torch.distributed`` collectives :func:`count_comms` counts by group."""
 
 
 @contextlib.contextmanager
 def count_comms(groups: dict[str, Any]) -> Iterator[dict[str, int]]:
-    """Count this process's calls while the block runs: ``send`` and ``recv`` (any form:
-    ``send``/``recv``, ``isend``/``irecv``, ``batch_isend_irecv``: all of them go through
-    ``isend``/``irecv``), ``p2p_batches`` (calls of ``batch_isend_irecv``), and each
-    collective as ``"<name>_<group>"`` with the group named by
-    ``groups`` (``{"tp": tp_group, "dp": dp_group}``; others are "other")."""
+    """Count this process's calls while the block runs: ``send`` and ``recv`` (every message,
+    whichever function posted it: ``send``/``recv``, ``isend``/``irecv``,
+    ``batch_isend_irecv``), ``p2p_batches`` (calls of ``batch_isend_irecv``), and each call of
+    a collective of :data:`_COUNTED` as ``"<name>_<group>"`` with the group named by ``groups``
+    (``{"tp": tp_group, "dp": dp_group}``; others are "other"). A view of
+    :func:`course_utils.collectives.recorder.listen` (the calls it traces)."""
     counts: dict[str, int] = {"send": 0, "recv": 0, "p2p_batches": 0}
-    names = {id(grp): name for name, grp in groups.items()}
-    p2p = {"isend": (c10d.isend, "send"), "irecv": (c10d.irecv, "recv")}
-    real = {name: getattr(dist, name) for name in _COLLECTIVES}
+    names = {(grp if grp is not None else dist.group.WORLD).group_name: name
+             for name, grp in groups.items()}
 
-    def counted_p2p(fn, key):
-        def call(*args, **kwargs):
-            counts[key] += 1
-            return fn(*args, **kwargs)
-        return call
+    def per_message(call: recorder.Call) -> None:
+        if call.op in ("send", "recv"):
+            counts[call.op] += 1
 
-    def counted(name):
-        def call(*args, **kwargs):
-            at = _COLLECTIVES[name]
-            group = kwargs.get("group", args[at] if len(args) > at else None)
-            key = f"{name}_{names.get(id(group), 'other')}"
+    def per_function(call: recorder.Call) -> None:
+        if call.api == "batch_isend_irecv":
+            counts["p2p_batches"] += 1
+        elif call.api in _COUNTED:
+            key = f"{call.api}_{names.get(call.group_name, 'other')}"
             counts[key] = counts.get(key, 0) + 1
-            return real[name](*args, **kwargs)
-        return call
-    # P2POp checks that its op *is* c10d.isend / irecv, so both names are replaced together
-    for name, (fn, key) in p2p.items():
-        wrapped = counted_p2p(fn, key)
-        setattr(c10d, name, wrapped)
-        setattr(dist, name, wrapped)
-    for name in real:
-        setattr(dist, name, counted(name))
-    real_batch = dist.batch_isend_irecv
+    once = recorder.once_per_api_call(per_function)
 
-    def batch(ops):
-        counts["p2p_batches"] += 1
-        return real_batch(ops)
-    dist.batch_isend_irecv = batch
-    try:
+    def seen(call: recorder.Call) -> None:
+        per_message(call)
+        once(call)
+    with recorder.listen(seen):
         yield counts
-    finally:
-        for name, (fn, _) in p2p.items():
-            setattr(c10d, name, fn)
-            setattr(dist, name, fn)
-        for name, fn in real.items():
-            setattr(dist, name, fn)
-        dist.batch_isend_irecv = real_batch
 
 
 def predicted_tp(cfg, pp_rank: int, pp_size: int, tp: int, m: int, rows: int,
                  vocab_parallel: bool, sp: bool, elt: int = 4,
                  partial_numel: int = 0) -> dict[str, int]:
     """TP collectives one rank of stage ``pp_rank`` issues per step, by kind, and their bytes
-    (of each result, as :func:`course_utils.tensor_parallel.layers.record_comms` logs them).
+    (of each result, as :func:`course_utils.tensor_parallel.recording.record_comms` logs them).
 
     ``rows``: a microbatch's sequences; ``elt``: bytes per activation element. Per block and
     microbatch: without SP, one all-reduce forward and one backward for attention, the same for

@@ -1,7 +1,7 @@
 """One rank's piece of TinyLM in a 3-D job: its pipeline stage, with every block split by TP.
 
-A DP x PP x TP job cuts :class:`course_utils.models.tiny_lm.TinyLM` twice. Pipeline parallelism gives
-stage ``pp_rank`` the consecutive blocks of :func:`course_utils.pipeline.runtime.stage_bounds`
+A DP x PP x TP job cuts :class:`course_utils.models.tiny_lm.TinyLM` twice. Pipeline parallelism
+gives stage ``pp_rank`` the consecutive blocks of :func:`course_utils.pipeline.runtime.stage_bounds`
 (the first stage also the embeddings, the last the final LayerNorm and the head). Tensor
 parallelism splits each of those blocks as Megatron-LM does (module 4): attention by heads
 (q, k, v column-parallel, the output projection row-parallel), the MLP column- then
@@ -31,13 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.pipeline.runtime import stage_bounds
-from course_utils.sequence_parallel.sequence import gather_from_sp, reduce_scatter_to_sp
-from course_utils.tensor_parallel.layers import (ColumnParallelLinear, RowParallelLinear,
-                                          TensorParallelAttention, TensorParallelMLP,
-                                          column_shard, copy_to_tp, row_shard, shard_range)
 from course_utils.models.tiny_lm import TinyLMConfig
-from course_utils.runtime.validate import check_int
+from course_utils.models.toy import seeded
+from course_utils.pipeline.runtime import stage_bounds
+from course_utils.runtime.validate import check_index, check_int
+from course_utils.tensor_parallel.conjugates import copy_to_tp, gather_from_sp, reduce_scatter_to_sp
+from course_utils.tensor_parallel.layers import (ColumnParallelLinear, RowParallelLinear,
+                                                 TensorParallelAttention, TensorParallelMLP)
+from course_utils.tensor_parallel.sharding import column_shard, row_shard, shard_range
 from course_utils.tensor_parallel.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
 __all__ = ["check_coords", "stage_blocks", "init_tensors", "shard_state", "TensorParallelBlock",
@@ -51,9 +52,8 @@ def check_coords(cfg: TinyLMConfig, pp_rank: int, pp_size: int, tp_rank: int, tp
         raise ValueError(f"cfg must be a TinyLMConfig; got {type(cfg).__name__}")
     check_int("pp_size", pp_size)
     check_int("tp_size", tp_size)
-    for name, value, size in (("pp_rank", pp_rank, pp_size), ("tp_rank", tp_rank, tp_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
-            raise ValueError(f"{name} must be an int from 0 to {size - 1}; got {value!r}")
+    check_index("pp_rank", pp_rank, pp_size)
+    check_index("tp_rank", tp_rank, tp_size)
     if pp_size > cfg.n_layers:
         raise ValueError(f"pp_size must be at most n_layers={cfg.n_layers} (a block per stage); "
                          f"got {pp_size}")
@@ -98,8 +98,7 @@ def init_tensors(cfg: TinyLMConfig, seed: int, keep: Callable[[str, torch.Tensor
     The random stream has no skip-ahead, so every layer is drawn in ``TinyLM``'s order (the
     draws are what a layer's own initialisation makes); each is dropped after ``keep``.
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         for prefix, make in _init_order(cfg):
             layer = make()
             for name, p in layer.named_parameters():
@@ -167,12 +166,12 @@ def shard_state(full: Mapping[str, torch.Tensor], cfg: TinyLMConfig, pp_rank: in
 class TensorParallelBlock(nn.Module):
     """TinyLM's pre-norm block with Megatron TP: x + attn(f(ln1(x))), then x + mlp(f(ln2(x))).
 
-    ``f`` is Megatron's "f" operator before each column-parallel layer: identity forward,
-    all-reduce of the input gradient over ``tp_group`` backward. Default
-    :func:`course_utils.tensor_parallel.layers.copy_to_tp`; any ``f(x, tp_group)`` can replace it (how
-    assignment a10 runs a student's). The "g" after each row-parallel layer is in the layer.
-    With ``sp``, x is this rank's (B, T/t, D) tokens: an all-gather along the sequence before
-    each column-parallel layer, a reduce-scatter after each row-parallel one (module 9).
+    ``f`` is Megatron's "f" operator before each column-parallel layer: identity forward, all-reduce
+    of the input gradient over ``tp_group`` backward. Default
+    :func:`course_utils.tensor_parallel.conjugates.copy_to_tp`; any ``f(x, tp_group)`` can replace
+    it (how assignment a10 runs a student's). The "g" after each row-parallel layer is in the layer.
+    With ``sp``, x is this rank's (B, T/t, D) tokens: an all-gather along the sequence before each
+    column-parallel layer, a reduce-scatter after each row-parallel one (module 9).
     """
 
     def __init__(self, cfg: TinyLMConfig, tp_size: int, tp_group=None, f=None, sp: bool = False):

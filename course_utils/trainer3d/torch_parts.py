@@ -1,4 +1,4 @@
-"""The same DP x PP x TP plan as :mod:`course_utils.trainer3d.train`, built from PyTorch's own parts.
+"""The DP x PP x TP plan of :mod:`course_utils.trainer3d.train`, built from PyTorch's own parts.
 
 * the groups: ``init_device_mesh(device, (dp, pp, tp), mesh_dim_names=("dp", "pp", "tp"))``,
   whose groups each rank returns, to be checked against the hand-built rank grid;
@@ -41,11 +41,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.runtime import backend
-from course_utils.trainer3d.stage_model import Stage, logits_loss
 from course_utils.models.tiny_lm import MarkovCorpus, TinyLMConfig, build, shard_batch
-from course_utils.trainer3d.train import Plan
+from course_utils.runtime import backend
 from course_utils.trainer3d.check import TOLERANCES, reference_train, replica_losses
+from course_utils.trainer3d.plan import Plan
+from course_utils.trainer3d.stage_model import Stage, logits_loss
+from course_utils.trainer3d.train import train_worker
 
 __all__ = ["qkv_for_tp", "torch_stage", "torch_train_worker", "run", "both_worker", "run_both",
            "full_weights", "check_against_reference"]
@@ -197,8 +198,6 @@ def both_worker(rank: int, world_size: int, plans: Sequence[Plan],
                 torch_plan: Plan) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One rank: the hand-built trainer on each of ``plans`` (:func:`course_utils.trainer3d.train.
     train_worker`), then ``torch_plan`` with PyTorch's parts, in one launch."""
-    from course_utils.trainer3d.train import train_worker
-
     return train_worker(rank, world_size, list(plans)), torch_train_worker(rank, world_size,
                                                                            torch_plan)
 

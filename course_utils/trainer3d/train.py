@@ -3,8 +3,8 @@
 Every rank of a ``dp * pp * tp`` job finds its coordinates on one rank grid
 (:class:`course_utils.mesh.grid.Mesh`, TP innermost) and builds its groups from it
 (:func:`build_groups`). Rank (dp_rank, pp_rank, tp_rank) then builds only its own piece of the
-model (:func:`course_utils.trainer3d.stage_model.build_stage`: on the meta device, then materialised with
-its slices), and one training step (:func:`train_step`) is:
+model (:func:`course_utils.trainer3d.stage_model.build_stage`: on the meta device, then
+materialised with its slices), and one training step (:func:`train_step`) is:
 
 1. **PP, 1F1B** (module 5): the DP replica's rows are cut into ``m`` microbatches; the rank runs
    :func:`course_utils.pipeline.schedule.schedule_order`'s 1F1B order, posting before each
@@ -23,7 +23,9 @@ its slices), and one training step (:func:`train_step`) is:
    the updated buckets in place. ``Plan.dtype = "bf16"``: weights and compute in bf16, fp32
    gradients and an fp32 master copy of the slices.
 
-:mod:`course_utils.trainer3d.check` holds the one-process reference and the checks.
+The run's :class:`Plan` is :mod:`course_utils.trainer3d.plan`'s (bound here too);
+:mod:`course_utils.trainer3d.check` holds the one-process reference and the checks, and
+:func:`torchrun_worker` compares each rank with that reference.
 
 Run the same worker under torchrun (8 ranks: DP 2 x PP 2 x TP 2)::
 
@@ -32,6 +34,7 @@ Run the same worker under torchrun (8 ranks: DP 2 x PP 2 x TP 2)::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -41,82 +44,19 @@ import torch.distributed as dist
 
 from course_utils.runtime import backend
 from course_utils.memory import sizing as memory
-from course_utils.tensor_parallel import layers as tensor_parallel
+from course_utils.tensor_parallel.recording import record_comms
 from course_utils.zero.grad_buffer import GradBuffer
 from course_utils.runtime.clock import clock
 from course_utils.mesh.grid import Mesh, axis_group
-from course_utils.data_parallel.overlap import MIB
-from course_utils.trainer3d.stage_model import Stage, build_stage, check_coords
-from course_utils.models.tiny_lm import MarkovCorpus, TinyLMConfig, shard_batch
+from course_utils.trainer3d.stage_model import Stage, build_stage, shard_state
+from course_utils.models.tiny_lm import MarkovCorpus, shard_batch
 from course_utils.trainer3d.comms import count_comms, exchange_plan
-from course_utils.runtime.validate import check_int, check_real
+from course_utils.trainer3d.check import MESH_FOR_WORLD, reference_train
+from course_utils.trainer3d.plan import DTYPES, Plan  # noqa: F401 - bound here too
 from course_utils.zero.zero1 import ShardedOptimizer
 
 __all__ = ["DTYPES", "Plan", "Groups", "build_groups", "Timer", "setup_rank", "train_step",
-           "train_worker", "run"]
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A training run: mesh degrees, data, precision and optimizer settings (counts; ``lr`` per
-    step; ``clip``: the gradient's largest norm, None for no clipping)."""
-
-    dp: int = 2
-    pp: int = 2
-    tp: int = 2
-    steps: int = 20
-    batch: int = 16           # global batch (rows), split over DP, then into m microbatches
-    m: int = 4                # microbatches per DP replica per step
-    lr: float = 3e-3
-    eps: float = 1e-5         # Adam's epsilon: train3d_check.TOLERANCES says why not 1e-8
-    clip: float | None = 0.55  # below the first steps' gradient norms (0.6-0.66): it acts
-    seed: int = 0
-    bucket_mb: float = 0.05   # DP gradient buckets (MiB of fp32): a few per stage at this size
-    vocab_parallel: bool = True
-    sp: bool = True
-    dtype: str = "fp32"       # "bf16": bf16 weights and compute, fp32 gradients and master
-    cfg: TinyLMConfig = TinyLMConfig()
-
-    def __post_init__(self) -> None:
-        for name in ("dp", "pp", "tp", "steps", "batch", "m"):
-            check_int(name, getattr(self, name))
-        check_int("seed", self.seed, 0)
-        for name in ("lr", "eps", "bucket_mb"):
-            check_real(name, getattr(self, name))
-        if self.clip is not None:
-            check_real("clip", self.clip)
-        for name in ("vocab_parallel", "sp"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}; got {self.dtype!r}")
-        check_coords(self.cfg, 0, self.pp, 0, self.tp, self.vocab_parallel, self.sp)
-        if self.batch % (self.dp * self.m):
-            raise ValueError(f"batch={self.batch} must divide into dp={self.dp} replicas of "
-                             f"m={self.m} equal microbatches")
-
-    @property
-    def world_size(self) -> int:
-        return self.dp * self.pp * self.tp
-
-    @property
-    def mesh(self) -> Mesh:
-        return Mesh.from_degrees(dp=self.dp, pp=self.pp, tp=self.tp)
-
-    @property
-    def microbatch(self) -> int:
-        return self.batch // (self.dp * self.m)
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
-
-    @property
-    def bucket_numel(self) -> int:
-        """Elements of fp32 gradient per DP bucket (``bucket_mb`` MiB)."""
-        return max(1, int(self.bucket_mb * MIB) // 4)
+           "train_worker", "run", "torchrun_worker"]
 
 
 @dataclass
@@ -289,8 +229,11 @@ def _train(plan: Plan, g: Groups, step_fn=None, f=None) -> dict[str, Any]:
         x, y = (backend.to_device(shard_batch(t, g.dp_rank, g.dp_size)) for t in (x, y))
         timer, comm_before = Timer(), optimizer.comm_s
         dist.barrier()
-        with tensor_parallel.record_comms() as tp_events, \
-                count_comms({"tp": g.tp_group, "dp": g.dp_group}) as calls:
+        # the calls are counted in the first step only: the recorder watches every op, which
+        # would slow the steps it times
+        counted = count_comms({"tp": g.tp_group, "dp": g.dp_group}) if step == 0 \
+            else contextlib.nullcontext({})
+        with record_comms() as tp_events, counted as calls:
             t0 = clock(x.device)
             if step_fn is None:
                 loss = train_step(stage, g, x, y, plan.m, optimizer, grads, timer)
@@ -374,11 +317,27 @@ def run(plan: Plan | Sequence[Plan], timeout_s: float = 120.0, step_fn=None,
     return [[r[i] for r in per_rank] for i in range(len(plans))]
 
 
+def torchrun_worker(rank: int, world_size: int, steps: int = 5) -> float:
+    """Worker for torchrun: trains ``steps`` steps on the mesh
+    :data:`course_utils.trainer3d.check.MESH_FOR_WORLD` gives this job size (8 ranks: DP 2 x
+    PP 2 x TP 2) and returns this rank's largest weight difference from its slice of the
+    one-process run (which every rank computes itself)."""
+    if world_size not in MESH_FOR_WORLD:
+        raise ValueError(f"run with {sorted(MESH_FOR_WORLD)} ranks; got world_size={world_size}")
+    dp, pp, tp = MESH_FOR_WORLD[world_size]
+    plan = Plan(dp=dp, pp=pp, tp=tp, steps=steps)
+    got = train_worker(rank, world_size, plan)
+    _dp_rank, pp_rank, tp_rank = got["coords"]
+    want = shard_state(reference_train(plan)["weights"], plan.cfg, pp_rank, plan.pp, tp_rank,
+                       plan.tp, plan.vocab_parallel)
+    return max(float((torch.as_tensor(got["weights"][k]) - v).abs().max())
+               for k, v in want.items())
+
+
 if __name__ == "__main__":
     # one node:  torchrun --standalone --nproc-per-node 8 -m course_utils.trainer3d.train
     # two nodes: torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \
     #                --rdzv-endpoint HOST:29500 -m course_utils.trainer3d.train      (on each node)
     from course_utils import launch
-    from course_utils.trainer3d.check import torchrun_worker
 
     launch.torchrun_main(torchrun_worker)

@@ -20,8 +20,9 @@ numbers to print (:meth:`Explorer.rows`, :meth:`Explorer.notes`) and the figure 
   same picture under a line saying that it is one and that running the cell gives the
   controls (:data:`PICTURE_HINT`: what JupyterLab shows until the cell has run in this kernel).
 
-:func:`figure_html` and :func:`error_html` are the two pieces of the view, shared with the
-device-mesh playground (:mod:`course_utils.mesh.playground`).
+:func:`figure_html`, :func:`error_html` and :func:`png` (the two pieces of the view and the
+rendering, shared with the device-mesh playground, :mod:`course_utils.mesh.playground`) live in
+:mod:`course_utils.style` and are bound here too.
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import html
-import io
-import json
 import time
 from typing import Any, ClassVar, Iterator, NamedTuple
 
+from course_utils.style import (  # noqa: F401 - bound here for the widgets
+    DPI, ERROR_STYLE, STALE_STYLE, error_html, figure_html, png,
+)
+
 __all__ = ["DPI", "Row", "Explorer", "figure_html", "error_html", "png", "key", "plain_axes",
            "nice_ticks", "slider", "choice_slider", "dropdown", "checkbox", "integer", "number"]
-
-DPI = 72  # figures are drawn at 72 dots per inch: 9 inches = 648 pixels, fast to render
 
 
 def _freeze_imports() -> None:
@@ -58,8 +59,6 @@ PICTURE_HINT = ("A picture of this widget as it was saved: run this cell (Shift+
                 "controls.")
 HINT_STYLE = "color:#555;font-style:italic;margin:2px 0 4px"
 _STYLE = {"description_width": "140px"}
-ERROR_STYLE = "border-left:4px solid #b00020;background:#fdecee;padding:6px 10px;margin:6px 0"
-STALE_STYLE = "opacity:0.3;filter:grayscale(1)"
 
 
 class Row(NamedTuple):
@@ -69,35 +68,6 @@ class Row(NamedTuple):
     key: str
     label: str
     value: str
-
-
-def png(fig: Any) -> bytes:
-    """``fig`` (a matplotlib Figure) as PNG bytes at :data:`DPI`."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return buf.getvalue()
-
-
-def figure_html(prefix: str, png_bytes: bytes, drawn: dict, alt: str,
-                attribute: str = "data-state") -> str:
-    """A figure as an inline ``<img>`` in ``<div class="<prefix>-figure">``; ``attribute`` (a
-    ``data-`` attribute) holds the inputs it was drawn from, as JSON, for tests to read."""
-    state = html.escape(json.dumps(drawn, sort_keys=True, default=str), quote=True)
-    return (f'<div class="{prefix}-figure"><img alt="{html.escape(alt, quote=True)}" '
-            f'{attribute}="{state}" style="max-width:100%" '
-            f'src="data:image/png;base64,{base64.b64encode(png_bytes).decode()}"/></div>')
-
-
-def error_html(prefix: str, message: str, last_figure: str,
-               heading: str = "Not a setting that works") -> str:
-    """The view while the inputs are invalid: ``message`` in a box (``<prefix>-error``) above
-    the last valid figure, greyed (``<prefix>-stale``)."""
-    stale = last_figure.replace(f'<div class="{prefix}-figure"',
-                                f'<div class="{prefix}-figure {prefix}-stale" '
-                                f'style="{STALE_STYLE}"', 1)
-    return (f'<div class="{prefix}-error" role="alert" style="{ERROR_STYLE}"><b>{heading}:</b> '
-            f'{html.escape(message.rstrip("."))}. Change one of the controls above; the figure '
-            'below is the last setting that worked.</div>' + stale)
 
 
 def key(fig: Any, entries: list[tuple[str, Any, Any]], x: float, top: float,

@@ -5,12 +5,12 @@ into the compiled program.
 
 The blocks come from JAX itself (``NamedSharding.devices_indices_map``, fast). The collectives
 come from the real compiled program (``jit(...).lower(...).compile()``, read by
-:func:`course_utils.jax_sharding.plans.collectives`, the function lecture 8 asserts). A compilation
+:func:`course_utils.jax_sharding.hlo.collectives`, the function lecture 8 asserts). A compilation
 takes 50 to 500 ms here, too slow for a redraw, so every combination the controls can reach
 was compiled once and its collectives cached in ``course_utils/data/sharding_collectives.json``
 (``python -m course_utils.widgets.sharding`` writes it again; ``tests/test_widgets_sharding.py``
 recompiles a sample and compares). A combination missing from the cache is compiled on the
-spot. Importing this module imports JAX with 8 CPU devices (:mod:`course_utils.jax_sharding.plans`)::
+spot. Importing this module imports JAX with 8 CPU devices (:mod:`course_utils.jax_sharding.devices`)::
 
     from course_utils.widgets.sharding import Sharding
     Sharding(x="P(None, 'model')", w="P('model', None)", y="P()")
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from course_utils.jax_sharding import plans as js
-from course_utils.jax_sharding.plans import P
+from course_utils import jax_sharding as js
+from course_utils.jax_sharding.shardings import P
 from course_utils.widgets.base import Explorer, Row, dropdown
 
 __all__ = ["Sharding", "MESHES", "AXES", "SPECS", "OUT_SPECS", "SHAPES", "CACHE",
@@ -76,7 +76,7 @@ def compile_matmul(mesh: str, x: str, w: str, y: str) -> dict:
     """Compile ``X @ W`` with X and W placed as ``x`` and ``w`` (:data:`SPECS` names) on
     ``mesh`` (a :data:`MESHES` name), Y laid out as ``y`` (or as the compiler chooses); return
     the collectives of the compiled program (op, result shapes, bytes, group size) and the
-    spec Y came out with (its entries, as :func:`course_utils.jax_sharding.plans.spec_entries`)."""
+    spec Y came out with (its entries, as :func:`course_utils.jax_sharding.shardings.spec_entries`)."""
     import jax
     from jax.sharding import NamedSharding
 
@@ -137,7 +137,7 @@ def cached(mesh: str, x: str, w: str, y: str) -> dict:
 
 
 def _spec(entries: list) -> Any:
-    """A PartitionSpec from :func:`course_utils.jax_sharding.plans.spec_entries`' plain entries."""
+    """A PartitionSpec from :func:`course_utils.jax_sharding.shardings.spec_entries`' plain entries."""
     return P(*(tuple(e) if isinstance(e, list) else e for e in entries))
 
 

@@ -2,8 +2,8 @@
 or attention split by heads, on t ranks: each weight cut into t blocks, the shapes a rank holds,
 and the collectives of one forward and backward with their bytes.
 
-Everything comes from :func:`course_utils.tensor_parallel.layers.layer_plan`, which gives the shapes
-and the :class:`~course_utils.tensor_parallel.layers.CommEvent` list that :func:`~course_utils.
+Everything comes from :func:`course_utils.tensor_parallel.comm_cost.layer_plan`, which gives the shapes
+and the :class:`~course_utils.tensor_parallel.recording.CommEvent` list that :func:`~course_utils.
 tensor_parallel.compare` records on real ranks (``tests/test_tensor_parallel.py`` checks them
 equal), with the MLP's and attention's bytes from ``tp_comm_bytes``, the function lecture 4
 asserts::
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from course_utils.tensor_parallel import layers as tp
+from course_utils.tensor_parallel import comm_cost as tp
 from course_utils.widgets.base import Explorer, Row, dropdown, integer, slider
 
 __all__ = ["TPLayout", "WORDS"]
@@ -53,7 +53,7 @@ def _comm(events: list, phase: str) -> str:
 
 class TPLayout(Explorer):
     """A layer, t and the sizes -> each rank's weight shapes and the collectives of a forward
-    and backward (:func:`course_utils.tensor_parallel.layers.layer_plan`)."""
+    and backward (:func:`course_utils.tensor_parallel.comm_cost.layer_plan`)."""
 
     prefix = "tl"
     title = "Tensor parallelism: what each rank holds and sends"
@@ -145,7 +145,7 @@ class TPLayout(Explorer):
 
 
 def _plan(layer: str, t: int, sizes: dict[str, int], dtype: str) -> Any:
-    """:func:`~course_utils.tensor_parallel.layers.layer_plan` for the widget's sizes: the config keys
+    """:func:`~course_utils.tensor_parallel.comm_cost.layer_plan` for the widget's sizes: the config keys
     it does not use for ``layer`` are left out of the checks (heads matter only to attention)."""
     if layer != "attention":
         sizes = {**sizes, "n_heads": 1}

@@ -3,7 +3,7 @@ of the weights, the gradients and the optimizer state, the bytes per rank, and t
 of one step with the bytes each rank sends.
 
 The bytes are :func:`course_utils.memory.sizing.zero_state_bytes` (the lesson's 16-byte layout, ideal
-N/D shards) and :func:`course_utils.zero.stages.expected_comm_bytes` (ring algorithms, bf16), the two
+N/D shards) and :func:`course_utils.zero.sizes.expected_comm_bytes` (ring algorithms, bf16), the two
 functions lecture 3 asserts against its from-scratch ZeRO runs::
 
     from course_utils.widgets.zero_shards import ZeroShards
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from course_utils.memory import sizing as memory
-from course_utils.zero import stages as zero
+from course_utils.zero import sizes as zero
 from course_utils.widgets.base import Explorer, Row, dropdown, number, slider
 
 __all__ = ["ZeroShards", "MAX_DRAWN"]

@@ -1,4 +1,4 @@
-"""The real sharding APIs beside the from-scratch ZeRO of :mod:`course_utils.zero.stages`.
+"""The real sharding APIs beside the from-scratch ZeRO of :mod:`course_utils.zero.engine`.
 
 * ``torch.distributed.optim.ZeroRedundancyOptimizer`` (ZeRO-1): each rank keeps optimizer state
   only for the parameters assigned to it. It assigns *whole parameters* (greedily, largest
@@ -9,9 +9,9 @@
   ``reshard_after_forward=False`` keeps them from forward to backward (one all-gather fewer, the
   full weights held through the step, as ZeRO-2 holds them).
 
-Each worker trains :func:`course_utils.zero.stages.make_mlp` (cast to fp32, or with FSDP2's bf16
+Each worker trains :func:`course_utils.zero.mlp.make_mlp` (cast to fp32, or with FSDP2's bf16
 ``MixedPrecisionPolicy``) on the same data as the from-scratch engine and reports measured
-bytes, so the two can be compared.
+bytes, so the two can be compared. Lecture 3 (ZeRO and FSDP).
 
 Run under torchrun::
 
@@ -28,9 +28,11 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from course_utils.collectives import recorder
 from course_utils.runtime import backend
 from course_utils.memory import sizing as memory
-from course_utils.zero import stages as zero
+from course_utils.zero.mlp import make_batches, make_mlp
+from course_utils.zero.units import storage_bytes
 
 __all__ = ["zero_redundancy_worker", "fsdp2_worker", "reference_adam", "reduce_dtype_worker"]
 
@@ -43,15 +45,15 @@ def _quiet() -> None:
 
 def _data(sizes: Sequence[int], seed: int, n_steps: int, dp: int,
           micro_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    x, y = zero.make_batches(sizes, seed, n_steps, dp, micro_batch)
+    x, y = make_batches(sizes, seed, n_steps, dp, micro_batch)
     return x.float(), y  # (n_steps, dp, micro_batch, in) fp32, (..., out) fp32
 
 
 def reference_adam(sizes: Sequence[int], seed: int = 0, n_steps: int = 3, dp: int = 2,
                    micro_batch: int = 4, lr: float = 1e-2) -> dict[str, Any]:
-    """Single-process fp32 reference: :func:`zero.make_mlp` in fp32, Adam, mean of micro-batch losses."""
+    """Single-process fp32 reference: :func:`make_mlp` in fp32, Adam, mean of micro-batch losses."""
     x, y = _data(sizes, seed, n_steps, dp, micro_batch)
-    model = zero.make_mlp(sizes, seed).float()
+    model = make_mlp(sizes, seed).float()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for step in range(n_steps):
@@ -84,7 +86,7 @@ def zero_redundancy_worker(rank: int, world_size: int, sizes: Sequence[int], see
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     x, y = backend.to_device(_data(sizes, seed, n_steps, world_size, micro_batch))
-    model = zero.make_mlp(sizes, seed).float().to(backend.device())
+    model = make_mlp(sizes, seed).float().to(backend.device())
     names = {id(p): n for n, p in model.named_parameters()}
     ddp = DDP(model)
     opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
@@ -107,15 +109,15 @@ def zero_redundancy_worker(rank: int, world_size: int, sizes: Sequence[int], see
                        for p in model.parameters()],
             "owned": [names[id(p)] for p in owned],
             "owned_numel": sum(p.numel() for p in owned),
-            "adam_bytes": zero._storage_bytes(moments, set()),
-            "counter_bytes": zero._storage_bytes(counters, set())}
+            "adam_bytes": storage_bytes(moments, set()),
+            "counter_bytes": storage_bytes(counters, set())}
 
 
 def _param_bytes(module: nn.Module) -> int:
     """Bytes of the weights a module holds now: the local shard of a DTensor, else the full tensor."""
     tensors = [p.to_local() if hasattr(p, "to_local") else p
                for p in (module.weight, module.bias)]
-    return zero._storage_bytes(tensors, set())
+    return storage_bytes(tensors, set())
 
 
 def fsdp2_worker(rank: int, world_size: int, sizes: Sequence[int], seed: int = 0,
@@ -136,7 +138,7 @@ def fsdp2_worker(rank: int, world_size: int, sizes: Sequence[int], seed: int = 0
     if reshard_after_forward not in (True, False):
         raise ValueError(f"reshard_after_forward must be True or False; got {reshard_after_forward!r}")
     x, y = backend.to_device(_data(sizes, seed, n_steps, world_size, micro_batch))
-    model = zero.make_mlp(sizes, seed).float().to(backend.device())
+    model = make_mlp(sizes, seed).float().to(backend.device())
     policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if mixed_precision else MixedPrecisionPolicy())
     linears = [m for m in model if isinstance(m, nn.Linear)]
@@ -177,24 +179,14 @@ def reduce_dtype_worker(rank: int, world_size: int) -> dict[str, list[str]]:
                 "param_dtype=bf16, reduce_dtype=fp32": MixedPrecisionPolicy(
                     param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
     out: dict[str, list[str]] = {}
-    original = dist.reduce_scatter_single
     for name, policy in settings.items():
-        seen: list[str] = []
-
-        def spy(*args, _seen=seen, **kwargs):
-            tensor = kwargs["input"] if "input" in kwargs else args[1]
-            _seen.append(str(tensor.dtype).removeprefix("torch."))
-            return original(*args, **kwargs)
-
         torch.manual_seed(0)
         model = nn.Linear(4, 4).to(backend.device())
         fully_shard(model, mp_policy=policy)
-        dist.reduce_scatter_single = spy
-        try:
+        with recorder.record() as calls:
             model(torch.randn(2, 4, device=backend.device())).float().sum().backward()
-        finally:
-            dist.reduce_scatter_single = original
-        out[name] = seen
+        out[name] = [str(c.dtype).removeprefix("torch.") for c in calls
+                     if c.api == "reduce_scatter_single"]
     return out
 
 

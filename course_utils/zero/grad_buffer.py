@@ -1,7 +1,7 @@
 """Contiguous fp32 gradients, reduce-scattered over DP by bucket while backward still runs.
 
 Each parameter ``p`` gets ``p.main_grad``, a view of one flat fp32 buffer laid out by a
-:class:`course_utils.zero.zero1.FlatLayout` (the same layout as the :class:`ShardedOptimizer`
+:class:`FlatLayout` (the same layout as the :class:`~course_utils.zero.zero1.ShardedOptimizer`
 that reads it). A post-accumulate-grad hook adds each microbatch's ``p.grad`` into
 ``p.main_grad`` and frees ``p.grad``: gradients accumulate in fp32 whatever the compute dtype
 (picotron's ``main_grad``, ``picotron/data_parallel/data_parallel.py``; Megatron-LM's
@@ -22,8 +22,12 @@ position embedding) see only this TP rank's tokens, so their gradients are parti
 the TP group: ``tp_partial`` lists them. Both reductions are sums, so their order does not
 matter: :meth:`GradBuffer.finish`, after the DP reduce-scatters, all-reduces over ``tp_group``
 just the elements of those parameters that this rank's slices hold, in one call (Megatron
-all-reduces them whole, coalesced, in ``finalize_model_grads``). It is logged with module 4's
-recorder (phase "grad sync").
+all-reduces them whole, coalesced, in ``finalize_model_grads``). It is declared to
+:mod:`course_utils.collectives.recorder` (phase "grad sync"; seen by ``record_comms``).
+
+:class:`FlatLayout` is the arithmetic both share (offsets, buckets and each rank's slices, no
+tensors). Lecture 10's 3-D trainer (:mod:`course_utils.trainer3d.train`) uses the buffer with
+lecture 3's ZeRO-1 wrapper, :class:`course_utils.zero.zero1.ShardedOptimizer`.
 """
 
 from __future__ import annotations
@@ -34,11 +38,73 @@ import torch
 import torch.distributed as dist
 
 from course_utils.runtime import backend
-from course_utils.tensor_parallel import layers as tensor_parallel
+from course_utils.collectives import recorder
 from course_utils.runtime.clock import clock
-from course_utils.zero.zero1 import FlatLayout
+from course_utils.runtime.validate import check_int
 
-__all__ = ["GradBuffer"]
+__all__ = ["FlatLayout", "GradBuffer"]
+
+
+class FlatLayout:
+    """Where each of a list of parameters sits in one flat buffer, and which slice each of
+    ``dp_size`` ranks owns (counts of elements; pure arithmetic, no tensors).
+
+    ``numels``: the parameters' sizes in buffer order; ``bucket_numel``: a bucket closes once it
+    holds at least this many elements (the parameter that crosses it stays in it, as in DDP);
+    None: one bucket. Each bucket is padded with zeros to a multiple of ``dp_size``.
+    """
+
+    def __init__(self, numels: Sequence[int], dp_size: int, bucket_numel: int | None = None):
+        if not numels or not all(isinstance(n, int) and n >= 0 for n in numels):
+            raise ValueError(f"numels must be a non-empty list of sizes >= 0; got {numels!r}")
+        self.dp_size = check_int("dp_size", dp_size)
+        if bucket_numel is not None:
+            check_int("bucket_numel", bucket_numel)
+        self.numels = list(numels)
+        self.offsets: list[int] = []
+        self.buckets: list[tuple[int, int]] = []        # [start, stop) incl. padding
+        self.bucket_of: list[int] = []                  # each parameter's bucket
+        start = filled = 0
+        for n in self.numels:
+            if bucket_numel is not None and filled >= bucket_numel:
+                self._close(start, filled)
+                start, filled = start + self._padded(filled), 0
+            self.offsets.append(start + filled)
+            self.bucket_of.append(len(self.buckets))
+            filled += n
+        self._close(start, filled)
+
+    def _padded(self, n: int) -> int:
+        return -(-n // self.dp_size) * self.dp_size
+
+    def _close(self, start: int, filled: int) -> None:
+        self.buckets.append((start, start + self._padded(filled)))
+
+    @property
+    def total(self) -> int:
+        """Elements of the buffer, padding included."""
+        return self.buckets[-1][1]
+
+    def shard(self, bucket: int, dp_rank: int) -> tuple[int, int]:
+        """[start, stop) of ``dp_rank``'s slice of bucket ``bucket`` in the buffer."""
+        lo, hi = self.buckets[bucket]
+        size = (hi - lo) // self.dp_size
+        return lo + dp_rank * size, lo + (dp_rank + 1) * size
+
+    def pieces(self, dp_rank: int) -> list[tuple[int, int, int]]:
+        """(parameter index, start inside the parameter, length) of every run of elements that
+        ``dp_rank`` owns, in buffer order."""
+        out = []
+        for i, (off, n) in enumerate(zip(self.offsets, self.numels)):
+            lo, hi = self.shard(self.bucket_of[i], dp_rank)
+            a, b = max(lo, off), min(hi, off + n)
+            if a < b:
+                out.append((i, a - off, b - a))
+        return out
+
+    def owned(self, dp_rank: int) -> int:
+        """Parameter elements (padding excluded) that ``dp_rank`` updates."""
+        return sum(n for _, _, n in self.pieces(dp_rank))
 
 
 class GradBuffer:
@@ -105,7 +171,8 @@ class GradBuffer:
             part = torch.cat([self.flat[a:a + n] for a, n in self.partial_runs])
             t0 = clock(part)
             dist.all_reduce(part, group=self.tp_group)
-            tensor_parallel._log("all_reduce", "grad sync", part, clock(part) - t0)
+            recorder.declare("all_reduce", part, phase="grad sync", seconds=clock(part) - t0,
+                             group=self.tp_group)
             for (a, n), piece in zip(self.partial_runs, part.split([n for _, n in
                                                                     self.partial_runs])):
                 self.flat[a:a + n].copy_(piece)

@@ -1,9 +1,10 @@
 """ZeRO-1 as a wrapper of any ``torch.optim`` optimizer: each DP rank updates one shard.
 
 The parameters (one rank's pipeline stage, already split by TP; or any model's) are moved
-into one flat buffer, cut into buckets (:class:`FlatLayout`: in the order given, a bucket
-closes once it holds at least ``bucket_numel`` elements, and is padded with zeros to a
-multiple of D, the size of ``dp_group``). DP rank r owns the r-th of the D equal slices of
+into one flat buffer, cut into buckets (:class:`~course_utils.zero.grad_buffer.FlatLayout`, also
+bound here as ``zero1.FlatLayout``: in the order given, a bucket closes once it holds at least
+``bucket_numel`` elements, and is padded with zeros to a multiple of D, the size of
+``dp_group``). DP rank r owns the r-th of the D equal slices of
 every bucket, as Megatron-LM's distributed optimizer does, so that a bucket's gradients can be
 reduce-scattered (:class:`course_utils.zero.grad_buffer.GradBuffer`) the moment backward has filled
 it and each rank receives exactly the slice it updates. Per step and per rank, that is
@@ -36,6 +37,9 @@ parameter's ``.grad``. In the 3-D trainer, a ``GradBuffer`` hands over the reduc
 slices instead (``grads=``). ``max_norm`` clips the gradient by its norm over every rank of
 ``norm_group`` (the whole job: DP slices, PP stages and TP shards each hold a part of the
 model's gradient), as ``torch.nn.utils.clip_grad_norm_`` does for one process.
+
+Lecture 3 (ZeRO and FSDP) builds ZeRO-1; lecture 10's 3-D trainer
+(:mod:`course_utils.trainer3d.train`) and its checkpoints use this wrapper.
 """
 
 from __future__ import annotations
@@ -47,71 +51,10 @@ import torch.distributed as dist
 
 from course_utils.runtime import clock as timing
 from course_utils.runtime.clock import clock
-from course_utils.runtime.validate import check_int, check_real
+from course_utils.runtime.validate import check_real
+from course_utils.zero.grad_buffer import FlatLayout, GradBuffer
 
 __all__ = ["FlatLayout", "ShardedOptimizer", "bytes_sent_worker"]
-
-
-class FlatLayout:
-    """Where each of a list of parameters sits in one flat buffer, and which slice each of
-    ``dp_size`` ranks owns (counts of elements; pure arithmetic, no tensors).
-
-    ``numels``: the parameters' sizes in buffer order; ``bucket_numel``: a bucket closes once it
-    holds at least this many elements (the parameter that crosses it stays in it, as in DDP);
-    None: one bucket. Each bucket is padded with zeros to a multiple of ``dp_size``.
-    """
-
-    def __init__(self, numels: Sequence[int], dp_size: int, bucket_numel: int | None = None):
-        if not numels or not all(isinstance(n, int) and n >= 0 for n in numels):
-            raise ValueError(f"numels must be a non-empty list of sizes >= 0; got {numels!r}")
-        self.dp_size = check_int("dp_size", dp_size)
-        if bucket_numel is not None:
-            check_int("bucket_numel", bucket_numel)
-        self.numels = list(numels)
-        self.offsets: list[int] = []
-        self.buckets: list[tuple[int, int]] = []        # [start, stop) incl. padding
-        self.bucket_of: list[int] = []                  # each parameter's bucket
-        start = filled = 0
-        for n in self.numels:
-            if bucket_numel is not None and filled >= bucket_numel:
-                self._close(start, filled)
-                start, filled = start + self._padded(filled), 0
-            self.offsets.append(start + filled)
-            self.bucket_of.append(len(self.buckets))
-            filled += n
-        self._close(start, filled)
-
-    def _padded(self, n: int) -> int:
-        return -(-n // self.dp_size) * self.dp_size
-
-    def _close(self, start: int, filled: int) -> None:
-        self.buckets.append((start, start + self._padded(filled)))
-
-    @property
-    def total(self) -> int:
-        """Elements of the buffer, padding included."""
-        return self.buckets[-1][1]
-
-    def shard(self, bucket: int, dp_rank: int) -> tuple[int, int]:
-        """[start, stop) of ``dp_rank``'s slice of bucket ``bucket`` in the buffer."""
-        lo, hi = self.buckets[bucket]
-        size = (hi - lo) // self.dp_size
-        return lo + dp_rank * size, lo + (dp_rank + 1) * size
-
-    def pieces(self, dp_rank: int) -> list[tuple[int, int, int]]:
-        """(parameter index, start inside the parameter, length) of every run of elements that
-        ``dp_rank`` owns, in buffer order."""
-        out = []
-        for i, (off, n) in enumerate(zip(self.offsets, self.numels)):
-            lo, hi = self.shard(self.bucket_of[i], dp_rank)
-            a, b = max(lo, off), min(hi, off + n)
-            if a < b:
-                out.append((i, a - off, b - a))
-        return out
-
-    def owned(self, dp_rank: int) -> int:
-        """Parameter elements (padding excluded) that ``dp_rank`` updates."""
-        return sum(n for _, _, n in self.pieces(dp_rank))
 
 
 class ShardedOptimizer(torch.optim.Optimizer):
@@ -291,8 +234,6 @@ def bytes_sent_worker(rank: int, world_size: int, numel: int = 2 ** 18) -> dict[
     buffer's reduce-scatter and the optimizer's all-gather, against an all-reduce of the
     gradient followed by the same all-gather. The second of two trials (the first opens the
     connections)."""
-    from course_utils.zero.grad_buffer import GradBuffer
-
     w = torch.nn.Parameter(torch.randn(numel))
     opt = ShardedOptimizer([w], torch.optim.SGD, lr=0.1)
     grads = GradBuffer(opt.params, opt.layout)

@@ -1,6 +1,6 @@
 """ZeRO-3 as a module wrapper: any model's weight matrices sharded over DP.
 
-Module 3's :class:`course_utils.zero.stages.ZeroDP` is an engine: it owns the model (an
+Module 3's :class:`course_utils.zero.engine.ZeroDP` is an engine: it owns the model (an
 ``nn.Sequential`` of Linears), the loss and the optimizer, and runs the whole step. FSDP, and
 CS336's systems assignment, put ZeRO-3 behind a module instead, and leave the loss, the
 backward call and the optimizer to the caller. :class:`ShardedModule` is that form:
