@@ -79,28 +79,6 @@ def summarize(results: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
     return rows
 
 
-def profile_rows(prof: Any, n_steps: int = 1, top: int = 6) -> list[dict[str, Any]]:
-    """``torch.profiler`` results as rows ``{"name", "kind", "calls", "ms_per_step"}``.
-
-    Phase regions (``kind="phase"``, total time, self time inside ``wait`` is the blocking wait)
-    come first, then the ``top`` operators by self CPU time (``kind="op"``).
-    """
-    _check_int("n_steps", n_steps)
-    events = list(prof.key_averages())
-    rows = []
-    for phase in PHASES:
-        for e in events:
-            if e.key == f"phase:{phase}":
-                rows.append({"name": phase, "kind": "phase", "calls": e.count // n_steps,
-                             "ms_per_step": e.cpu_time_total / 1e3 / n_steps})
-    ops = sorted((e for e in events if not e.key.startswith(("phase:", "ProfilerStep"))),
-                 key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-    for e in ops:
-        rows.append({"name": e.key, "kind": "op", "calls": e.count // n_steps,
-                     "ms_per_step": e.self_cpu_time_total / 1e3 / n_steps})
-    return rows
-
-
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None,
                  digits: int = 2, headers: dict[str, str] | None = None) -> str:
     """Rows of dicts as an aligned text table (floats with ``digits`` decimals).
