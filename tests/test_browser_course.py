@@ -361,8 +361,8 @@ def test_after_a_restart_a_helper_s_missing_name_says_which_cell_defines_it(lab_
         wait_kernel_ready(page, server, copy.as_posix())
         out = _run_cell(page, q1)
         screenshot(page, "course-restart-hint")
-        assert f"`capstone` is not defined in this kernel: cell {first} (`from course_utils " \
-            "import capstone, checks`)" in out, out
+        assert f"`capstone` is not defined in this kernel: cell {first} (`from course_utils." \
+            "assess import a10_capstone as capstone" in out, out
         assert "Run All Above" in out and "Traceback" not in out
         assert len(out.strip().splitlines()) == 1, out
     assert not server.survivors, server.survivors

@@ -70,6 +70,9 @@ def run_shard_step(fn: Any, full_master: torch.Tensor, local_grads: torch.Tensor
             or local_grads.shape[2] != full_master.numel():
         raise ValueError("local_grads must have shape (n_steps, world_size, full_master.numel())")
     world_size = local_grads.shape[1]
+    # the spy is the recorder's dispatch mode, whose first use imports torch._dynamo (1.9 s a
+    # rank here): have the forkserver import it once (grading kernels preload light)
+    launch.preload("torch._dynamo")
     blobs = launch.run(shard_step_harness, world_size, fn, full_master, local_grads, lr,
                        tuple(betas), eps, timeout_s=timeout_s, show_output=False)
     return [pickle.loads(b) for b in blobs]

@@ -70,5 +70,8 @@ def run_row_parallel(fn: Callable, tp_size: int, xs: Sequence[torch.Tensor], w: 
     if not xs:
         raise ValueError("xs must hold one input (b, s, h_in) per data-parallel replica")
     world_size = len(xs) * tp_size
+    # the spy is the recorder's dispatch mode, whose first use imports torch._dynamo (1.9 s a
+    # rank here): have the forkserver import it once (grading kernels preload light)
+    launch.preload("torch._dynamo")
     return unpack(launch.run(row_parallel_harness, world_size, fn, tp_size, list(xs), w, bias,
                              timeout_s=timeout_s))

@@ -23,7 +23,8 @@ numbers those calls, so the sends and receives of one ``batch_isend_irecv`` shar
 
 Every recorder of the course is a view of this one: ``tensor_parallel.recording`` (lecture 4's
 ``record_comms`` and ``spy_collectives``), ``zero.recording`` (lecture 3), ``trainer3d.comms``'s
-``count_comms`` (module 10) and ``scale.comms``'s ``CollectiveLog`` (module 11). Lectures 2-11.
+``count_comms`` (module 10), ``scale.comms``'s ``CollectiveLog`` (module 11), and the counts of
+``zero.fsdp.reduce_dtype_worker`` and ``data_parallel.pitfalls`` (a10). Lectures 2-11.
 """
 
 from __future__ import annotations
