@@ -94,11 +94,11 @@ class _OldName(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         module = importlib.import_module(_PREFIX + OLD_NAMES[spec.name[len(_PREFIX):]])
-        self._kept = module.__spec__  # import sets __spec__ to the alias's: put it back
+        spec.loader_state = module.__spec__  # import sets __spec__ to the alias's: put it back
         return module
 
     def exec_module(self, module):
-        module.__spec__ = self._kept
+        module.__spec__ = module.__spec__.loader_state
 
     def get_code(self, fullname):
         """``python -m course_utils.<old name>`` runs the module under its new name's code."""

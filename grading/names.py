@@ -91,14 +91,16 @@ class Index:
         return found
 
 
-def _module_name(path: Path, library: Path) -> str:
+def module_name(path: Path, library: Path) -> str:
+    """The name of the module at ``path`` relative to the package ``library`` (``"zero.sizes"``;
+    a package's ``__init__`` is the package, the library's own ``""``)."""
     parts = list(path.relative_to(library).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str | None:
+def absolute_module(module: str, is_package: bool, node: ast.ImportFrom) -> str | None:
     """The ``course_utils``-relative module an ``ImportFrom`` names, or None if outside."""
     if node.level:
         base = module.split(".") if module else []
@@ -132,7 +134,7 @@ def _bindings(module: str, path: Path, tree: ast.Module, modules: set[str]) -> d
 
     for node in statements(tree.body):
         if isinstance(node, ast.ImportFrom):
-            source = _absolute(module, is_package, node)
+            source = absolute_module(module, is_package, node)
             if source is None:
                 for a in node.names:
                     out[a.asname or a.name] = ("def",)
@@ -194,7 +196,7 @@ def index(library: Path = LIBRARY) -> Index:
     found = Index()
     for path in sorted(library.rglob("*.py")):
         if "__pycache__" not in path.parts:
-            found.files[_module_name(path, library)] = path
+            found.files[module_name(path, library)] = path
     modules = set(found.files)
     for module, path in list(found.files.items()):
         found.bound[module] = _bindings(module, path, ast.parse(path.read_text()), modules)

@@ -26,10 +26,10 @@ def _uses(sources: list[str]) -> set[tuple[str, str]]:
     cells use (an import in one cell binds the name for the cells after it)."""
     from IPython.core.inputtransformer2 import TransformerManager
 
-    trees = []
+    plain, trees = TransformerManager(), []
     for source in sources:
         try:
-            trees.append(ast.parse(TransformerManager().transform_cell(source)))
+            trees.append(ast.parse(plain.transform_cell(source)))
         except SyntaxError:
             continue
     bound: dict[str, str] = {}
@@ -43,6 +43,7 @@ def _uses(sources: list[str]) -> set[tuple[str, str]]:
                     bound[a.asname or a.name] = a.name
                 elif a.name != "*":
                     found.add((module, a.name))
+                    bound[a.asname or a.name] = f"{module}.{a.name}"  # a module or not
         elif isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.startswith("course_utils."):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -12,6 +10,7 @@ from course_utils.data_parallel import replicas as D
 from course_utils import launch
 from course_utils.runtime import clock as runtime_clock
 from rank_jobs import job, run_jobs
+from test_measure import _watch_clock, solo_group  # noqa: F401 (a fixture)
 
 UNEQUAL = [(0, (1, 3)), (1, (1, 3)), (2, (2, 1, 5))]   # (seed, examples per rank)
 UNEQUAL_LR, UNEQUAL_STEPS = 0.1, 40
@@ -189,34 +188,11 @@ def test_throughput_worker_returns_examples_per_second():
     assert single > 0  # speed itself is measured in the notebook, never asserted here
 
 
-@pytest.fixture
-def solo_group():
-    """A one-rank gloo group in this process, so that a worker's clock readings can be watched."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
-                            timeout=timedelta(seconds=60))
-    yield
-    dist.destroy_process_group()
-
-
-def _watch_clock(monkeypatch):
-    """Replace runtime.clock.clock (which the workers read) by a wrapper that records the
-    device of every reading."""
-    devices, real = [], runtime_clock.clock
-
-    def watched(device="cpu"):
-        devices.append(torch.device(device.device if isinstance(device, torch.Tensor)
-                                    else device))
-        return real(device)
-
-    monkeypatch.setattr(runtime_clock, "clock", watched)
-    return devices
-
-
 def test_timing_workers_read_the_clock_through_runtime_clock(monkeypatch, solo_group):
     """straggler_worker and throughput_worker time with runtime.clock.clock (which synchronizes
     a CUDA device before reading perf_counter; a no-op on CPU), on the device of the timed
     tensors."""
-    devices = _watch_clock(monkeypatch)
+    devices = _watch_clock(monkeypatch, runtime_clock)
     out = D.straggler_worker(0, 1, 0, 0.01, steps=3)
     assert devices == [torch.device("cpu")] * 3 * 3  # before compute, before and after the wait
     assert out["compute_s"] >= 0.01 and out["step_s"] >= out["compute_s"]

@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from grading import names
 from test_grading_layout import _reach  # the one reachability walk of the layout tests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,24 +31,8 @@ LEVEL = {package: i for i, row in enumerate(LAYERS) for package in row}
 PRIVATE_TOP = {"_aliases"}  # the package's own plumbing, imported by course_utils/__init__ only
 
 
-def _name(path: Path) -> str:
-    parts = list(path.relative_to(LIBRARY).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {_name(p): p for p in sorted(LIBRARY.rglob("*.py")) if "__pycache__" not in p.parts}
-
-
-def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str | None:
-    if node.level:
-        base = module.split(".") if module else []
-        base = base if is_package else base[:-1]
-        base = base[:len(base) - node.level + 1]
-        return ".".join(base + ([node.module] if node.module else []))
-    name = node.module or ""
-    if name == "course_utils" or name.startswith("course_utils."):
-        return name[len("course_utils."):] if "." in name else ""
-    return None
+MODULES = {names.module_name(p, LIBRARY): p for p in sorted(LIBRARY.rglob("*.py"))
+           if "__pycache__" not in p.parts}
 
 
 def _imports(module: str, path: Path) -> list[tuple[str, str, int]]:
@@ -56,7 +42,7 @@ def _imports(module: str, path: Path) -> list[tuple[str, str, int]]:
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            source = _resolve(module, path.name == "__init__.py", node)
+            source = names.absolute_module(module, path.name == "__init__.py", node)
             if source is None:
                 continue
             for a in node.names:
@@ -222,8 +208,6 @@ def test_every_course_utils_name_a_reader_follows_exists_under_its_new_name():
     """A dotted name in a docstring, a guide or a lecture leads somewhere (a module, or a name
     a module defines) and says where it lives now, not an old flat name (those appear only
     where a text explains the old names)."""
-    from grading import names
-
     index, old = names.index(), names.old_names()
     wrong = []
     for where, parts, line in _references():

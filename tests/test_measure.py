@@ -437,9 +437,10 @@ def solo_group():
     dist.destroy_process_group()
 
 
-def _watch_clock(monkeypatch):
-    """Replace the clock the step's timers read (measure.step.clock) by a wrapper that records
-    the device of every reading."""
+def _watch_clock(monkeypatch, where=None):
+    """Replace the clock the timers of module ``where`` read (``where.clock``; default
+    measure.step, the step's timers) by a wrapper that records the device of every reading."""
+    where = measure_step if where is None else where
     devices, real = [], measure.clock
 
     def watched(device="cpu"):
@@ -447,7 +448,7 @@ def _watch_clock(monkeypatch):
                                     else device))
         return real(device)
 
-    monkeypatch.setattr(measure_step, "clock", watched)
+    monkeypatch.setattr(where, "clock", watched)
     return devices
 
 

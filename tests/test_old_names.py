@@ -6,6 +6,7 @@ name is the same module object as its new one, and ``python -m`` runs an old nam
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -24,15 +25,26 @@ GONE_BEFORE = {("launch", "prestart"), ("pipeline_schedule", "draw_timeline"),
 
 _CHECK = """
 import importlib, json, sys
+
+def reach(path):
+    # as Python does: import the longest prefix that is a module, then read attributes
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            found = getattr(found, name)
+        return found
+    raise ModuleNotFoundError(path)
+
 missing = []
 for module, attr in json.loads(sys.argv[1]):
     try:
-        found = importlib.import_module("course_utils." + module)
+        reach(".".join(["course_utils", module] + ([attr] if attr else [])))
     except Exception as err:
-        missing.append(f"course_utils.{module}: {type(err).__name__}: {err}")
-        continue
-    if attr and not hasattr(found, attr):
-        missing.append(f"course_utils.{module}.{attr}")
+        missing.append(f"course_utils.{module}.{attr}: {type(err).__name__}: {err}")
 print(json.dumps(missing))
 """
 
