@@ -11,6 +11,10 @@ Five checks, each a prediction from the course beside a measurement:
    bandwidth 2(D - 1)/D x bytes / time.
 4. **bubble**: the measured idle fraction of a GPipe step vs (P - 1)/(m + P - 1).
 5. **straggler**: the wait a fast rank spends in the all-reduce when one rank is late.
+6. **step time**: module 13's compute term, a Llama-style layer stack's forward and backward
+   predicted from one matmul's measured rate (``step_time.transformer.predict`` on the
+   device's achieved FLOP/s), beside the measured time; on an H100 the measured matmul rate
+   beside the course's efficiency figure (794.5 of 989 TFLOP/s).
 
 Checks 3-5 need one GPU per rank; with fewer than two GPUs they run on gloo CPU ranks and say
 so, and with exactly one GPU the bubble (a GPU-only effect here) is marked skipped. Nothing is
@@ -23,6 +27,7 @@ downloaded: every model is built locally. Writes ``gpu_check.json`` and ``gpu_ch
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -49,12 +54,16 @@ SIZES: dict[str, dict[str, Any]] = {
               "block": dict(d_model=64, n_heads=4, d_ff=256), "act_batch": 2, "act_seq": 64,
               "allreduce_bytes": [1 << 20, 4 << 20], "repeats": 3,
               "bubble_ms": [2, 6], "bubble": dict(width=32, microbatch=8, op_time_s=0.005),
-              "delay_s": 0.05},
+              "delay_s": 0.05,
+              "step": dict(layers=2, hidden=256, ffn=768, heads=4, kv_heads=4, vocab=1000,
+                           seq=256, batch=2)},
     "full": {"mlp_widths": (8192,) * 16, "batch": 8,
              "block": dict(d_model=2048, n_heads=16, d_ff=8192), "act_batch": 4, "act_seq": 2048,
              "allreduce_bytes": [16 << 20, 256 << 20, 1 << 30], "repeats": 5,
              "bubble_ms": [2, 8, 32], "bubble": dict(width=4096, microbatch=512, op_time_s=0.0),
-             "delay_s": 0.2},
+             "delay_s": 0.2,
+             "step": dict(layers=4, hidden=4096, ffn=14336, heads=32, kv_heads=8, vocab=128256,
+                          seq=4096, batch=1)},
 }
 
 
@@ -142,6 +151,74 @@ def check_straggler(s: dict, gpus: int) -> dict[str, Any]:
             "fast_rank_wait_s": res[0]["wait_s"], "slow_rank_wait_s": res[1]["wait_s"]}
 
 
+class _Layer(torch.nn.Module):
+    """A Llama-style layer's matmuls and attention (norms left out, as the model leaves them)."""
+
+    def __init__(self, h: int, f: int, heads: int, kv: int):
+        super().__init__()
+        lin = functools.partial(torch.nn.Linear, bias=False)
+        self.heads, self.kv, self.hd = heads, kv, h // heads
+        self.q, self.k, self.v, self.o = lin(h, h), lin(h, kv * self.hd), lin(h, kv * self.hd), \
+            lin(h, h)
+        self.w1, self.w3, self.w2 = lin(h, f), lin(h, f), lin(f, h)
+
+    def forward(self, x):
+        b, t, h = x.shape
+        q = self.q(x).view(b, t, self.heads, self.hd).transpose(1, 2)
+        k = self.k(x).view(b, t, self.kv, self.hd).transpose(1, 2)
+        v = self.v(x).view(b, t, self.kv, self.hd).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, h))
+        return x + self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+def check_step_time(s: dict, dev: torch.device) -> dict[str, Any]:
+    """Check 6: a layer stack's forward and backward, measured, against module 13's compute term
+    at the rate one of its matmuls reaches on ``dev``."""
+    from course_utils.step_time import hardware, transformer
+
+    c = s["step"]
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    arch = transformer.Arch("check", c["layers"], c["hidden"], c["ffn"], c["heads"],
+                            c["kv_heads"], c["vocab"])
+    n = c["batch"] * c["seq"]
+
+    def timed(fn, repeats=5):
+        fn()
+        best = float("inf")
+        for _ in range(repeats):
+            backend.synchronize(dev)
+            t0 = time.perf_counter()
+            fn()
+            backend.synchronize(dev)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    a = torch.randn(n, c["hidden"], device=dev, dtype=dtype)
+    w = torch.randn(c["hidden"], c["ffn"], device=dev, dtype=dtype)
+    rate = hardware.matmul_flops(n, c["hidden"], c["ffn"]) / timed(lambda: a @ w)
+    layers = torch.nn.Sequential(*[_Layer(c["hidden"], c["ffn"], c["heads"], c["kv_heads"])
+                                   for _ in range(c["layers"])]).to(dev, dtype)
+    head = torch.nn.Linear(c["hidden"], c["vocab"], bias=False).to(dev, dtype)
+    x = torch.randn(c["batch"], c["seq"], c["hidden"], device=dev, dtype=dtype)
+
+    def step():
+        head(layers(x)).float().square().mean().backward()
+
+    measured = timed(step, 3)
+    hw = hardware.Hardware(str(dev), rate, 1e18, hardware.H100.intra, hardware.H100.inter)
+    job = transformer.Job(arch, tp=1, pp=1, dp=1, global_batch=c["batch"],
+                          micro_batch=c["batch"], seq=c["seq"])
+    predicted = transformer.predict(job, hw).terms.compute
+    out = {"config": c, "dtype": str(dtype), "matmul_flops_per_s": rate,
+           "predicted_s": predicted, "measured_s": measured,
+           "whole_step_share": predicted / measured}
+    if dev.type == "cuda" and "H100" in torch.cuda.get_device_name(dev):
+        out["h100_efficiency_measured"] = rate / hardware.H100.peak_flops
+        out["h100_efficiency_course"] = hardware.H100.efficiency
+    return out
+
+
 def run(size: str = "full") -> dict[str, Any]:
     """Every check at ``size``; returns the report (machine, settings, one entry per check)."""
     if size not in SIZES:
@@ -154,7 +231,8 @@ def run(size: str = "full") -> dict[str, Any]:
               "activations": lambda: check_activations(s, dev),
               "allreduce": lambda: check_allreduce(s, gpus),
               "bubble": lambda: check_bubble(s, gpus),
-              "straggler": lambda: check_straggler(s, gpus)}
+              "straggler": lambda: check_straggler(s, gpus),
+              "step_time": lambda: check_step_time(s, dev)}
     for name, fn in checks.items():
         start = time.perf_counter()
         report[name] = fn()
@@ -209,6 +287,20 @@ def markdown(r: dict[str, Any]) -> str:
               "| injected delay | fast rank's wait | slow rank's wait |", "|---|---|---|",
               f"| {1e3 * sg['delay_s']:.0f} ms | {1e3 * sg['fast_rank_wait_s']:.1f} ms "
               f"| {1e3 * sg['slow_rank_wait_s']:.1f} ms |", ""]
+    st = r["step_time"]
+    lines += ["## 6. Step time, module 13's compute term", "",
+              f"{st['config']['layers']} Llama-style layers, hidden {st['config']['hidden']}, "
+              f"{st['config']['batch']} x {st['config']['seq']} tokens, {st['dtype']}"
+              + ("" if r["device"].startswith("cuda") else " (CPU: no GPU here; module 13's "
+                 "benchmarks/step_time_trainer.py checks the model on gloo ranks)"), "",
+              "| one matmul's rate | predicted forward + backward | measured | predicted / "
+              "measured |", "|---|---|---|---|",
+              f"| {st['matmul_flops_per_s'] / 1e12:.2f} TFLOP/s | {1e3 * st['predicted_s']:.1f} "
+              f"ms | {1e3 * st['measured_s']:.1f} ms | {st['whole_step_share']:.2f} |", ""]
+    if "h100_efficiency_measured" in st:
+        lines += [f"H100: the matmul reached {100 * st['h100_efficiency_measured']:.1f} % of "
+                  f"989 TFLOP/s; the course assumes {100 * st['h100_efficiency_course']:.1f} %.",
+                  ""]
     return "\n".join(lines)
 
 

@@ -30,8 +30,8 @@ matplotlib.use("Agg")
 
 from course_utils import style  # noqa: E402
 from course_utils.widgets import (activation_memory, number_formats,  # noqa: E402
-                                  pipeline_timeline, ring_steps, tp_layout, training_state,
-                                  zero_shards)
+                                  pipeline_timeline, ring_steps, step_time, tp_layout,
+                                  training_state, zero_shards)
 
 # widget class, the lecture's setting, and the moves: (control, values it takes in turn)
 CASES = {
@@ -60,6 +60,11 @@ CASES = {
     "activation_memory (module 9)": (activation_memory.ActivationMemory, {}, [
         ("seq_len", [8192, 32768, 4096]), ("recompute", ["attention", "full", "none"]),
         ("tp", [8, 1]), ("model", ["70B", "7B"]), ("attention", ["math", "fused"])]),
+    "step_time (module 13)": (step_time.StepTime, {}, [
+        ("efficiency", [0.5, 1.0, 0.8]), ("schedule", ["1f1b", "zbv", "interleaved v=2"]),
+        ("pp", [8, 4, 1, 16]), ("global_batch", [4096, 2048]), ("dp", [64, 128]),
+        ("model", ["70B", "8B", "405B"]), ("hardware", ["A100", "H100"]),
+        ("recompute", ["full", "none"]), ("schedule", ["interleaved v=4"])]),
 }
 
 

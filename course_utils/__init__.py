@@ -9,7 +9,8 @@ in the order the course meets them (each package's ``__init__`` names the lectur
   :mod:`~course_utils.mesh` and :mod:`~course_utils.sequence_parallel` (6),
   :mod:`~course_utils.measure` (7), :mod:`~course_utils.jax_sharding` (8),
   :mod:`~course_utils.models` and :mod:`~course_utils.trainer3d` (10),
-  :mod:`~course_utils.scale` (11), :mod:`~course_utils.checkpoint` (12);
+  :mod:`~course_utils.scale` (11), :mod:`~course_utils.checkpoint` (12),
+  :mod:`~course_utils.step_time` (13);
 * :mod:`~course_utils.widgets`: the lectures' interactive figures;
 * :mod:`~course_utils.assess`: checks, messages, per-student givens and the assignments'
   harnesses, the only part of the library the grader imports.

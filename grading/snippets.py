@@ -129,6 +129,14 @@ TYPICAL_MISTAKES: dict[str, tuple[str, str, str]] = {
                                 "    random.setstate(state['rng']['python'])\n"
                                 "    return trainer.step",
                           "a key of its own"),
+    # a13: MFU with 6N FLOPs a token, the attention scores left out
+    "a13_time_at_scale": ("q3", "from course_utils.step_time import hardware, published, "
+                                "transformer\n"
+                                "model, device, seq, tokens_per_s = G.q3\n"
+                                "n = transformer.param_count(getattr(published, model))\n"
+                                "q3_mfu = tokens_per_s * 6 * n / getattr(hardware, device)"
+                                ".peak_flops",
+                          "6N a token"),
 }
 
 

@@ -30,7 +30,7 @@ from course_utils.pipeline import schedule as ps
 from course_utils.collectives import ring as ring_allreduce
 from course_utils.zero import sizes as zero
 from course_utils.widgets import (activation_memory, number_formats, pipeline_timeline,
-                                  ring_steps, tp_layout, training_state, zero_shards)
+                                  ring_steps, step_time, tp_layout, training_state, zero_shards)
 
 pytestmark = pytest.mark.browser
 
@@ -42,7 +42,8 @@ CLASSES = {"TrainingState": ("01_training_state", training_state.TrainingState),
            "PipelineTimeline": ("05_pipeline_parallel", pipeline_timeline.PipelineTimeline),
            "Sharding": ("08_jax_sharding", sharding.Sharding),
            "ActivationMemory": ("09_activations", activation_memory.ActivationMemory),
-           "NumberFormats": ("09_activations", number_formats.NumberFormats)}
+           "NumberFormats": ("09_activations", number_formats.NumberFormats),
+           "StepTime": ("13_time_at_scale", step_time.StepTime)}
 SETUP = ("from course_utils.widgets.sharding import Sharding  # first: JAX with 8 CPU devices\n"
          "from course_utils import style\n"
          + "".join(f"from {cls.__module__} import {name}\n" for name, (_, cls) in CLASSES.items()
@@ -374,6 +375,24 @@ def test_number_formats(lab):
     move(lab, twin, "value", 0.02)
     shot(lab, twin, "number_formats")
     assert error_outputs(lab) == []
+
+
+def test_step_time(lab):
+    twin = start(lab, "StepTime")                     # Llama 3 405B on 16,384 H100s
+    bubble = twin.state["plan"].terms.bubble
+    move(lab, twin, "schedule", "1f1b")               # the same plan without interleaving:
+    assert twin.state["plan"].terms.bubble > 1.5 * bubble    # a bigger bubble
+    move(lab, twin, "pp", 8)                          # a slider, by arrow keys
+    move(lab, twin, "global_batch", 4096)
+    move(lab, twin, "efficiency", "End")              # peak for achieved: the two bars agree
+    assert twin.state["plan"].step_s == pytest.approx(twin.state["peak"].step_s)
+    move(lab, twin, "hardware", "A100")               # a device brings its own efficiency
+    assert twin.controls["efficiency"].value == pytest.approx(271.2 / 312, abs=0.005)
+    move(lab, twin, "model", "70B")
+    move(lab, twin, "global_batch", 16)               # 16 sequences cannot split over DP 128
+    assert "global_batch" in expected(twin)["error"]
+    move(lab, twin, "global_batch", 1024)
+    shot(lab, twin, "step_time")
 
 
 def test_a_widget_that_has_not_run_says_its_picture_is_one(lab):

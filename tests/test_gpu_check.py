@@ -28,7 +28,7 @@ def test_gpu_check_runs_end_to_end_on_cpu(tmp_path):
     assert json.loads((tmp_path / "gpu_check.json").read_text()) == report
     page = (tmp_path / "gpu_check.md").read_text()
     for title in ("1. Persistent state", "2. Activations", "3. All-reduce", "4. Pipeline bubble",
-                  "5. Straggler"):
+                  "5. Straggler", "6. Step time"):
         assert title in page
     state = report["state"]
     assert state["counted_bytes"] == state["predicted_bytes"] == 16 * state["n_params"]
@@ -46,6 +46,8 @@ def test_gpu_check_runs_end_to_end_on_cpu(tmp_path):
     straggler = report["straggler"]
     assert straggler["fast_rank_wait_s"] >= 0.5 * straggler["delay_s"]  # it waits for the late one
     assert straggler["slow_rank_wait_s"] < straggler["fast_rank_wait_s"]
+    step = report["step_time"]     # the compute term is a lower bound: the step is more than
+    assert 0 < step["predicted_s"] and 0.05 < step["whole_step_share"] < 1.5  # its matmuls
 
 
 def test_gpu_check_says_what_one_gpu_cannot_measure():

@@ -24,7 +24,7 @@ LAYERS = [
     {"launch", "style", "models"},
     {"memory", "collectives"},
     {"data_parallel"}, {"zero"}, {"tensor_parallel"}, {"pipeline"}, {"mesh"},
-    {"sequence_parallel"}, {"measure"}, {"jax_sharding"}, {"trainer3d"}, {"scale"},
+    {"sequence_parallel"}, {"measure"}, {"jax_sharding"}, {"trainer3d"}, {"scale"}, {"step_time"},
     {"checkpoint"}, {"widgets"}, {"assess"},
 ]
 LEVEL = {package: i for i, row in enumerate(LAYERS) for package in row}

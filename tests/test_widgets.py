@@ -36,6 +36,11 @@ from course_utils.widgets import (activation_memory, number_formats,  # noqa: E4
                                   pipeline_timeline, ring_steps, tp_layout, training_state,
                                   zero_shards)
 from course_utils.widgets import base  # noqa: E402
+from course_utils.widgets import step_time  # noqa: E402
+from course_utils.step_time import hardware as step_hardware  # noqa: E402
+from course_utils.step_time import published as step_published  # noqa: E402
+from course_utils.step_time import terms as step_terms  # noqa: E402
+from course_utils.step_time import transformer as step_transformer  # noqa: E402
 from course_utils.widgets.base import Explorer  # noqa: E402
 
 
@@ -406,3 +411,123 @@ def test_every_lecture_widget_output_carries_its_picture_with_the_hint():
                     found += 1
                     assert base.PICTURE_HINT in data.get("text/html", ""), path.name
     assert found >= 8  # (one per widget of course_utils.widgets)
+
+
+# ------------------------------------------------------------ module 13: a step's time
+
+
+def _seconds_shown(value: str) -> float:
+    """The seconds a row shows ("3.41 s (57.5%)" -> 3.41)."""
+    return float(value.split(" s")[0])
+
+
+@pytest.mark.parametrize("values,model,hw", [
+    ({}, step_published.LLAMA3_405B, step_hardware.H100),
+    (dict(model="70B", hardware="A100", tp=4, pp=4, dp=8, global_batch=256, seq_len=4096,
+          schedule="interleaved v=2", efficiency=0.5, recompute="full"),
+     step_published.LLAMA3_70B, step_hardware.A100),
+    (dict(model="8B", tp=1, pp=1, dp=8, global_batch=64, schedule="zbv"),
+     step_published.LLAMA3_8B, step_hardware.H100),
+    (dict(model="70B", tp=8, pp=8, dp=32, global_batch=1024, seq_len=16384, schedule="zbv",
+          efficiency=0.65), step_published.LLAMA3_70B, step_hardware.H100),
+    (dict(model="405B", pp=4, dp=32, global_batch=512, schedule="1f1b", efficiency=1.0),
+     step_published.LLAMA3_405B, step_hardware.H100)])
+def test_step_time_view_is_predict(values, model, hw):
+    w = step_time.StepTime(**values)
+    v = {**step_time.StepTime.defaults, **values}
+    if "hardware" in values and "efficiency" not in values:
+        v["efficiency"] = hw.efficiency  # a new device brings its preset
+    schedule, chunks = {"1f1b": ("1f1b", 1), "interleaved v=2": ("interleaved", 2),
+                        "interleaved v=4": ("interleaved", 4), "zbv": ("zbv", 1)}[v["schedule"]]
+    job = step_transformer.Job(model, tp=v["tp"], pp=v["pp"], dp=v["dp"],
+                               global_batch=v["global_batch"], seq=v["seq_len"],
+                               schedule=schedule, v=chunks, recompute=v["recompute"])
+    p = step_transformer.predict(job, hw.but(efficiency=v["efficiency"]))
+    peak = step_transformer.predict(job, hw.but(efficiency=1.0))
+    assert w.state["plan"].terms == p.terms and w.state["peak"].terms == peak.terms
+    got = shown(w)
+    for t in step_terms.TERMS:
+        assert _seconds_shown(got[t]) == pytest.approx(getattr(p.terms, t), rel=5e-3, abs=1e-6)
+        assert got[t].split(" (")[1].startswith(f"{getattr(p.terms, t) / p.step_s:.1%})")
+    assert _seconds_shown(got["step"]) == pytest.approx(p.step_s, rel=5e-3)
+    assert got["mesh"] == f"{job.gpus:,}, m = {job.m}"
+    assert float(got["tokens"].replace(",", "")) == pytest.approx(p.tokens_per_s_per_gpu(),
+                                                                   abs=0.5)
+    assert got["mfu"] == f"{p.mfu('attention'):.1%}" and got["mfu-6n"] == f"{p.mfu('6N'):.1%}"
+    assert _seconds_shown(got["peak"]) == pytest.approx(peak.step_s, rel=5e-3)
+    assert got["peak"].endswith(f"MFU {peak.mfu('attention'):.1%}")
+    # the figure's alt text says what it shows, with the numbers shown above it
+    assert f"{got['step'].split(' (')[0]} (compute " in w.alt
+    assert html.escape(w.alt, quote=True) in w.view.value
+    assert w._repr_mimebundle_()["text/plain"] == w.text()
+    no_problems(w)
+
+
+def test_step_time_default_is_llama3s_published_plan():
+    """The lecture's setting is Llama 3 405B on 16,384 H100 (Table 4, row 2) at the H100's
+    measured matmul rate: published.rows' prediction of that run."""
+    run = step_published.RUNS[1]
+    w = step_time.StepTime()
+    assert w.state["job"] == run.job and w.controls["efficiency"].value == run.hw.efficiency
+    assert w.state["plan"].terms == step_transformer.predict(run.job, run.hw).terms
+    assert w.text().count("\n") <= 14
+
+
+def test_step_time_peak_bar_and_efficiency():
+    w = step_time.StepTime(model="70B", pp=4, dp=32, global_batch=512)
+    plan, peak = w.state["plan"].terms, w.state["peak"].terms
+    # compute scales as 1 / efficiency, less the matmuls on the memory side of the roofline
+    # (TP 8's thin K and V projections); the collectives stay as they are
+    slower = plan.compute / peak.compute
+    assert 1.15 < slower <= 1 / step_hardware.H100.efficiency + 1e-9
+    assert plan.tp == peak.tp and plan.total > peak.total
+    assert "at the peak (efficiency 1)" in w.alt and "this plan (efficiency 0.80)" in w.alt
+    w.controls["efficiency"].value = 0.4
+    assert slower < w.state["plan"].terms.compute / peak.compute <= 2.5 + 1e-9
+    assert w.state["peak"].terms == peak
+    w.controls["efficiency"].value = 1.0
+    assert w.state["plan"].terms == w.state["peak"].terms
+    assert "At efficiency 1 both bars" in w.text()
+    # another device brings its own preset; a value given beside it is kept
+    w.controls["hardware"].value = "A100"
+    assert w.controls["efficiency"].value == step_hardware.A100.efficiency
+    assert w.state["plan"].terms == step_transformer.predict(
+        w.state["job"], step_hardware.A100).terms
+    assert step_time.StepTime(hardware="A100", efficiency=0.5).values()["efficiency"] == 0.5
+    with pytest.raises(ValueError, match="efficiency must be from 0.3 to 1.0; got 0.2"):
+        step_time.StepTime(efficiency=0.2)
+
+
+def test_step_time_messages():
+    w = step_time.StepTime()
+    w.controls["global_batch"].value = 64   # 64 sequences over dp = 128 replicas
+    with pytest.raises(ValueError) as job_error:
+        step_transformer.Job(step_published.LLAMA3_405B, tp=8, pp=16, dp=128, global_batch=64,
+                             seq=8192, schedule="interleaved", v=4)
+    assert w.state is None and 'class="st-error"' in w.view.value
+    assert html.escape(str(job_error.value).rstrip(".")) in w.view.value
+    assert w.text().endswith(f"Not a setting that works: {str(job_error.value).rstrip('.')}.")
+    w.controls["global_batch"].value = 1024  # m = 8 microbatches: interleaving needs m % pp = 0
+    with pytest.raises(ValueError) as schedule_error:
+        ps.simulate("interleaved", 16, 8, v=4)
+    assert html.escape(str(schedule_error.value), quote=True) in w.view.value
+    w.controls["schedule"].value = "1f1b"
+    assert w.state is not None and w.state["job"].m == 8
+    # the schedule is played op by op: a cap on its ops keeps a redraw quick
+    w.controls["dp"].value = 64              # 16 x 2 x 16 = 512 forwards and as many backwards
+    w.controls["schedule"].value = "interleaved v=2"
+    assert w.state is not None and w.state["job"].m == 16
+    w.controls["schedule"].value = "zbv"     # each backward two ops: 1,536
+    assert w.state is not None
+    w.controls["dp"].value = 32              # m = 32: 3,072 ops; interleaved v = 2: 2,048
+    assert w.state is None and "makes 3,072: raise dp or lower the global batch" in w.view.value
+    assert f"at most {step_time.MAX_PIPELINE_OPS:,} ops" in w.view.value
+    w.controls["schedule"].value = "interleaved v=2"
+    assert w.state is not None and w.state["job"].m == 32
+    w.controls["dp"].value = 4               # 16 x 2 x 256 forwards: 16,384 ops
+    assert w.state is None and "makes 16,384" in w.view.value
+    w.controls["pp"].value = 1               # no schedule to play: any m
+    assert w.state is not None and w.state["job"].m == 256
+    assert "With one pipeline stage there is no bubble" in w.text()
+    assert w.state["plan"].terms.bubble == pytest.approx(0, abs=1e-9)  # the sum's rounding
+    assert shown(w)["bubble"] == "0 s (0.0%)"

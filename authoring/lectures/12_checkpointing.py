@@ -538,6 +538,6 @@ print("temporary checkpoints removed:", not os.path.exists(workdir))
 # **Next**: assignment `a12_checkpointing` (in your workspace under
 # `assignments/a12_checkpointing/`): size a checkpoint and its interval for your own job, then
 # write the save and the resume of a sharded run yourself; it is run on real ranks and must
-# equal one process's uninterrupted run on meshes this notebook does not show. This is the
-# course's last module: module 7's checklist and the papers under *References* in the course
-# README are where to go next.
+# equal one process's uninterrupted run on meshes this notebook does not show. Then module 13
+# turns module 11's bytes and collectives into a step's time, checks the model on real ranks and
+# predicts published runs.

@@ -1,6 +1,6 @@
 """What the assignments and the grader use: checks, messages, each student's numbers, harnesses.
 
-Every lecture's assignment (lectures 1 to 12) and ``grading/`` read it:
+Every lecture's assignment (lectures 1 to 13) and ``grading/`` read it:
 
 * :mod:`~course_utils.assess.checks`: the checks of the test cells (``check_number``,
   ``check_choice``, ``check_sequence``, ``submit``, ``seal``, ...): in the student's kernel they

@@ -35,6 +35,8 @@ Questions whose givens stay fixed, and why:
 * a12: the practice questions; Q3's save and resume (hidden jobs drawn per submission); Q4's
   choice (what an optimizer made before ``fully_shard`` does does not depend on the sizes); Q5
   (graded by hand).
+* a13: the practice questions; Q4 (graded by hand: one published run's miss, the same for
+  everyone).
 * a9: the practice questions; Q3's function (hidden modules drawn per submission); Q4's
   diagnosis (one right choice whatever the learning rate and weights: other numbers would not
   change the answer to copy); Q5's bucket sizes (the student's own timings decide already);
@@ -283,6 +285,43 @@ GIVENS = {
                     "restart R s)", (16384, 64000, 50, 480), (8192, 43000, 35, 300),
                     (4096, 53000, 110, 900), (24576, 86000, 65, 600), (3072, 27000, 22, 240),
                     (12288, 47000, 95, 420), (6144, 53000, 40, 360), (32768, 94000, 27, 330)),
+    },
+    "a13_time_at_scale": {
+        # Q1: (model, device, TP, PP, DP, global batch, sequence), 1F1B, microbatch 1: the
+        # microbatches m = batch / DP a multiple of PP (where the notebook's bubble rule is the
+        # simulator's), TP x PP on both sides of a node (the sends between stages on NVLink or
+        # on the network), TP 8 with some K and V projections memory-bound; no plan of Q2's, no
+        # answer a lecture prints (tests/test_a13_time_at_scale.py)
+        "q1": given("Q1: (model, device, TP, PP, DP, global batch, sequence)",
+                    ("LLAMA3_70B", "H100", 8, 8, 8, 512, 8192),
+                    ("LLAMA3_8B", "H100", 2, 4, 32, 512, 8192),
+                    ("LLAMA3_8B", "A100", 4, 2, 16, 512, 4096),
+                    ("LLAMA3_70B", "A100", 8, 4, 8, 256, 4096),
+                    ("LLAMA3_405B", "H100", 8, 16, 16, 1024, 8192),
+                    ("LLAMA3_70B", "H100", 4, 8, 32, 1024, 4096),
+                    ("LLAMA3_8B", "H100", 4, 2, 64, 1024, 4096),
+                    ("LLAMA3_70B", "A100", 4, 4, 16, 512, 4096),
+                    ("LLAMA3_405B", "A100", 8, 16, 8, 768, 4096)),
+        # Q2: (model, device, sequence, global batch, plan A's and plan B's (TP, PP, DP)) on the
+        # same GPUs, steps at least 5 % apart; in some the plan with less compute per rank (the
+        # one with fewer memory-bound matmuls) is the slower one, in some their compute ties
+        "q2": given("Q2: (model, device, sequence, global batch, plan A (TP, PP, DP), "
+                    "plan B (TP, PP, DP))",
+                    ("LLAMA3_70B", "H100", 8192, 512, (8, 4, 16), (4, 8, 16)),
+                    ("LLAMA3_70B", "H100", 4096, 512, (2, 4, 64), (8, 4, 16)),
+                    ("LLAMA3_70B", "A100", 4096, 256, (8, 8, 8), (4, 4, 32)),
+                    ("LLAMA3_8B", "H100", 8192, 1024, (1, 4, 64), (4, 2, 32)),
+                    ("LLAMA3_8B", "A100", 4096, 256, (4, 4, 16), (2, 2, 64)),
+                    ("LLAMA3_405B", "H100", 8192, 2048, (8, 8, 64), (4, 16, 64)),
+                    ("LLAMA3_8B", "H100", 4096, 256, (8, 2, 16), (2, 4, 32)),
+                    ("LLAMA3_70B", "A100", 8192, 512, (8, 4, 32), (4, 8, 32))),
+        # Q3: (model, device, sequence, tokens/s per GPU): torchtitan's published 70B figure
+        # (the base) and runs of MFU 0.36 to 0.49 made up around it
+        "q3": given("Q3: (model, device, sequence, tokens/s per GPU)",
+                    ("LLAMA3_70B", "H100", 8192, 829), ("LLAMA3_8B", "A100", 4096, 2350),
+                    ("LLAMA3_405B", "H100", 8192, 165), ("LLAMA3_70B", "A100", 4096, 330),
+                    ("LLAMA3_8B", "H100", 4096, 6900), ("LLAMA3_70B", "H100", 4096, 1050),
+                    ("LLAMA3_405B", "A100", 4096, 60), ("LLAMA3_8B", "H100", 8192, 6300)),
     },
 }
 

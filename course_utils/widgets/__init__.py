@@ -19,7 +19,9 @@ named after what it shows:
 * :mod:`~course_utils.widgets.sharding` (module 8): a matmul's shardings on a JAX mesh and the
   collective the compiler inserts;
 * :mod:`~course_utils.widgets.number_formats` and
-  :mod:`~course_utils.widgets.activation_memory` (module 9).
+  :mod:`~course_utils.widgets.activation_memory` (module 9);
+* :mod:`~course_utils.widgets.step_time` (module 13): a step's time term by term for a plan,
+  beside the same plan at the datasheet peak.
 
 Importing this package loads nothing heavy: import the widget's own module.
 """
