@@ -158,8 +158,16 @@ StepTime()
 # spends outside its matmuls (norms, softmax, GELU, autograd), per microbatch. Then the model
 # predicts module 10's trainer (TinyLM 4 x 256, 16 sequences of 64 tokens, 4 microbatches,
 # 1F1B, TP with sequence parallelism and a split vocabulary, ZeRO-1) on **nine meshes it never
-# saw** and `benchmarks/step_time_trainer.py` measured each (the slowest rank's median step).
-# Printed here from that benchmark's last run (`course_utils/data/step_time_trainer.json`);
+# saw**, and `benchmarks/step_time_trainer.py` measures each (the slowest rank's median step).
+# Each job size is one launch that calibrates, trains and calibrates again: this machine's
+# speed drifts from minute to minute, and the two calibrations bracket the runs they predict.
+#
+# Four ranks on two cores add a term a GPU cluster does not have: ranks **share the cores**.
+# The calibration measures how much slower a rank computes when every rank computes at once;
+# the model applies that slowdown only in the share of the step the ranks compute (a rank
+# waiting in a collective or in the bubble leaves its core to the others).
+#
+# Printed here from the benchmark's last run (`course_utils/data/step_time_trainer.json`);
 # run the benchmark to measure your machine.
 
 # %%
@@ -193,18 +201,16 @@ plt.show()
 # Read the misses by term, as the last column names them (the measured parts are module 10's
 # timers: TP collectives, waiting on the pipeline, DP waits; compute is the rest):
 #
-# * **TP on shared cores**: with 4 ranks on 2 cores, a collective waits for a peer that is not
-#   running. The calibration's all-reduces, each after a matmul, catch much of that, not all:
-#   the trainer's ranks arrive less in step.
-# * **compute on shared cores**: 4 one-thread ranks on 2 cores compute at a fraction of one
-#   rank's rate, and the fraction depends on what the others do at that moment (a rank in its
-#   bubble leaves its core to the others), which a rate measured with every rank busy
-#   overstates.
-# * **the bubble**: the simulator assumes the other stages are as fast as the slowest; the
-#   first stage has no head.
+# * **TP and DP collectives on shared cores**: the calibration's all-reduces, each after a
+#   matmul, arrive nearly together; in the trainer a peer may be descheduled when its partner
+#   reaches the collective, and the wait is a scheduler's slice, not alpha.
+# * **compute on shared cores**: how much of the time the *other* ranks compute decides how
+#   fast this one does; the model's share is an average over the step.
+# * **the bubble**: the simulator takes every stage as slow as the slowest; the first stage has
+#   no head.
 #
-# None of these is a term the model leaves out: each is a term whose *rate* depends on what the
-# other ranks do. On a GPU cluster each rank owns its device, and the terms separate.
+# Every miss is a rate that depends on what the other ranks do, which no calibration of one
+# rank can pin down. On a GPU cluster each rank owns its device, and the terms separate.
 #
 # ## 4. Published runs
 #

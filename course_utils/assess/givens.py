@@ -293,7 +293,7 @@ GIVENS = {
         # on the network), TP 8 with some K and V projections memory-bound; no plan of Q2's, no
         # answer a lecture prints (tests/test_a13_time_at_scale.py)
         "q1": given("Q1: (model, device, TP, PP, DP, global batch, sequence)",
-                    ("LLAMA3_70B", "H100", 8, 8, 8, 512, 8192),
+                    ("LLAMA3_70B", "H100", 8, 8, 8, 1024, 8192),
                     ("LLAMA3_8B", "H100", 2, 4, 32, 512, 8192),
                     ("LLAMA3_8B", "A100", 4, 2, 16, 512, 4096),
                     ("LLAMA3_70B", "A100", 8, 4, 8, 256, 4096),
@@ -311,7 +311,7 @@ GIVENS = {
                     ("LLAMA3_70B", "H100", 4096, 512, (2, 4, 64), (8, 4, 16)),
                     ("LLAMA3_70B", "A100", 4096, 256, (8, 8, 8), (4, 4, 32)),
                     ("LLAMA3_8B", "H100", 8192, 1024, (1, 4, 64), (4, 2, 32)),
-                    ("LLAMA3_8B", "A100", 4096, 256, (4, 4, 16), (2, 2, 64)),
+                    ("LLAMA3_8B", "A100", 2048, 256, (4, 4, 16), (2, 2, 64)),
                     ("LLAMA3_405B", "H100", 8192, 2048, (8, 8, 64), (4, 16, 64)),
                     ("LLAMA3_8B", "H100", 4096, 256, (8, 2, 16), (2, 4, 32)),
                     ("LLAMA3_70B", "A100", 8192, 512, (8, 4, 32), (4, 8, 32))),

@@ -12,7 +12,7 @@ source (the closing note of issue 49 lists where); none is from memory.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from course_utils.runtime import validate
@@ -24,7 +24,7 @@ __all__ = ["LLAMA3_405B", "LLAMA3_70B", "LLAMA3_8B", "GPT_1T", "GPT_145B", "MEGA
            "leave_one_out", "rows", "table"]
 
 # Llama 3 (Llama Team 2024, arXiv 2407.21783 v3, Table 3); vocabulary as released (128,256)
-LLAMA3_405B = Arch.llama("405B")
+LLAMA3_405B = replace(Arch.llama("405B"), name="Llama 3 405B")
 LLAMA3_70B = Arch("Llama 3 70B", 80, 8192, 28672, 64, 8, 128256)
 LLAMA3_8B = Arch("Llama 3 8B", 32, 4096, 14336, 32, 8, 128256)
 # Narayanan et al. 2021 (arXiv 2104.04473), Table 1: GPT models, vocabulary 51,200
