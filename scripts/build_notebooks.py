@@ -10,7 +10,10 @@ a tag in brackets:
     # %% [manual explain points=2]  nbgrader: a manually graded markdown answer
 
 A code cell's leading ``# NBVAL_IGNORE_OUTPUT`` (or another nbval marker) line becomes the
-cell tag ``nbval-ignore-output``: nbval reads it, students do not see it.
+cell tag ``nbval-ignore-output``: nbval reads it, students do not see it. ``# COURSE_MEASURED``
+(tag ``course-measured``) marks a cell that prints a measurement read from a cached benchmark
+run: nbval still compares it, and the scan for graded answers in lectures skips it (its numbers
+are one machine's timings; a match there is chance).
 
 ``authoring/lectures/NAME.py``     -> ``notebooks/NAME.ipynb``, executed so outputs are stored
                                        (nbval compares them in the tests).
@@ -102,7 +105,7 @@ def _nbgrader_meta(spec: dict, index: int) -> dict:
 
 
 _NBVAL_MARKERS = ("NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION",
-                  "NBVAL_SKIP")
+                  "NBVAL_SKIP", "COURSE_MEASURED")
 
 
 def _nbval_tags(text: str) -> tuple[str, list[str]]:

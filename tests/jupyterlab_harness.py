@@ -64,10 +64,15 @@ class LabServer:
     """An isolated ``jupyter lab`` serving a temporary folder; use as a context manager."""
 
     def __init__(self, python: str = sys.executable, startup_timeout: float = 120.0,
-                 extra_env: dict[str, str] | None = None, root_dir: Path | None = None):
+                 extra_env: dict[str, str] | None = None, root_dir: Path | None = None,
+                 windowing: bool = True):
         """``root_dir``: serve that folder (the repository, for the formgrader, which needs the
-        course under the server's root) instead of a fresh one; open no notebook there."""
+        course under the server's root) instead of a fresh one; open no notebook there.
+        ``windowing=False``: render every cell of a notebook, not only those in view
+        (JupyterLab 4's "windowing" leaves the prompts of cells out of view empty, and
+        :func:`run_all` waits for every prompt to read ``[n]:``)."""
         self.serve = root_dir
+        self.windowing = windowing
         self.python = python
         self.startup_timeout = startup_timeout
         self.extra_env = dict(extra_env or {})
@@ -91,6 +96,10 @@ class LabServer:
         notify.mkdir(parents=True, exist_ok=True)
         (notify / "notification.jupyterlab-settings").write_text(
             json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        if not self.windowing:
+            tracker = dirs["settings"] / "@jupyterlab" / "notebook-extension"
+            tracker.mkdir(parents=True, exist_ok=True)
+            (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
         return dirs
 
     def env(self) -> dict[str, str]:

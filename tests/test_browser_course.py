@@ -36,23 +36,18 @@ A1 = "a1_training_state"
 
 
 class CourseLab(LabServer):
-    """The harness's LabServer, with notebook windowing off and optionally the course's setup.
-
-    JupyterLab 4 renders only the cells in view ("windowing"): after Run All scrolls to the
-    end, the first cells' prompts read "" and the harness's wait for ``[n]:`` never ends. With
+    """The harness's LabServer, with notebook windowing off (``LabServer(windowing=False)``:
+    a lecture is longer than a page) and optionally the course's setup. With
     ``course=True`` the served folder gets a copy of ``nbgrader_config.py``, ``solutions/`` and
     ``assignments/`` before the server starts (the formgrader reads them at start-up).
     """
 
     def __init__(self, course: bool = False, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(windowing=False, **kwargs)
         self.course = course
 
     def env(self) -> dict[str, str]:
         env = super().env()
-        tracker = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / "@jupyterlab" / "notebook-extension"
-        tracker.mkdir(parents=True, exist_ok=True)
-        (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
         if self.course:
             root = self.base / "root"
             shutil.copy(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")

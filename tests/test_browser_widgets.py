@@ -67,7 +67,7 @@ def lab(lab_browser):  # noqa: F811
     """One JupyterLab, one page, the notebook of every widget run once; fails the module if a
     kernel survives the server's shutdown."""
     require_chromium()
-    server = LabServer()
+    server = LabServer(windowing=False)   # ten widgets: more than a page shows
     with server:
         _SERVER[:] = [server]
         nb = server.add_notebook("widgets.ipynb", [SETUP] + [lecture_cell(n)[0] for n in CLASSES])

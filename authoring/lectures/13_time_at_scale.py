@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt
 from course_utils import style
 from course_utils.step_time import (calibrate, hardware, pictures, published, terms as step_terms,
                                     transformer)
+from course_utils.widgets.step_time import StepTime
 
 style.use()
 run = published.RUNS[0]                    # Llama 3 405B on 8,192 H100s (Table 4, row 1)
@@ -137,8 +138,6 @@ plt.show()
 # model on many GPUs leaves the DP collectives nothing to hide behind.
 
 # %%
-from course_utils.widgets.step_time import StepTime
-
 StepTime()
 
 # %% [markdown]
@@ -171,6 +170,7 @@ StepTime()
 # run the benchmark to measure your machine.
 
 # %%
+# COURSE_MEASURED
 cached = calibrate.load()
 cal, measured = cached["calibration"], cached["measured"]
 print(f"measured on {cached['machine']['cpus']} CPUs, load average "
@@ -191,6 +191,7 @@ print(f"largest error {100 * worst:.0f} % (the stated bound: {100 * calibrate.BO
       f"within it: {sum(abs(r['error']) <= calibrate.BOUND for r in rows)} of {len(rows)}")
 
 # %%
+# COURSE_MEASURED
 fig, ax = plt.subplots(figsize=(9, 4.2))
 pictures.draw_terms({r["mesh"]: r["predicted"] for r in rows}, ax=ax, unit="ms",
                     measured={r["mesh"]: r["measured"]["step"] for r in rows},

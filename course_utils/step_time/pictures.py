@@ -42,17 +42,18 @@ def draw_terms(bars: Mapping[str, StepTerms | Mapping[str, float]], ax: Any = No
                     edgecolor="white", label=SHORT[t] if i == 0 else None)
             left += width
         end = left
+        text = f"{left:.3g} {unit}" if left < 10 else f"{left:.1f} {unit}"
         if measured and label in measured:
             x = measured[label] * scale
             ax.plot([x, x], [i - 0.4, i + 0.4], color="black", lw=2,
                     label="measured" if i == 0 else None)
             end = max(end, x)
-        text = f"{left:.3g} {unit}" if left < 10 else f"{left:.1f} {unit}"
+            text += f" (measured {x:.3g})"
         ax.annotate(text, (end, i), xytext=(4, 0), textcoords="offset points", va="center")
         longest = max(longest, end)
     ax.set_yticks(range(len(bars)), list(bars))
     ax.invert_yaxis()
-    ax.set_xlim(0, 1.2 * longest)
+    ax.set_xlim(0, (1.35 if measured else 1.2) * longest)
     ax.set_xlabel(f"time per step ({unit})")
     ax.legend(ncols=len(TERMS) + bool(measured), loc="lower center", bbox_to_anchor=(0.5, 1.0),
               frameon=False, fontsize=8)

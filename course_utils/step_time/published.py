@@ -181,15 +181,15 @@ def table(rs: list[dict[str, Any]]) -> str:
     """The rows as text: run, figure, predicted, published, error, step's terms in shares,
     the efficiency that would meet the published figure."""
     head = (f"{'run':<36}{'figure':<17}{'predicted':>10}{'published':>10}{'error':>8}  "
-            f"{'compute/tp/bubble/dp %':<24}{'eff. needed':>11}")
+            f"{'share: compute/tp/bubble/dp':<28}{'eff. needed':>11}")
     lines = [head, "-" * len(head)]
     for r in rs:
         t = r["terms"]
-        shares = "/".join(f"{100 * t[k] / t['total']:.0f}"
+        shares = "/".join(f"{t[k] / t['total']:.2f}"
                           for k in ("compute", "tp", "bubble", "dp_exposed"))
         fmt = (lambda x: f"{100 * x:.1f} %") if r["kind"] == "mfu" else (
             lambda x: f"{x:,.2f}" if r["kind"] == "step_s" else f"{x:,.0f}")
         lines.append(f"{r['label']:<36}{KINDS[r['kind']]:<17}{fmt(r['predicted']):>10}"
-                     f"{fmt(r['published']):>10}{100 * r['error']:>+7.0f}%  {shares:<24}"
+                     f"{fmt(r['published']):>10}{100 * r['error']:>+7.0f}%  {shares:<28}"
                      f"{r['closing']:>11.2f}")
     return "\n".join(lines)
