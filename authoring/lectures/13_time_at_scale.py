@@ -262,7 +262,7 @@ for r in published.leave_one_out(closing=closing):
 # | term | what sets it | the mistake |
 # | --- | --- | --- |
 # | compute | FLOPs over the **achieved** rate (a roofline per matmul) | the datasheet peak |
-# | TP/CP | 4 collectives a layer and microbatch on the node's link | bytes for time (no bandwidth) |
+# | TP/CP | 4 collectives a layer and microbatch on the node's link | bytes for time |
 # | bubble | the schedule, p and m, played out | leaving it out |
 # | DP exposed | what the last backward and first forward cannot hide | adding the hidden part |
 # | MFU | model FLOPs per second over peak | 6N where the paper counts attention |

@@ -90,7 +90,8 @@ def assemble(*, pp: int, m: int, forward_s: float, backward_s: float, tp_forward
     exposed = sum(max(0.0, s - w) for s, w in pairs)
     bubble = max(0.0, span - compute - tp) if pp > 1 else 0.0   # (not a rounding's 1e-14)
     return StepTerms(compute=compute, tp=tp, bubble=bubble,
-                     dp_exposed=exposed, optimizer=optimizer_s, dp_hidden=sum(s for s, _ in pairs) - exposed)
+                     dp_exposed=exposed, optimizer=optimizer_s,
+                     dp_hidden=sum(s for s, _ in pairs) - exposed)
 
 
 def format_terms(terms: StepTerms, unit: str = "ms") -> str:
