@@ -178,7 +178,7 @@ COINCIDENCES: dict[tuple[str, str, float], str] = {
         "collectives demo prints as a sum of small tensors (12.0, 14.0)",
     ("a8_jax_sharding", "w_bytes_2d", 614400):
         "614,400 is lecture 10's FLOPs per token (6N for its 102,400 parameters), not bytes",
-    ("a1_training_state", "q1_rank_gb", 1.675):
+    ("a12_checkpointing", "q1_rank_gb", 1.675):
         "1.68 s is lecture 13's pipeline bubble of Llama 3 405B on 8,192 H100s (seconds)",
     ("a6_device_mesh", "params_per_shard_b", 5.9375):
         "5.94 s is the step of lecture 13's widget at its opening plan (Llama 3 405B on 16,384 "
@@ -186,7 +186,7 @@ COINCIDENCES: dict[tuple[str, str, float], str] = {
     ("a5_pipeline", "zb_bubble_ms", 76):
         "76.0 % is lecture 13's predicted MFU of Megatron-LM's 1T run and 76 % its "
         "leave-one-out miss on torchtitan's 8B run",
-    ("a9_activations", "q6_tp_gb", 46.9762):
+    ("a9_activations", "q6_tp_gb", 46.9762048):
         "47.0 % is Megatron-LM's published MFU of its 145.6B run, in lecture 13's table",
     **{("a4_tensor_parallel", name, 512): "ffn / t of the base numbers (4096 / 8); powers of "
        "two appear throughout the lectures as sizes (no other variant's shard is shown)"
