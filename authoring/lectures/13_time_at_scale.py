@@ -144,7 +144,7 @@ StepTime()
 # ## 3. Calibrated here, checked on module 10's trainer
 #
 # A model is only as good as its numbers. On this machine there is no datasheet: the achieved
-# FLOP/s, alpha and beta are measured (`calibrate.calibrate`) on 1, 2 and 4 gloo ranks *at
+# FLOP/s, alpha and beta are measured (`calibrate.run_benchmark`) on 1, 2 and 4 gloo ranks *at
 # once*, since the trainer's ranks share this machine's cores as they compute:
 #
 # * each matmul shape the trainer meets, back to back for about 60 ms on every rank (the

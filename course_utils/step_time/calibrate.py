@@ -5,9 +5,9 @@ them on meshes they were not measured on (lecture 13, section 3).
 so that they share the cores as the trainer's ranks do): the FLOP/s of each matmul shape the
 trainer meets (the roofline's compute side, achieved, not peak), all-reduces over groups of
 ``g`` ranks at several sizes (fitted to alpha and beta, :func:`fit_link`), point-to-point sends,
-and Adam's seconds per element. :func:`calibrate` gathers them for 1, 2 and 4 ranks;
-:func:`run_benchmark` does it in the same launches that train module 10's trainer on the
-held-out meshes, before and after them (this machine's speed drifts from minute to minute).
+and Adam's seconds per element. :func:`run_benchmark` gathers them for 1, 2 and 4 ranks in the
+same launches that train module 10's trainer on the held-out meshes, before and after them (this
+machine's speed drifts from minute to minute).
 :func:`predict_trainer` turns a :class:`~course_utils.trainer3d.plan.Plan` into
 :class:`~course_utils.step_time.terms.StepTerms` with them, plus one number measured on the
 one-rank run (the calibration mesh): the time a block spends outside its matmuls
@@ -26,13 +26,13 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from course_utils.collectives.cost import RING_OPS, ring_factor, ring_steps
+from course_utils.collectives.cost import RING_OPS, ring_factor, ring_steps, ring_time_s
 from course_utils.runtime import validate
 from course_utils.step_time.hardware import matmul_flops
 from course_utils.step_time.terms import StepTerms, assemble
 
 __all__ = ["CONFIG", "MESHES", "CALIBRATION_MESH", "BOUND", "CACHE", "SIZES", "trainer_plan",
-           "block_matmuls", "calibration_worker", "fit_link", "calibrate", "benchmark_worker",
+           "block_matmuls", "calibration_worker", "fit_link", "benchmark_worker",
            "run_benchmark", "predict_trainer", "block_overhead", "compare", "miss_term",
            "format_comparison", "load", "save"]
 
@@ -215,21 +215,6 @@ def _all_shapes() -> list[tuple[int, int, int]]:
     return shapes
 
 
-def calibrate(world_sizes: Sequence[int] = (1, 2, 4), repeats: int = 15,
-              timeout_s: float = 180.0) -> dict[str, Any]:
-    """The machine's numbers for each job size: per ``w``, the matmul rates, the fitted links
-    (``all_reduce_g`` for each group size, ``p2p``) and Adam's seconds per element, each the
-    slowest rank's."""
-    from course_utils import launch
-
-    out: dict[str, Any] = {"sizes": list(SIZES), "by_world": {}}
-    for w in world_sizes:
-        res = launch.run(calibration_worker, w, _all_shapes(), SIZES, repeats,
-                         timeout_s=timeout_s, threads_per_rank=1, show_output=False)
-        out["by_world"][str(w)] = _combine([res], SIZES)
-    return out
-
-
 def benchmark_worker(rank: int, world_size: int, meshes: Sequence[tuple[int, int, int]],
                      steps: int, repeats: int) -> dict[str, Any]:
     """One rank of the benchmark's job of ``world_size`` ranks: calibrate, train module 10's
@@ -273,8 +258,8 @@ def run_benchmark(meshes: Sequence[tuple[int, int, int]] = (CALIBRATION_MESH, *M
 def _rate(c: dict[str, Any], m: int, k: int, n: int) -> float:
     key = f"{m}x{k}x{n}"
     if key not in c["rates"]:
-        raise ValueError(f"the calibration has no matmul of shape {key}: calibrate() measures "
-                         f"the shapes of trainer_plan's meshes")
+        raise ValueError(f"the calibration has no matmul of shape {key}: run_benchmark() "
+                         f"measures the shapes of trainer_plan's meshes")
     return c["rates"][key]
 
 
@@ -286,9 +271,8 @@ def _contention(cal: dict[str, Any], w: int) -> float:
 
 
 def _ring_s(link: dict[str, float], op: str, nbytes: float, g: int) -> float:
-    if g == 1:
-        return 0.0
-    return ring_steps(op, g) * link["alpha_s"] + ring_factor(op, g) * nbytes / link["bytes_per_s"]
+    """:func:`~course_utils.collectives.cost.ring_time_s` on a fitted link."""
+    return ring_time_s(nbytes, g, link["alpha_s"], link["bytes_per_s"], op)
 
 
 def _matmul_s(c: dict[str, Any], cfg, rows: int, tp: int, blocks: int, last: bool) -> float:
@@ -305,7 +289,7 @@ def predict_trainer(plan, cal: dict[str, Any], block_overhead_s: float = 0.0) ->
     """The step of module 10's trainer on ``plan`` from the calibration ``cal`` (this job size's
     rates and links) and the one-rank run's ``block_overhead_s`` (a block's time outside its
     matmuls, forward and backward of one microbatch, on one rank alone). Compute runs at one
-    rank's rates slowed by the contention :func:`calibrate` measured with every rank busy, in
+    rank's rates slowed by the contention :func:`run_benchmark` measured with every rank busy, in
     the share of the time the ranks compute (not while they wait in a collective or in the
     bubble). The slowest stage sets the pipeline's pace
     (the others are taken equal to it); backward is twice forward's matmuls; the TP

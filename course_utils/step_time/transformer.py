@@ -230,33 +230,28 @@ def predict(job: Job, hw: Hardware) -> Prediction:
     n = job.micro_batch * job.seq // cp                       # a microbatch's tokens on a rank
     layer = sum(matmul_s(*mm, hw) for mm in _layer_matmuls(a, n, tp))
     # attention: q k^T and the weighted values, every score (PaLM's count), heads / tp of them
-    scores = 2 * matmul_flops(n, a.head_dim, job.seq) * (a.heads // tp) * job.micro_batch
-    layer += scores / job.micro_batch / hw.achieved_flops
+    layer += 2 * matmul_flops(n, a.head_dim, job.seq) * (a.heads // tp) / hw.achieved_flops
     head = matmul_s(n, a.hidden, a.vocab // tp, hw)
     forward = (a.layers * layer + head) / pp                   # equal stages
     backward = 2 * forward + (forward if job.recompute == "full" else 0.0)
     per_stage = a.layers / pp
     tp_link, cp_link = _link(hw, tp), _link(hw, tp * cp)
     act = n * a.hidden * 2                                     # bf16 activation of a microbatch
-    tp_one = ring_time_s(act, tp, tp_link.alpha_s, tp_link.bytes_per_s) if tp > 1 else 0.0
+    # (a group of one sends nothing: ring_time_s is 0 for TP, CP or DP of 1)
+    tp_one = ring_time_s(act, tp, tp_link.alpha_s, tp_link.bytes_per_s)
     kv = job.micro_batch * job.seq * 2 * a.kv_heads * a.head_dim // tp * 2   # K and V, bf16
-    cp_f = ring_time_s(kv, cp, cp_link.alpha_s, cp_link.bytes_per_s, "all_gather") \
-        if cp > 1 else 0.0
-    cp_b = ring_time_s(kv, cp, cp_link.alpha_s, cp_link.bytes_per_s, "reduce_scatter") \
-        if cp > 1 else 0.0
+    cp_f = ring_time_s(kv, cp, cp_link.alpha_s, cp_link.bytes_per_s, "all_gather")
+    cp_b = ring_time_s(kv, cp, cp_link.alpha_s, cp_link.bytes_per_s, "reduce_scatter")
     tp_forward = per_stage * (2 * tp_one + cp_f)
     tp_backward = per_stage * (2 * tp_one + cp_b)
     p2p_link = _link(hw, tp * cp * pp) if pp > 1 else hw.intra
     p2p = p2p_link.alpha_s + act / p2p_link.bytes_per_s
     shard = param_count(a) / (tp * pp)                         # the rank's share of the weights
     dp_link = _link(hw, job.gpus)
-    if job.dp > 1:
-        rs = ring_time_s(shard * job.grad_bytes, job.dp, dp_link.alpha_s, dp_link.bytes_per_s,
-                         "reduce_scatter")
-        ag = ring_time_s(shard * job.param_bytes, job.dp, dp_link.alpha_s,
-                         dp_link.bytes_per_s, "all_gather")
-    else:
-        rs = ag = 0.0
+    rs = ring_time_s(shard * job.grad_bytes, job.dp, dp_link.alpha_s, dp_link.bytes_per_s,
+                     "reduce_scatter")
+    ag = ring_time_s(shard * job.param_bytes, job.dp, dp_link.alpha_s, dp_link.bytes_per_s,
+                     "all_gather")
     dp = [(rs, backward), (ag, forward if job.prefetch else 0.0)]
     if job.reshard:                    # gathered again before backward, behind the backward
         dp.append((ag, backward))
